@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Packaging check for every workspace member (directory name == distribution name).
+#  1. `hatch build --all` -> sdist + wheel of every member into ./dist
+#  2. no wheel may ship tg/__init__.py (PEP 420 namespace)
+#  3. per member: fresh venv, third-party deps from the index, then ITS wheel from ./dist only
+#     (--no-index: siblings come from dist/, never from PyPI), import it, run ITS tests against
+#     the wheel -> catches undeclared sibling deps and bad inter-package version constraints
+#  4. all wheels in one venv: the root cross-package tests against installed wheels
+# Usage: bash scripts/check_dists.sh [member-dir-name ...]   (default: all members)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+rm -rf dist
+hatch -q build --all
+
+python3 - <<'PY'
+import glob, sys, zipfile
+wheels = glob.glob("dist/*.whl")
+bad = [w for w in wheels if "tg/__init__.py" in zipfile.ZipFile(w).namelist()]
+if bad:
+    sys.exit(f"ERROR: wheel(s) ship tg/__init__.py (breaks the PEP 420 namespace): {bad}")
+print(f"{len(wheels)} wheels built")
+PY
+
+# Third-party requirements of the members and their tests (never a tg-* name: those come from dist/).
+THIRD_PARTY=("numpy>=1.24" "libusb1>=3.1" "pytest~=9.0" "hypothesis~=6.0")
+
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+members=("$@")
+if [ ${#members[@]} -eq 0 ]; then
+  for d in packages/*/ tools/*/; do members+=("$(basename "$d")"); done
+fi
+for name in "${members[@]}"; do
+  if [ -d "packages/$name" ]; then dir="packages/$name"; module="tg.${name#tg-}"; else dir="tools/$name"; module="${name//-/_}"; fi
+  [ "$name" = "pci-server" ] && name="tg-pci-server"
+  venv="$work/$name"
+  uv venv -q -p python3 "$venv"
+  VIRTUAL_ENV="$venv" uv pip install -q "${THIRD_PARTY[@]}"
+  VIRTUAL_ENV="$venv" uv pip install -q --no-index --find-links dist "$name"
+  (cd "$work" && "$venv/bin/python" -c "import $module; print('import ok:', '$name', $module.__version__)")
+  if [ -d "$dir/tests" ]; then
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" "$dir/tests"
+  fi
+done
+
+if [ "$#" -eq 0 ]; then
+  venv="$work/_all"
+  uv venv -q -p python3 "$venv"
+  VIRTUAL_ENV="$venv" uv pip install -q "${THIRD_PARTY[@]}"
+  VIRTUAL_ENV="$venv" uv pip install -q --no-index --find-links dist dist/*.whl
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" tests
+fi

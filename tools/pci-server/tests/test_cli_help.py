@@ -1,0 +1,10 @@
+import pytest
+
+from tg_pci_server.cli import main
+
+
+def test_help_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    assert "tg-pci-server" in capsys.readouterr().out

@@ -25,14 +25,20 @@ PY
 # Third-party requirements of the members and their tests (never a tg-* name: those come from dist/).
 THIRD_PARTY=("numpy>=1.24" "libusb1>=3.1" "pytest~=9.0" "hypothesis~=6.0")
 
+declare -A TOOL_DIST=([amdflash]=amdflash [pci-server]=tg-pci-server)
+
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 members=("$@")
 if [ ${#members[@]} -eq 0 ]; then
   for d in packages/*/ tools/*/; do members+=("$(basename "$d")"); done
 fi
 for name in "${members[@]}"; do
-  if [ -d "packages/$name" ]; then dir="packages/$name"; module="tg.${name#tg-}"; else dir="tools/$name"; module="${name//-/_}"; fi
-  [ "$name" = "pci-server" ] && name="tg-pci-server"
+  # packages/tg-X holds dist tg-X, module tg.X; tools/NAME holds the dist and module named in TOOLS.
+  if [ -d "packages/$name" ]; then
+    dir="packages/$name"; module="tg.${name#tg-}"
+  else
+    dir="tools/$name"; name="${TOOL_DIST[$name]}"; module="${name//-/_}"
+  fi
   venv="$work/$name"
   uv venv -q -p python3 "$venv"
   VIRTUAL_ENV="$venv" uv pip install -q "${THIRD_PARTY[@]}"

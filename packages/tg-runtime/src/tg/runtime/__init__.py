@@ -1,5 +1,32 @@
-"""tg.runtime: runtime: devices, buffers, allocators, compilers, backends, execution engine, JIT, BEAM and HCQ."""
+"""tg.runtime: runtime: devices, buffers, allocators, compilers, backends, execution engine, JIT, BEAM and HCQ.
+
+Importing this package does no work: devices are opened, and compilers looked up, on first use.
+"""
 
 from tg.runtime.__about__ import __version__
+from tg.runtime.device import (
+    Allocator,
+    Buffer,
+    BufferSpec,
+    Compiled,
+    CompileError,
+    Compiler,
+    Device,
+    DeviceUnavailable,
+    LRUAllocator,
+    Program,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "Allocator",
+    "Buffer",
+    "BufferSpec",
+    "CompileError",
+    "Compiled",
+    "Compiler",
+    "Device",
+    "DeviceUnavailable",
+    "LRUAllocator",
+    "Program",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Device backends: one module per device name (``cpu.py`` -> ``CPU``), each defining a ``<NAME>Device`` class."""

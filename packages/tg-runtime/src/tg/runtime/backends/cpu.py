@@ -1,0 +1,116 @@
+"""The CPU device: C kernels compiled by the host compiler (gcc or clang) and called through ctypes.
+
+``CPU``, ``CPU:1``, ``CPU:2``, ... are separate logical devices on the same host memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any
+
+from tg.runtime.c_compiler import CCompiler
+from tg.runtime.device import BufferSpec, Compiled, LRUAllocator, Program, check_device_index
+
+if TYPE_CHECKING:
+    from tg.codegen.render.renderer import Renderer
+
+
+class HostMemory:
+    """A region of host memory: a flat byte memoryview that keeps the mapping alive, and its address."""
+
+    __slots__ = ("addr", "mv")
+
+    def __init__(self, mv: memoryview, addr: int) -> None:
+        self.mv, self.addr = mv, addr
+
+    def __repr__(self) -> str:
+        return f"<HostMemory {self.mv.nbytes} bytes at 0x{self.addr:x}>"
+
+
+def alloc_host_memory(size: int) -> HostMemory:
+    """Page-aligned, zero-filled host memory of ``size`` bytes (an anonymous mapping)."""
+    mem = mmap.mmap(-1, size)
+    mv = memoryview(mem)
+    return HostMemory(mv, ctypes.addressof(ctypes.c_char.from_buffer(mv)))
+
+
+class CPUAllocator(LRUAllocator["CPUDevice"]):
+    """Host memory for the CPU device (page-aligned, so kernels may use aligned vector loads)."""
+
+    def _alloc(self, size: int, options: BufferSpec) -> HostMemory:
+        return alloc_host_memory(size)
+
+    def _offset(self, buf: HostMemory, size: int, offset: int) -> HostMemory:
+        return HostMemory(buf.mv[offset : offset + size], buf.addr + offset)
+
+    def _copyin(self, dest: HostMemory, src: memoryview) -> None:
+        dest.mv[:] = src
+
+    def _copyout(self, dest: memoryview, src: HostMemory) -> None:
+        dest[:] = src.mv
+
+    def _as_buffer(self, src: HostMemory) -> memoryview:
+        return src.mv
+
+
+class CPUProgram(Program):
+    """A C kernel in a shared object, loaded with ctypes.
+
+    Called with HostMemory buffers (or raw addresses) then the int variable values: ``prg(*bufs, vals=(n,))``.
+    Returns the elapsed seconds when ``wait=True``.
+    """
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        super().__init__(name, lib)
+        # dlopen needs a file; it can be unlinked once loaded
+        fd, path = tempfile.mkstemp(prefix=f"tg-{name}-", suffix=".so")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(lib)
+            self._dll = ctypes.CDLL(path)
+        finally:
+            os.unlink(path)
+        try:
+            self.fxn: Any = getattr(self._dll, name)
+        except AttributeError as e:
+            raise RuntimeError(f"compiled library has no function named {name!r}") from e
+        self.fxn.restype = None
+        self._nargs: tuple[int, int] | None = None
+
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
+        if self._nargs != (nargs := (len(bufs), len(vals))):
+            self.fxn.argtypes = [ctypes.c_void_p] * nargs[0] + [ctypes.c_int] * nargs[1]
+            self._nargs = nargs
+        addrs = [b if isinstance(b, int) else b.addr for b in bufs]
+        if wait:
+            start = time.perf_counter()
+            self.fxn(*addrs, *vals)
+            return time.perf_counter() - start
+        self.fxn(*addrs, *vals)
+        return None
+
+
+def clang_renderer() -> Renderer:
+    """A ClangRenderer (tg.codegen is imported only when a renderer is first needed)."""
+    from tg.codegen.render.cstyle import ClangRenderer
+
+    return ClangRenderer()
+
+
+class CPUDevice(Compiled):
+    """The host CPU: ClangRenderer C, compiled by gcc or clang, run through ctypes."""
+
+    def __init__(self, device: str = "CPU") -> None:
+        check_device_index(device)
+        super().__init__(device, CPUAllocator(self), CCompiler(), CPUProgram, clang_renderer)

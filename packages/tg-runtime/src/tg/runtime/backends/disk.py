@@ -1,0 +1,66 @@
+"""The DISK device: buffers that are memory-mapped regions of a file (``DISK:/path/to/file``).
+
+Used to read and write tensors in files (weights) without extra copies: a buffer of ``n`` bytes maps the file's
+first ``n`` bytes (the file is created, or grown, as needed); views map regions further in. DISK runs no
+kernels: move data to a compute device with a copy.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+from tg.runtime.device import Allocator, BufferSpec, Compiled
+
+
+class DiskAllocator(Allocator["DISKDevice"]):
+    """Maps the device's file; buffers are byte memoryviews into the mapping."""
+
+    def _alloc(self, size: int, options: BufferSpec) -> memoryview:
+        path = self.dev.path
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RuntimeError(f"DISK device cannot open {path!r}: {e.strerror}") from e
+        try:
+            if os.fstat(fd).st_size < size and not Path(path).is_block_device():
+                os.ftruncate(fd, size)
+            mem = mmap.mmap(fd, size)
+        except OSError as e:
+            raise RuntimeError(f"DISK device cannot map {size} bytes of {path!r}: {e.strerror}") from e
+        finally:
+            os.close(fd)  # the mapping keeps the file alive
+        return memoryview(mem)
+
+    def _offset(self, buf: memoryview, size: int, offset: int) -> memoryview:
+        return buf[offset : offset + size]
+
+    def _copyin(self, dest: memoryview, src: memoryview) -> None:
+        dest[:] = src
+
+    def _copyout(self, dest: memoryview, src: memoryview) -> None:
+        dest[:] = src
+
+    def _as_buffer(self, src: memoryview) -> memoryview:
+        return src
+
+    def _free(self, opaque: Any, options: BufferSpec) -> None:
+        """The mapping is unmapped when the last memoryview onto it is released."""
+
+
+class DISKDevice(Compiled):
+    """A file as a device. The path is checked when the device is opened; the file is created on first use."""
+
+    def __init__(self, device: str) -> None:
+        _, _, path = device.partition(":")
+        if not path:
+            raise ValueError(f"DISK device needs a file path, e.g. DISK:/tmp/weights.bin; got {device!r}")
+        self.path = os.path.expanduser(path)
+        target = Path(self.path)
+        if target.is_dir():
+            raise ValueError(f"DISK device path {self.path!r} is a directory, not a file")
+        if not target.parent.is_dir():
+            raise ValueError(f"DISK device path {self.path!r}: directory {str(target.parent)!r} does not exist")
+        super().__init__(device, DiskAllocator(self), None, None, None)

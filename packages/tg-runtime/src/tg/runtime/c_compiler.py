@@ -1,0 +1,122 @@
+"""The host C compiler: find gcc or clang, compile C source to a shared object, identify it for the cache.
+
+Selection: ``CC`` from the environment if set (a name looked up in PATH, or a path), else ``clang``, else
+``gcc``, else ``cc``. Flags target the host CPU (``-march=native``/``-mcpu=native``) and stay IEEE-correct
+(no ``-ffast-math``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tg.runtime.device import CompileError, Compiler
+
+# preference order when CC is not set
+C_COMPILER_NAMES = ("clang", "gcc", "cc")
+
+INSTALL_HINT = (
+    "install one with `sudo apt-get install clang` (or `sudo apt-get install gcc`) on Debian/Ubuntu, "
+    "`sudo dnf install clang` on Fedora, `xcode-select --install` on macOS, or point CC=/path/to/compiler at one"
+)
+
+
+class CompilerNotFoundError(RuntimeError):
+    """No usable C compiler: the message says what was searched and how to install one."""
+
+
+def find_c_compiler(cc: str | None = None, path: str | None = None) -> str:
+    """The absolute path of the C compiler to use.
+
+    ``cc`` (default: the ``CC`` environment variable) overrides the search; ``path`` (default: ``PATH``) is
+    where names are looked up. Raises CompilerNotFoundError with installation advice when nothing is found.
+    """
+    if cc is None:
+        cc = os.environ.get("CC") or None
+    search = path if path is not None else os.environ.get("PATH", "")
+    if cc is not None:
+        words = shlex.split(cc)
+        if len(words) != 1:
+            raise CompilerNotFoundError(f"CC={cc!r} must name a single compiler executable (no extra arguments)")
+        if found := shutil.which(words[0], path=search):
+            return os.path.abspath(found)
+        raise CompilerNotFoundError(f"CC={cc!r} is not an executable file or a program in PATH; {INSTALL_HINT}")
+    for name in C_COMPILER_NAMES:
+        if found := shutil.which(name, path=search):
+            return os.path.abspath(found)
+    raise CompilerNotFoundError(
+        f"no C compiler found: looked for {', '.join(C_COMPILER_NAMES)} in PATH={search!r}; the CPU device compiles "
+        f"kernels with one, {INSTALL_HINT}"
+    )
+
+
+def host_cpu_flags(machine: str | None = None) -> tuple[str, ...]:
+    """Flags that let the compiler use every instruction of the CPU it runs on."""
+    machine = (machine or platform.machine()).lower()
+    if machine in ("x86_64", "amd64", "i686", "i386"):
+        return ("-march=native",)
+    if machine in ("aarch64", "arm64") or machine.startswith(("arm", "ppc")):
+        return ("-mcpu=native",)
+    return ()
+
+
+# -O2 with host-CPU instructions; -fno-math-errno lets sqrt become an instruction (errno is not IEEE semantics);
+# -fno-strict-aliasing keeps bit casts through pointers correct whatever the renderer emits.
+BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fno-strict-aliasing", "-fno-ident")
+
+
+@functools.lru_cache(maxsize=16)
+def compiler_version(cc: str) -> str:
+    """The compiler's ``--version`` output (part of its identity in the compile cache)."""
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except OSError as e:
+        raise CompilerNotFoundError(f"C compiler {cc!r} cannot be run: {e}; {INSTALL_HINT}") from e
+    return out.stdout + out.stderr
+
+
+class CCompiler(Compiler):
+    """Compiles C source into a shared object with the host C compiler (gcc or clang).
+
+    The compiler is looked up when the object is created (``cc``/``CC`` override the search); its disk-cache key
+    is its path, its ``--version`` output and the flags, so a compiler upgrade never reuses stale binaries.
+    """
+
+    def __init__(self, cc: str | None = None, flags: tuple[str, ...] | None = None) -> None:
+        super().__init__(None)
+        self.cc = find_c_compiler(cc)
+        self.flags = BASE_FLAGS + (host_cpu_flags() if flags is None else tuple(flags))
+
+    @property
+    def cachekey(self) -> str:
+        """``c|<path>|<sha of --version>|<flags>``."""
+        identity = hashlib.sha256(compiler_version(self.cc).encode()).hexdigest()[:16]
+        return f"c|{self.cc}|{identity}|{' '.join(self.flags)}"
+
+    def compile(self, src: str) -> bytes:
+        """Compile ``src`` to the bytes of a shared object; raises CompileError with the compiler's messages."""
+        with tempfile.TemporaryDirectory(prefix="tg-cc-") as tmp:
+            source, output = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
+            source.write_text(src)
+            cmd = [self.cc, *self.flags, "-o", str(output), str(source), "-lm"]
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            except OSError as e:
+                raise CompilerNotFoundError(f"C compiler {self.cc!r} cannot be run: {e}; {INSTALL_HINT}") from e
+            if res.returncode != 0:
+                numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))
+                raise CompileError(
+                    f"{shlex.join(cmd)} failed with exit code {res.returncode}:\n{res.stderr.strip()}\n"
+                    f"--- source ---\n{numbered}"
+                )
+            return output.read_bytes()
+
+    def __repr__(self) -> str:
+        return f"<CCompiler {self.cc} {' '.join(self.flags)}>"

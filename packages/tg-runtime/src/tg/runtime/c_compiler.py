@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tg.runtime.device import CompileError, Compiler
+from tg.runtime.device import CompileError, Compiler, DeviceUnavailable
 
 # preference order when CC is not set
 C_COMPILER_NAMES = ("clang", "gcc", "cc")
@@ -28,7 +28,7 @@ INSTALL_HINT = (
 )
 
 
-class CompilerNotFoundError(RuntimeError):
+class CompilerNotFoundError(DeviceUnavailable):
     """No usable C compiler: the message says what was searched and how to install one."""
 
 

@@ -1,23 +1,244 @@
-"""The `amdflash` command line."""
+"""The `amdflash` command line: argument parsing, dispatch, and the mapping of errors to exit codes."""
+
+from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TextIO
 
+from amdflash import commands
 from amdflash.__about__ import __version__
+from amdflash.device import TRANSPORTS, list_candidates, open_gpu
+from amdflash.romsw import DEFAULT_PRESCALE
+from amdflash.settings import Settings
+from amdflash.util import parse_int
+
+EPILOG = """\
+safety: nothing is erased, programmed or streamed without --yes; images must be exactly 2 MiB; every written sector is
+read back and compared. Side effect: every romsw command writes ROM_CNTL once (prescale override, prescaler, bit 0)
+and leaves that value in place until the board is reset. Try it without hardware with --sim.
+"""
+
+
+def _int(text: str) -> int:
+    try:
+        return parse_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+
+
+def _add_globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # Below the top level every default is SUPPRESS, so an option given after the group name overrides the top-level
+    # value and an option not given there keeps it.
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument("--device", type=int, default=default(0), metavar="N", help="candidate index (default 0)")
+    parser.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default=default(None),
+        help="device access path (default: usb for romsw, auto for fw; remote is never part of auto)",
+    )
+    parser.add_argument("--verbose", action="store_true", default=default(False), help="tracebacks and transport logs")
+    parser.add_argument(
+        "--sim", action="store_true", default=default(False), help="use the simulated Navi31 board (no hardware)"
+    )
+    parser.add_argument(
+        "--sim-state",
+        default=default(None),
+        metavar="PATH",
+        help="simulator state file (default $XDG_CACHE_HOME/amdflash/sim-board.bin or ~/.cache/amdflash/...)",
+    )
+
+
+def _add_prescale(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    parser.add_argument(
+        "--prescale",
+        type=int,
+        default=DEFAULT_PRESCALE if top else argparse.SUPPRESS,
+        metavar="P",
+        help="SPI clock prescaler 0..15 (romsw only, default 8); written to ROM_CNTL and left there",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `amdflash`."""
-    parser = argparse.ArgumentParser(prog="amdflash", description="SPI flash recovery for Navi31 boards.")
+    parser = argparse.ArgumentParser(
+        prog="amdflash",
+        description="SPI flash recovery for Navi31 boards (GD25LQ16E) over USB, native PCI or a remote PCI server.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"amdflash {__version__}")
+    _add_globals(parser, top=True)
+    _add_prescale(parser, top=True)
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{list,romsw,fw}")
+
+    p = groups.add_parser("list", help="list candidate devices without opening them")
+    _add_globals(p, top=False)
+    p.set_defaults(func=None)
+
+    romsw = groups.add_parser(
+        "romsw",
+        help="raw SPI access through the ROM_SW engine (only while the PSP boot loader is stalled)",
+        description="Raw SPI access through the SMUIO ROM_SW engine. Works only while an empty or corrupt flash has "
+        "stalled the PSP boot loader. Side effect: ROM_CNTL is written once (override bit 28, prescaler bits 27:24, "
+        "bit 0) and not restored.",
+    )
+    _add_globals(romsw, top=False)
+    _add_prescale(romsw, top=False)
+    rs = romsw.add_subparsers(dest="command", required=True)
+    p = rs.add_parser("info", help="JEDEC id, status registers, SFDP header")
+    p.set_defaults(func=commands.romsw_info)
+    p = rs.add_parser("read", help="read SIZE bytes at ADDRESS (hex line, or -o file)")
+    p.add_argument("address", type=_int, metavar="ADDRESS")
+    p.add_argument("size", type=_int, metavar="SIZE")
+    p.add_argument("-o", "--output", metavar="OUTPUT")
+    p.set_defaults(func=commands.romsw_read)
+    p = rs.add_parser("dump", help="dump the whole 2 MiB flash to OUTPUT (atomically)")
+    p.add_argument("output", metavar="OUTPUT")
+    p.set_defaults(func=commands.romsw_dump)
+    p = rs.add_parser("verify", help="compare the flash with a 2 MiB IMAGE")
+    p.add_argument("image", metavar="IMAGE")
+    p.set_defaults(func=commands.romsw_verify)
+    p = rs.add_parser("flash", help="erase, program and verify sectors from a 2 MiB IMAGE (needs --yes)")
+    p.add_argument("image", metavar="IMAGE")
+    p.add_argument("--start-sector", type=_int, default=None, metavar="S", help="first 4 KiB sector (default 0)")
+    p.add_argument("--sector-count", type=_int, default=None, metavar="C", help="sectors to write (default: to end)")
+    p.add_argument("--clear-cmp", action="store_true", help="clear SR2.CMP (only that bit) if it protects the array")
+    p.add_argument("--yes", action="store_true", help="really erase and program")
+    p.set_defaults(func=commands.romsw_flash)
+
+    fw = groups.add_parser("fw", help="firmware-mediated access: PSP mailbox and the ROM_INDEX/ROM_DATA aperture")
+    _add_globals(fw, top=False)
+    fs = fw.add_subparsers(dest="command", required=True)
+    p = fs.add_parser("probe", help="read-only PSP mailbox queries")
+    p.set_defaults(func=commands.fw_probe)
+    p = fs.add_parser("dump", help="raw 2 MiB dump through ROM_INDEX/ROM_DATA, validated, to OUTPUT")
+    p.add_argument("output", metavar="OUTPUT")
+    p.set_defaults(func=commands.fw_dump)
+    p = fs.add_parser("ifwi-all", help="stream every requested IFWI item to the PSP (needs --yes; power cycle after)")
+    p.add_argument("ifwi", metavar="IFWI")
+    p.add_argument("--yes", action="store_true")
+    p.set_defaults(func=commands.fw_ifwi_all)
+    p = fs.add_parser("stream", help="disabled")
+    p.add_argument("item_type", type=_int, metavar="ITEM_TYPE")
+    p.add_argument("image", metavar="IMAGE")
+    p.add_argument("--yes", action="store_true")
+    p.set_defaults(func=commands.fw_disabled)
+    for name in ("ifwi-step", "live-flash"):
+        p = fs.add_parser(name, help="disabled")
+        p.add_argument("ifwi", metavar="IFWI")
+        p.add_argument("--yes", action="store_true")
+        p.set_defaults(func=commands.fw_disabled)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `amdflash` console script."""
-    build_parser().parse_args(argv)
-    build_parser().print_help()
+def _printer(stream: TextIO) -> Callable[[str], None]:
+    def emit(line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+
+    return emit
+
+
+def _list(args: argparse.Namespace, out: Callable[[str], None], err: Callable[[str], None], sim: bool) -> int:
+    if sim:
+        out("0 sim sim:0 (0x1002:0x744c)")
+        return 0
+    candidates = list_candidates(args.transport or "auto", warn=err)
+    if not candidates:
+        out("no devices found")
+    for c in candidates:
+        out(c.describe())
     return 0
 
 
+def main(
+    argv: list[str] | None = None,
+    *,
+    opener: Callable[[int, str], Any] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    settings: Settings | None = None,
+) -> int:
+    """Run `amdflash` with `argv` and return the exit code (0 ok, 1 error, 2 usage, 3 internal, 130 interrupted).
+
+    `opener(index, transport) -> PCIDevice` replaces device discovery (the hook for end-to-end tests); `settings`
+    overrides the library timeouts.
+    """
+    stdout = stdout if stdout is not None else sys.stdout
+    stderr = stderr if stderr is not None else sys.stderr
+    out, err = _printer(stdout), _printer(stderr)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    verbose = bool(args.verbose) or os.environ.get("AMDFLASH_DEBUG") == "1"
+    if args.verbose:
+        logging.basicConfig(stream=stderr, level=logging.DEBUG, format="%(name)s: %(message)s")
+
+    sim_board: Any = None
+    sim_path: Any = None
+    try:
+        try:
+            if args.sim and opener is None:
+                from amdflash.sim.state import default_state_path, load_board
+
+                sim_path = args.sim_state or default_state_path()
+                sim_board = load_board(sim_path)
+                opener = _sim_opener(sim_board)
+            if args.group == "list":
+                return _list(args, out, err, sim=sim_board is not None)
+            if opener is None:
+
+                def opener(index: int, transport: str) -> Any:
+                    return open_gpu(index, transport, warn=err)
+
+            ctx = commands.Context(args, out, err, opener, settings or Settings())
+            return int(args.func(ctx))
+        finally:
+            if sim_board is not None:
+                from amdflash.sim.state import save_board
+
+                save_board(sim_board, sim_path)
+    except KeyboardInterrupt:
+        err("error: interrupted")
+        return 130
+    except (RuntimeError, TimeoutError, ValueError, OSError) as exc:
+        if verbose:
+            err(traceback.format_exc().rstrip())
+        err(f"error: {exc}")
+        return 1
+    except Exception as exc:
+        if verbose:
+            err(traceback.format_exc().rstrip())
+        err(f"error: internal error: {type(exc).__name__}: {exc}")
+        return 3
+
+
+def _sim_opener(board: Any) -> Callable[[int, str], Any]:
+    from amdflash.sim.device import make_sim_device
+
+    def open_sim(index: int, transport: str) -> Any:
+        if index != 0:
+            raise RuntimeError(f"device index {index} out of range (found 1)")
+        return make_sim_device(board)
+
+    return open_sim
+
+
+def console_main() -> None:
+    """Console-script wrapper: exit with `main()`'s code."""
+    sys.exit(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console_main()

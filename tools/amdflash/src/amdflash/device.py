@@ -1,0 +1,133 @@
+"""Finding and opening the Navi31 board over USB (ASM24 bridge), native PCI or a remote PCI server, and `Bar5`."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from amdflash import regs
+
+TRANSPORTS = ("auto", "usb", "pci", "remote")
+
+_Raw = tuple[str, str, int, int, Callable[[], Any]]
+
+
+def _drivers(module: str) -> Any:
+    # imported on first use, so that listing one transport never needs another transport's dependencies
+    return importlib.import_module(f"tg.drivers.{module}")
+
+
+@dataclass
+class Candidate:
+    """One board that could be opened: its index in the listing, transport, identifier and ids."""
+
+    index: int
+    transport: str
+    ident: str
+    vid: int
+    pid: int
+    opener: Callable[[], Any] = field(repr=False, compare=False)
+
+    def open(self) -> Any:
+        """Open the device (lock prefix "AM") and return the `PCIDevice`."""
+        return self.opener()
+
+    def describe(self) -> str:
+        """The `list` line: `<index> <transport> <id> (<vid>:<pid>)`."""
+        return f"{self.index} {self.transport} {self.ident} ({self.vid:#06x}:{self.pid:#06x})"
+
+
+def _usb_candidates() -> list[_Raw]:
+    usb = _drivers("usb")
+    found: list[_Raw] = []
+    for vid, pid in regs.USB_BRIDGE_IDS:
+        for dev, name in usb.USB3.list_devices(vid, pid):
+            found.append(("usb", name, vid, pid, functools.partial(usb.USBPCIDevice, regs.LOCK_PREFIX, dev, name)))
+    return found
+
+
+def _pci_candidates() -> list[_Raw]:
+    found: list[_Raw] = []
+    for factory, name in _drivers("pci").list_devices(regs.AMD_VENDOR_ID, regs.NAVI31_DEVICES, refresh=True):
+        found.append(
+            (
+                "pci",
+                name,
+                regs.AMD_VENDOR_ID,
+                regs.NAVI31_DEVICE_ID,
+                functools.partial(factory, regs.LOCK_PREFIX, name),
+            )
+        )
+    return found
+
+
+def _remote_candidates() -> list[_Raw]:
+    remote = _drivers("remote")
+    found: list[_Raw] = []
+    for sock, name in remote.remote_list(regs.AMD_VENDOR_ID, regs.NAVI31_DEVICES, None):
+        found.append(
+            (
+                "remote",
+                name,
+                regs.AMD_VENDOR_ID,
+                regs.NAVI31_DEVICE_ID,
+                functools.partial(remote.RemotePCIDevice, regs.LOCK_PREFIX, name, sock),
+            )
+        )
+    return found
+
+
+def list_candidates(transport: str, *, warn: Callable[[str], None] | None = None) -> list[Candidate]:
+    """Candidates of `transport` in order (USB first for `auto`, then native PCI), without opening any device."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}")
+    raw: list[_Raw] = []
+    if transport in ("auto", "usb"):
+        try:
+            raw += _usb_candidates()
+        except (OSError, ImportError) as exc:
+            if transport == "usb":
+                raise
+            if warn is not None:
+                warn(f"warning: USB transport unavailable: {exc}")
+    if transport in ("auto", "pci"):
+        raw += _pci_candidates()
+    if transport == "remote":
+        raw += _remote_candidates()
+    return [Candidate(i, t, ident, vid, pid, fn) for i, (t, ident, vid, pid, fn) in enumerate(raw)]
+
+
+def open_gpu(index: int, transport: str, *, warn: Callable[[str], None] | None = None) -> Any:
+    """Open candidate `index` of `transport`; RuntimeError when there is none or the index is out of range."""
+    candidates = list_candidates(transport, warn=warn)
+    if not candidates:
+        raise RuntimeError(f"no supported {transport} AMD GPU found")
+    if not 0 <= index < len(candidates):
+        raise RuntimeError(f"device index {index} out of range (found {len(candidates)})")
+    return candidates[index].open()
+
+
+class Bar5:
+    """The board's BAR5 as a register accessor: single 32-bit `read32`/`write32`, block `read`/`write`."""
+
+    def __init__(self, pci_dev: Any):
+        self.view = pci_dev.map_bar(regs.BAR5_INDEX)
+
+    def read32(self, off: int) -> int:
+        """One aligned 32-bit read."""
+        return int(self.view.read32(off))
+
+    def write32(self, off: int, value: int) -> None:
+        """One aligned 32-bit write; `value` is masked to 32 bits."""
+        self.view.write32(off, value & 0xFFFFFFFF)
+
+    def read(self, off: int, n: int) -> bytes:
+        """Block read (one streaming read over USB)."""
+        return bytes(self.view.read(off, n))
+
+    def write(self, off: int, data: bytes) -> None:
+        """Block write."""
+        self.view.write(off, bytes(data))

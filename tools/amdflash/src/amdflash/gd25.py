@@ -1,0 +1,146 @@
+"""`GD25LQ16E`: the 2 MiB GigaDevice SPI flash on Navi31 boards, driven through `Navi31SPI`.
+
+Every read is issued twice with the same opcode and address (a "prime", then the real read) because the ROM_SW RX
+window shows the capture of the previous RX transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+FLASH_SIZE = 0x200000
+SECTOR_SIZE = 0x1000
+SECTOR_COUNT = FLASH_SIZE // SECTOR_SIZE
+PAGE_SIZE = 0x100
+MAX_READ = 0x100
+JEDEC_ID = bytes([0xC8, 0x60, 0x15])
+
+OP_WRSR = 0x01
+OP_PP = 0x02
+OP_READ = 0x03
+OP_WRDI = 0x04
+OP_RDSR1 = 0x05
+OP_WREN = 0x06
+OP_RDSR3 = 0x15
+OP_SE = 0x20
+OP_RDSR2 = 0x35
+OP_SFDP = 0x5A
+OP_RDID = 0x9F
+
+SR1_BUSY = 0x01
+SR1_WEL = 0x02
+SR2_CMP = 0x40
+
+ERASE_TIMEOUT = 2.0
+PROGRAM_TIMEOUT = 1.0
+WRSR_TIMEOUT = 1.0
+
+
+class SPITransport(Protocol):
+    """What the flash driver needs from the engine: one SPI transaction."""
+
+    def transfer(
+        self,
+        opcode: int,
+        address: int = 0,
+        address_len: int = 0,
+        data_out: bytes = b"",
+        data_in: int = 0,
+        timeout: float | None = None,
+    ) -> bytes:
+        """Run one transaction; see `Navi31SPI.transfer`."""
+        ...
+
+
+def has_jedec(raw: bytes) -> bool:
+    """True if the GD25LQ16E id `C8 60 15` occurs anywhere in the capture, searched cyclically."""
+    raw = bytes(raw)
+    return JEDEC_ID in raw + raw[:2]
+
+
+class GD25LQ16E:
+    """Algorithms of the GD25LQ16E flash: status, identification, erase, program, read."""
+
+    def __init__(self, spi: SPITransport, *, busy_poll_interval: float = 0.002):
+        self.spi = spi
+        self.busy_poll_interval = busy_poll_interval
+
+    def read_register(self, op: int, count: int = 1) -> bytes:
+        """Read `count` bytes of a register-like command (prime with max(2, count) bytes, then the real read)."""
+        self.spi.transfer(op, data_in=max(2, count))
+        return self.spi.transfer(op, data_in=count)
+
+    def status(self, op: int = OP_RDSR1) -> int:
+        """One status register (RDSR-1 by default)."""
+        return self.read_register(op)[0]
+
+    def rdid(self) -> bytes:
+        """The 4-byte JEDEC capture."""
+        return self.read_register(OP_RDID, 4)
+
+    def sfdp(self, count: int = 20) -> bytes:
+        """`count` bytes of SFDP space from address 0 (the capture starts with the dummy byte)."""
+        self.spi.transfer(OP_SFDP, address=0, address_len=3, data_in=count)
+        return self.spi.transfer(OP_SFDP, address=0, address_len=3, data_in=count)
+
+    def wait_idle(self, timeout: float = 2.0) -> int:
+        """Poll SR1 until BUSY clears and return it; TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sr1 = self.status()
+            if not sr1 & SR1_BUSY:
+                return sr1
+            time.sleep(self.busy_poll_interval)
+        raise TimeoutError(f"flash remained busy for {timeout}s")
+
+    def write_enable(self) -> None:
+        """WREN, then check that WEL is set."""
+        self.spi.transfer(OP_WREN)
+        sr1 = self.status()
+        if not sr1 & SR1_WEL:
+            raise RuntimeError(f"WREN failed (SR1=0x{sr1:02x})")
+
+    def clear_cmp(self) -> bool:
+        """Clear SR2.CMP only (BP/SRP/QE preserved). Returns False if CMP was already clear."""
+        sr1 = self.status()
+        sr2 = self.status(OP_RDSR2)
+        if not sr2 & SR2_CMP:
+            return False
+        self.write_enable()
+        self.spi.transfer(OP_WRSR, data_out=bytes([sr1 & 0xFC, sr2 & ~SR2_CMP & 0xFF]))
+        self.wait_idle(WRSR_TIMEOUT)
+        sr2 = self.status(OP_RDSR2)
+        if sr2 & SR2_CMP:
+            raise RuntimeError(f"failed to clear CMP (SR2=0x{sr2:02x})")
+        return True
+
+    def erase_sector(self, addr: int, timeout: float = ERASE_TIMEOUT) -> None:
+        """Erase the 4 KiB sector at `addr` (must be aligned)."""
+        if addr % SECTOR_SIZE:
+            raise ValueError("sector address is not 4 KiB aligned")
+        self.write_enable()
+        self.spi.transfer(OP_SE, address=addr, address_len=3)
+        self.wait_idle(timeout)
+
+    def program_page(self, addr: int, data: bytes, timeout: float = PROGRAM_TIMEOUT) -> None:
+        """Program 1..256 bytes at `addr` without crossing a 256-byte page."""
+        if not 1 <= len(data) <= PAGE_SIZE or (addr & 0xFF) + len(data) > PAGE_SIZE:
+            raise ValueError("page program crosses a 256-byte boundary")
+        self.write_enable()
+        self.spi.transfer(OP_PP, address=addr, address_len=3, data_out=bytes(data))
+        self.wait_idle(timeout)
+
+    def read(self, addr: int, count: int) -> bytes:
+        """Read `count` bytes at `addr` in chunks of up to 256 bytes."""
+        if addr < 0 or count < 0 or addr + count > FLASH_SIZE:
+            raise ValueError("read outside 2 MiB flash")
+        out = bytearray()
+        end = addr + count
+        a = addr
+        while a < end:
+            n = min(MAX_READ, end - a)
+            self.spi.transfer(OP_READ, address=a, address_len=3, data_in=n)
+            out += self.spi.transfer(OP_READ, address=a, address_len=3, data_in=n)
+            a += n
+        return bytes(out)

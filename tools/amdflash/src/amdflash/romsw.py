@@ -1,0 +1,141 @@
+"""`Navi31SPI`: the raw SMUIO ROM_SW engine, which shifts arbitrary SPI opcodes to the flash."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from amdflash import regs
+from amdflash.util import RegisterAccessor
+
+log = logging.getLogger(__name__)
+
+MAX_TRANSFER = 256
+DEFAULT_PRESCALE = 8
+TRANSACTION_TIMEOUT = 2.0
+
+GATED_HINT = "; the ROM_SW engine is gated — raw access only works while the PSP boot loader is stalled"
+
+
+def check_prescale(prescale: int) -> int:
+    """Return `prescale` if it is a valid SPI clock prescaler (0..15), else raise ValueError."""
+    if not isinstance(prescale, int) or not 0 <= prescale <= 15:
+        raise ValueError("prescale must be 0..15")
+    return prescale
+
+
+def persistent_rom_cntl(old: int, prescale: int) -> int:
+    """The ROM_CNTL value the raw path writes once and leaves behind: override + prescaler + bit 0."""
+    return (old & 0xE0FFFFFF) | regs.ROM_CNTL_PRESCALE_OVERRIDE | (prescale << regs.ROM_CNTL_PRESCALE_SHIFT) | 1
+
+
+class Navi31SPI:
+    """Driver of the ROM_SW engine over a BAR5 register accessor.
+
+    Construction writes ROM_CNTL once (override bit, prescaler, bit 0); that write is deliberately not restored, so
+    a usable prescaler is selected instead of inheriting a possibly unusable boot-loader value.
+    """
+
+    def __init__(
+        self,
+        bar5: RegisterAccessor,
+        prescale: int = DEFAULT_PRESCALE,
+        *,
+        timeout: float = TRANSACTION_TIMEOUT,
+        poll_interval: float = 0.001,
+    ):
+        check_prescale(prescale)
+        self.bar5 = bar5
+        self.prescale = prescale
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        bar5.write32(regs.ROM_CNTL, persistent_rom_cntl(bar5.read32(regs.ROM_CNTL), prescale))
+
+    def transfer(
+        self,
+        opcode: int,
+        address: int = 0,
+        address_len: int = 0,
+        data_out: bytes = b"",
+        data_in: int = 0,
+        timeout: float | None = None,
+    ) -> bytes:
+        """Run one SPI transaction: opcode, `address_len` address bytes, then TX `data_out` or RX `data_in` bytes.
+
+        Returns the RX window (which shows the *previous* RX transaction's capture) or b"" for non-RX transactions.
+        Every touched register is restored in a `finally`, whatever happens. `timeout=None` uses the instance default
+        (2 s unless configured).
+        """
+        if data_out and data_in:
+            raise ValueError("simultaneous TX and RX is unsupported")
+        if address_len not in (0, 1, 2, 3):
+            raise ValueError("address_len must be 0..3")
+        count = len(data_out) or data_in
+        if not 0 <= count <= MAX_TRANSFER:
+            raise ValueError("transfer data must be <= 256 bytes")
+        bar = self.bar5
+        ncmd = 1 + address_len
+
+        gpio_mask = bar.read32(regs.GPIO_PAD_MASK)
+        gpio_a = bar.read32(regs.GPIO_PAD_A)
+        gpio_en = bar.read32(regs.GPIO_PAD_EN)
+        page_mirror = bar.read32(regs.PAGE_MIRROR_CNTL)
+        rom_cntl = bar.read32(regs.ROM_CNTL)
+        completed = False
+        try:
+            bar.write32(regs.GPIO_PAD_MASK, gpio_mask & ~regs.GPIO_SPI_PADS & 0xFFFFFFFF)
+            bar.write32(regs.GPIO_PAD_A, gpio_a & ~regs.GPIO_SPI_PADS & 0xFFFFFFFF)
+            bar.write32(regs.GPIO_PAD_EN, gpio_en & ~regs.GPIO_SPI_PADS & 0xFFFFFFFF)
+            bar.write32(regs.PAGE_MIRROR_CNTL, (page_mirror & regs.PAGE_MIRROR_CLEAR) | regs.PAGE_MIRROR_ROMSW)
+            bar.write32(regs.ROM_CNTL, (rom_cntl & ~0xF & 0xFFFFFFFF) | 0x8)
+            bar.write32(regs.ROM_SW_CNTL, 0)
+            bar.write32(regs.ROM_SW_STATUS, 0)
+            status = bar.read32(regs.ROM_SW_STATUS)
+            if status != 0:
+                raise RuntimeError(f"ROM_SW_STATUS did not clear (status={status:#010x}){GATED_HINT}")
+            bar.write32(regs.ROM_SW_COMMAND, ((address & 0xFFFFFF) << 8) | (opcode & 0xFF))
+            for i in range(0, len(data_out), 4):
+                chunk = data_out[i : i + 4].ljust(4, b"\0")
+                bar.write32(regs.ROM_SW_DATA + i, int.from_bytes(chunk, "big"))
+            control = ((ncmd - 1) << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if data_in else 0) | count
+            bar.write32(regs.ROM_SW_CNTL, control)
+            bar.read32(regs.ROM_SW_CNTL)  # flush the posted write
+            self._wait_done(self.timeout if timeout is None else timeout)
+            result = b""
+            if data_in:
+                raw = bar.read(regs.ROM_SW_DATA, (data_in + 3) & ~3)
+                result = bytes(raw[:data_in])
+            completed = True
+            return result
+        finally:
+            restores = (
+                (regs.ROM_SW_CNTL, 0),
+                (regs.ROM_SW_STATUS, 0),
+                (regs.ROM_CNTL, rom_cntl),
+                (regs.PAGE_MIRROR_CNTL, page_mirror),
+                (regs.GPIO_PAD_A, gpio_a),
+                (regs.GPIO_PAD_EN, gpio_en),
+                (regs.GPIO_PAD_MASK, gpio_mask),
+            )
+            restore_error: Exception | None = None
+            for off, value in restores:
+                try:
+                    bar.write32(off, value)
+                except Exception as exc:  # never mask the original exception; log and keep restoring
+                    log.error("failed to restore register %#x: %s", off, exc)
+                    restore_error = restore_error or exc
+            if completed and restore_error is not None:
+                raise restore_error
+
+    def _wait_done(self, timeout: float) -> None:
+        bar = self.bar5
+        deadline = time.monotonic() + timeout
+        while True:
+            status = bar.read32(regs.ROM_SW_STATUS)
+            if status & regs.ROM_SW_STATUS_DONE:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"ROM_SW transaction timeout (status={status:#x}); engine may be gated after SOS boot"
+                )
+            time.sleep(self.poll_interval)

@@ -1,0 +1,105 @@
+"""Small helpers shared by the drivers and the CLI: polling, atomic files, integer parsing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class RegisterAccessor(Protocol):
+    """A 32-bit register window (BAR5): what `Navi31SPI`, the PSP mailbox and the aperture dump need."""
+
+    def read32(self, off: int) -> int:
+        """One aligned 32-bit read."""
+        ...
+
+    def write32(self, off: int, value: int) -> None:
+        """One aligned 32-bit write."""
+        ...
+
+    def read(self, off: int, n: int) -> bytes:
+        """Read `n` bytes (4-aligned offset and length for register windows)."""
+        ...
+
+    def write(self, off: int, data: bytes) -> None:
+        """Write `data` (4-aligned offset and length for register windows)."""
+        ...
+
+
+MAX_WAIT_S = 60.0
+
+
+def wait_until(fn: Callable[[], T], timeout: float, message: str, interval: float = 0.001) -> T:
+    """Poll `fn` until it returns a truthy value and return that value.
+
+    `timeout` must be in (0, 60] seconds. The first poll happens at once; a poll that fails after the deadline raises
+    `TimeoutError(message)`.
+    """
+    if not 0 < timeout <= MAX_WAIT_S:
+        raise ValueError("timeout must be in (0, 60] seconds")
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(message)
+        if interval > 0:
+            time.sleep(interval)
+
+
+def bswap32(value: int) -> int:
+    """Reverse the four bytes of a 32-bit value."""
+    return int.from_bytes((value & 0xFFFFFFFF).to_bytes(4, "little"), "big")
+
+
+def parse_int(text: str) -> int:
+    """Parse an integer with base auto-detection (`0x`, `0o`, `0b`, decimal); raise ValueError otherwise."""
+    return int(text, 0)
+
+
+@contextlib.contextmanager
+def atomic_writer(
+    path: str | os.PathLike[str], *, suffix: str = ".partial", tmp_path: str | None = None
+) -> Iterator[IO[bytes]]:
+    """Open a temporary file beside `path` for writing; on success fsync it and rename it onto `path`.
+
+    The temporary file is `tmp_path` when given, else a unique hidden name in the same directory. On any exception,
+    including KeyboardInterrupt, the temporary file is removed and nothing appears at `path`.
+    """
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    base = os.path.basename(target)
+    if tmp_path is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=suffix, dir=directory)
+    else:
+        tmp = tmp_path
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` atomically (temporary file in the same directory, fsync, rename)."""
+    with atomic_writer(path) as f:
+        f.write(data)

@@ -1,0 +1,227 @@
+"""The execution engine: turn schedule items into runnable steps and run them.
+
+``buffer_for`` gives the device Buffer behind a tensor-level BUFFER uop (allocated on first use, released when
+the uop dies). ``run_schedule`` lowers each ``ScheduleItem`` to an :class:`ExecItem` — a runner (a compiled
+kernel or a copy) plus its buffers — and runs it, updating ``GlobalCounters``. ExecItems hold everything needed
+to run again, so a JIT can capture and replay them without the scheduler.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tg.ir.helpers import DEBUG, GlobalCounters, colored
+from tg.ir.ops import Ops
+from tg.ir.uop import UOp, sym_infer
+from tg.runtime.device import Buffer, Device
+
+if TYPE_CHECKING:
+    from tg.codegen.program import ProgramSpec
+
+# **************** buffers behind BUFFER uops ****************
+
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+def buffer_for(buffer_uop: UOp) -> Buffer:
+    """The Buffer behind a BUFFER uop (reshapes of it are accepted), created on first use.
+
+    The registry holds the uop weakly: when the last reference to the BUFFER uop goes, so does the Buffer and
+    its memory returns to the allocator.
+    """
+    uop = buffer_uop
+    while uop.op is Ops.RESHAPE:
+        uop = uop.src[0]
+    if uop.op is not Ops.BUFFER:
+        raise TypeError(f"buffer_for needs a BUFFER uop, got {buffer_uop.op}")
+    if (buf := _buffers.get(uop)) is None:
+        device = uop.src[1].arg if len(uop.src) > 1 and uop.src[1].op is Ops.DEVICE else None
+        if not isinstance(device, str):
+            raise ValueError(f"buffer_for: BUFFER must be on a single device (a DEVICE src with a str), got {device!r}")
+        buf = _buffers[uop] = Buffer(device, int(uop.arg), uop.dtype)
+    return buf
+
+
+def has_buffer(buffer_uop: UOp) -> bool:
+    """Whether ``buffer_for`` has already created a Buffer for this BUFFER uop."""
+    return buffer_uop in _buffers
+
+
+# **************** runners ****************
+
+
+def _var_name(var: UOp) -> str:
+    return str(var.arg[0]) if isinstance(var.arg, tuple) else str(var.arg)
+
+
+def _normalize_var_vals(var_vals: dict[Any, int] | None) -> dict[str, int]:
+    if not var_vals:
+        return {}
+    return {(_var_name(k) if isinstance(k, UOp) else str(k)): int(v) for k, v in var_vals.items()}
+
+
+class Runner:
+    """Something an ExecItem runs: a name for DEBUG output, the device, and op/memory estimates."""
+
+    def __init__(self, display_name: str, device: str, ops: Any = 0, mem: Any = 0) -> None:
+        self.display_name, self.device, self.ops, self.mem = display_name, device, ops, mem
+
+    def __call__(self, bufs: Sequence[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        raise NotImplementedError(f"{type(self).__name__} cannot run")
+
+
+class CompiledRunner(Runner):
+    """A kernel compiled and loaded for one device; call it with buffers in program-argument order."""
+
+    def __init__(self, p: ProgramSpec, device: str | None = None, lib: bytes | None = None) -> None:
+        self.p = p
+        dev = Device[device if device is not None else p.device]
+        if DEBUG.value >= 5:
+            print(p.ast)
+        if DEBUG.value >= 3 and p.applied_opts:
+            print(f"{p.name}: applied opts {p.applied_opts}")
+        if DEBUG.value >= 4:
+            print(p.src)
+        self.lib = lib if lib is not None else dev.compiler.compile_cached(p.src)
+        self._prg = dev.runtime(p.name, self.lib)
+        self.var_names = tuple(_var_name(v) for v in p.vars)
+        super().__init__(p.name, dev.device, p.ops, p.mem)
+
+    def __call__(self, bufs: Sequence[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        try:
+            vals = tuple(var_vals[name] for name in self.var_names)
+        except KeyError as e:
+            raise ValueError(f"kernel {self.p.name} needs a value for variable {e.args[0]!r}; got {var_vals}") from None
+        global_size = None if self.p.global_size is None else tuple(sym_infer(g, var_vals) for g in self.p.global_size)
+        local_size = None if self.p.local_size is None else tuple(sym_infer(s, var_vals) for s in self.p.local_size)
+        return self._prg(
+            *[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait
+        )  # fmt: skip
+
+
+class BufferCopy(Runner):
+    """Copies ``bufs[1]`` into ``bufs[0]`` (any devices) through host memory."""
+
+    def __init__(self, nbytes: int, dest_device: str, src_device: str) -> None:
+        name = f"copy {nbytes:8d}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}"
+        super().__init__(colored(name, "yellow"), dest_device, 0, nbytes)
+
+    def __call__(self, bufs: Sequence[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        dest, src = bufs[0].ensure_allocated(), bufs[1].ensure_allocated()
+        if dest.nbytes != src.nbytes:
+            raise ValueError(f"copy size mismatch: {dest!r} <- {src!r}")
+        start = time.perf_counter()
+        assert dest.allocator is not None
+        if (host_view := dest.allocator._as_buffer(dest._buf)) is not None:
+            src.copyout(host_view)  # straight into the host-visible destination memory
+        else:
+            dest.copyin(src.as_memoryview(allow_zero_copy=True))
+        return time.perf_counter() - start if wait else None
+
+
+# **************** exec items ****************
+
+
+@dataclass
+class ExecItem:
+    """A runner and its buffers (kernels: in program-argument order; copies: destination, source)."""
+
+    runner: Runner
+    bufs: list[Buffer]
+    fixedvars: dict[str, int] = field(default_factory=dict)
+
+    def run(
+        self, var_vals: dict[Any, int] | None = None, wait: bool = False, update_stats: bool = True
+    ) -> float | None:
+        """Run once (allocating buffers as needed) and account it in GlobalCounters; returns seconds if timed."""
+        vals = {**self.fixedvars, **_normalize_var_vals(var_vals)}
+        for b in self.bufs:
+            b.ensure_allocated()
+        timed = wait or DEBUG.value >= 2
+        et = self.runner(self.bufs, vals, wait=timed)
+        if update_stats:
+            _update_stats(self.runner, self.bufs, vals, et)
+        return et
+
+
+def _update_stats(runner: Runner, bufs: Sequence[Buffer], var_vals: dict[str, int], et: float | None) -> None:
+    ops, mem = sym_infer(runner.ops, var_vals), sym_infer(runner.mem, var_vals)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    if et is not None:
+        GlobalCounters.time_sum_s += et
+    if DEBUG.value >= 2:
+        t = et if et is not None else 0.0
+        gflops, gbs = ops / max(t, 1e-12) * 1e-9, mem / max(t, 1e-12) * 1e-9
+        print(
+            f"{colored(f'*** {runner.device[:7]:7s} {GlobalCounters.kernel_count:4d}', 'green')} "
+            f"{runner.display_name:40s} arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
+            f"tm {t * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
+        )
+
+
+# **************** lowering schedule items ****************
+
+
+class ScheduleItemLike(Protocol):
+    """What run_schedule needs from a schedule item (tg.codegen.schedule's ScheduleItem)."""
+
+    @property
+    def ast(self) -> UOp: ...
+    @property
+    def bufs(self) -> tuple[UOp, ...]: ...
+
+
+# compiled kernels by (device, ast): ASTs are hash-consed, so an equal kernel is the same key
+method_cache: dict[tuple[str, UOp], CompiledRunner] = {}
+
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+    """The compiled kernel for ``ast`` on ``device`` (code generation and compilation happen once per pair)."""
+    device = Device.canonicalize(device)
+    if (runner := method_cache.get((device, ast))) is None:
+        from tg.codegen.program import get_program
+
+        runner = method_cache[(device, ast)] = CompiledRunner(get_program(ast, Device[device].renderer), device)
+    return runner
+
+
+def lower_schedule_item(item: ScheduleItemLike) -> ExecItem:
+    """Turn one schedule item into an ExecItem (compiling the kernel if it is new)."""
+    bufs = [buffer_for(b) for b in item.bufs]
+    ast = item.ast
+    if ast.op is Ops.SINK:
+        if not bufs:
+            raise ValueError("a kernel schedule item needs at least one buffer (its output)")
+        runner = get_runner(bufs[0].device, ast)
+        try:
+            kernel_bufs = [bufs[slot] for slot in runner.p.globals]
+        except IndexError:
+            raise ValueError(
+                f"kernel {runner.p.name} uses buffer slots {list(runner.p.globals)}, the item has {len(bufs)} buffers"
+            ) from None
+        return ExecItem(runner, kernel_bufs)
+    if ast.op is Ops.COPY:
+        if len(bufs) != 2:
+            raise ValueError(f"a COPY schedule item needs (destination, source) buffers, got {len(bufs)}")
+        return ExecItem(BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device), bufs)
+    raise NotImplementedError(f"run_schedule cannot run a schedule item with a {ast.op} AST (expected SINK or COPY)")
+
+
+# a JIT appends an object with an ``add(ExecItem)`` method here to capture what runs
+capturing: list[Any] = []
+
+
+def run_schedule(items: Sequence[ScheduleItemLike], var_vals: dict[Any, int] | None = None) -> None:
+    """Run schedule items in order: compile (cached) and run kernels, do copies, update GlobalCounters."""
+    vals = _normalize_var_vals(var_vals)
+    for item in items:
+        ei = lower_schedule_item(item)
+        if capturing:
+            capturing[0].add(ei)
+        ei.run(vals)

@@ -61,6 +61,8 @@ def _var_name(var: UOp) -> str:
 def _normalize_var_vals(var_vals: dict[Any, int] | None) -> dict[str, int]:
     if not var_vals:
         return {}
+    if all(k.__class__ is str and v.__class__ is int for k, v in var_vals.items()):
+        return var_vals
     return {(_var_name(k) if isinstance(k, UOp) else str(k)): int(v) for k, v in var_vals.items()}
 
 
@@ -96,11 +98,12 @@ class CompiledRunner(Runner):
             vals = tuple(var_vals[name] for name in self.var_names)
         except KeyError as e:
             raise ValueError(f"kernel {self.p.name} needs a value for variable {e.args[0]!r}; got {var_vals}") from None
-        global_size = None if self.p.global_size is None else tuple(sym_infer(g, var_vals) for g in self.p.global_size)
-        local_size = None if self.p.local_size is None else tuple(sym_infer(s, var_vals) for s in self.p.local_size)
-        return self._prg(
-            *[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait
-        )  # fmt: skip
+        p = self.p
+        if p.global_size is None and p.local_size is None:
+            return self._prg(*[b._opaque for b in bufs], vals=vals, wait=wait)
+        global_size = None if p.global_size is None else tuple(sym_infer(g, var_vals) for g in p.global_size)
+        local_size = None if p.local_size is None else tuple(sym_infer(s, var_vals) for s in p.local_size)
+        return self._prg(*[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait)
 
 
 class BufferCopy(Runner):
@@ -138,18 +141,22 @@ class ExecItem:
         self, var_vals: dict[Any, int] | None = None, wait: bool = False, update_stats: bool = True
     ) -> float | None:
         """Run once (allocating buffers as needed) and account it in GlobalCounters; returns seconds if timed."""
-        vals = {**self.fixedvars, **_normalize_var_vals(var_vals)}
+        return self._run(_normalize_var_vals(var_vals), wait, update_stats)
+
+    def _run(self, var_vals: dict[str, int], wait: bool = False, update_stats: bool = True) -> float | None:
+        vals = {**self.fixedvars, **var_vals} if self.fixedvars else var_vals
         for b in self.bufs:
-            b.ensure_allocated()
-        timed = wait or DEBUG.value >= 2
-        et = self.runner(self.bufs, vals, wait=timed)
+            if not b._allocated:
+                b.allocate()
+        et = self.runner(self.bufs, vals, wait=wait or DEBUG.value >= 2)
         if update_stats:
-            _update_stats(self.runner, self.bufs, vals, et)
+            _update_stats(self.runner, len(self.bufs), vals, et)
         return et
 
 
-def _update_stats(runner: Runner, bufs: Sequence[Buffer], var_vals: dict[str, int], et: float | None) -> None:
-    ops, mem = sym_infer(runner.ops, var_vals), sym_infer(runner.mem, var_vals)
+def _update_stats(runner: Runner, nbufs: int, var_vals: dict[str, int], et: float | None) -> None:
+    ops = runner.ops if runner.ops.__class__ is int else sym_infer(runner.ops, var_vals)
+    mem = runner.mem if runner.mem.__class__ is int else sym_infer(runner.mem, var_vals)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
@@ -160,7 +167,7 @@ def _update_stats(runner: Runner, bufs: Sequence[Buffer], var_vals: dict[str, in
         gflops, gbs = ops / max(t, 1e-12) * 1e-9, mem / max(t, 1e-12) * 1e-9
         print(
             f"{colored(f'*** {runner.device[:7]:7s} {GlobalCounters.kernel_count:4d}', 'green')} "
-            f"{runner.display_name:40s} arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
+            f"{runner.display_name:40s} arg {nbufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
             f"tm {t * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
         )
 
@@ -224,4 +231,4 @@ def run_schedule(items: Sequence[ScheduleItemLike], var_vals: dict[Any, int] | N
         ei = lower_schedule_item(item)
         if capturing:
             capturing[0].add(ei)
-        ei.run(vals)
+        ei._run(vals)

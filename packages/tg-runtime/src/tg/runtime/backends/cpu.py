@@ -92,12 +92,13 @@ class CPUProgram(Program):
         if self._nargs != (nargs := (len(bufs), len(vals))):
             self.fxn.argtypes = [ctypes.c_void_p] * nargs[0] + [ctypes.c_int] * nargs[1]
             self._nargs = nargs
-        addrs = [b if isinstance(b, int) else b.addr for b in bufs]
+        args = [b if b.__class__ is int else b.addr for b in bufs]
+        args.extend(vals)
         if wait:
             start = time.perf_counter()
-            self.fxn(*addrs, *vals)
+            self.fxn(*args)
             return time.perf_counter() - start
-        self.fxn(*addrs, *vals)
+        self.fxn(*args)
         return None
 
 

@@ -1,5 +1,11 @@
-"""tg.tensor: the user API: Tensor, autograd, nn, optimizers and state loading."""
+"""tg.tensor: the user API: Tensor, autograd, nn, optimizers and state loading.
 
+Importing this package does no work: nothing is compiled and no device is opened until a tensor is realized.
+"""
+
+from tg.ir import Context, GlobalCounters, Variable, dtypes
+from tg.runtime.device import Device
 from tg.tensor.__about__ import __version__
+from tg.tensor.tensor import Tensor
 
-__all__ = ["__version__"]
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "Variable", "__version__", "dtypes"]

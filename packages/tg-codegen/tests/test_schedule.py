@@ -1,0 +1,174 @@
+"""create_schedule: kernel counts (fusion rules), kernel AST shape, ordering of assigns and copies."""
+
+import pytest
+
+from tg.codegen.schedule import ScheduleItem, create_schedule
+from tg.ir import AxisType, Ops, UOp, dtypes
+
+
+def buf(*shape: int, dtype=dtypes.float32, device: str = "CPU") -> UOp:
+    n = 1
+    for s in shape:
+        n *= s
+    return UOp.new_buffer(device, n, dtype).reshape(shape)
+
+
+def sched(*outs: UOp) -> list[ScheduleItem]:
+    items, _ = create_schedule(UOp(Ops.SINK, src=outs))
+    return items
+
+
+def kernels(*outs: UOp) -> int:
+    return sum(1 for si in sched(*outs) if si.ast.op is Ops.SINK)
+
+
+def test_elementwise_chain_is_one_kernel():
+    a, b, c = buf(4, 8), buf(4, 8), buf(4, 8)
+    assert kernels(a.alu(Ops.ADD, b).alu(Ops.MUL, c)) == 1
+
+
+def test_multiply_sum_is_one_kernel():
+    a, b = buf(4, 8), buf(4, 8)
+    assert kernels(a.alu(Ops.MUL, b).r(Ops.ADD, (0, 1))) == 1
+    assert kernels(a.alu(Ops.MUL, b).r(Ops.ADD, (1,)).reshape((4,))) == 1
+
+
+def test_sum_plus_one_is_one_kernel():
+    a = buf(16)
+    s = a.r(Ops.ADD, (0,)).reshape(())
+    assert kernels(s.alu(Ops.ADD, UOp.full((), 1.0, dtypes.float32, "CPU"))) == 1
+
+
+def test_matmul_is_one_kernel():
+    a, b = buf(3, 5), buf(5, 4)
+    prod = a.reshape((3, 1, 5)).expand((3, 4, 5)).alu(Ops.MUL, b.permute((1, 0)).reshape((1, 4, 5)).expand((3, 4, 5)))
+    assert kernels(prod.r(Ops.ADD, (2,))) == 1
+
+
+def test_movement_ops_make_no_copies():
+    a = buf(4, 8)
+    t = a.permute((1, 0)).pad(((1, 1), (0, 0))).flip((True, False)).shrink(((1, 9), (0, 4))).reshape((32,))
+    items = sched(t)
+    assert len(items) == 1 and items[0].ast.op is Ops.SINK
+    # one input buffer, one output buffer: the movement ops live in the index math
+    assert len(items[0].bufs) == 2
+
+
+def test_broadcast_reduce_is_stored_once():
+    a = buf(4, 8)
+    mx = a.r(Ops.MAX, (1,)).expand((4, 8))
+    out = a.alu(Ops.ADD, mx)
+    assert kernels(out) == 2
+
+
+def test_softmax_like_kernel_count():
+    a = buf(4, 8)
+    m = a.r(Ops.MAX, (1,)).expand((4, 8))
+    e = a.alu(Ops.ADD, m.alu(Ops.MUL, UOp.full((4, 8), -1.0, dtypes.float32, "CPU"))).alu(Ops.EXP2)
+    out = e.alu(Ops.FDIV, e.r(Ops.ADD, (1,)).expand((4, 8)))
+    assert kernels(out) == 3
+
+
+def test_reduce_used_twice_is_stored():
+    a = buf(4, 8)
+    s = a.r(Ops.ADD, (1,)).reshape((4,))
+    assert kernels(s.alu(Ops.ADD, s.flip((True,)))) == 2
+    # two outputs reading the same reduction
+    assert kernels(s.alu(Ops.MUL, s), s.alu(Ops.ADD, s)) == 3
+
+
+def test_nested_reductions_split():
+    a = buf(4, 8, 2)
+    assert kernels(a.r(Ops.ADD, (2,)).r(Ops.MAX, (1,))) == 2
+
+
+def test_contiguous_forces_a_store():
+    a, b = buf(8), buf(8)
+    x = a.alu(Ops.ADD, b).contiguous()
+    assert kernels(x.alu(Ops.MUL, x)) == 2
+    # contiguous of something already contiguous costs nothing
+    assert sched(a.contiguous()) == []
+
+
+def test_realized_buffer_needs_no_kernel():
+    a = buf(4, 4)
+    assert sched(a) == []
+
+
+def test_kernel_ast_shape():
+    a, b = buf(4, 8), buf(4, 8)
+    (si,) = sched(a.alu(Ops.MUL, b).r(Ops.ADD, (1,)))
+    ast = si.ast
+    assert ast.op is Ops.SINK and ast.arg.name.startswith("r_")
+    end = ast.src[0]
+    assert end.op is Ops.END and end.src[0].op is Ops.STORE
+    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
+    assert sorted(r.arg[1].name for r in ranges) == ["LOOP", "REDUCE"]
+    reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+    assert len(reduces) == 1 and reduces[0].arg is Ops.ADD
+    params = sorted(u.arg for u in ast.toposort() if u.op is Ops.PARAM)
+    assert params == [0, 1, 2] and len(si.bufs) == 3
+    assert si.bufs[0].op is Ops.BUFFER and si.bufs[0].arg == 4  # output first
+    assert any(r.arg[1] is AxisType.REDUCE for r in ranges)
+
+
+def test_pad_gates_loads():
+    a = buf(4)
+    (si,) = sched(a.pad(((2, 1),)))
+    loads = [u for u in si.ast.toposort() if u.op is Ops.LOAD]
+    assert len(loads) == 1 and len(loads[0].src[0].src) == 3  # INDEX(PARAM, idx, valid)
+
+
+def test_becomes_map_gives_buffers_with_shape():
+    a, b = buf(2, 3), buf(2, 3)
+    out = a.alu(Ops.ADD, b)
+    items, becomes = create_schedule(UOp(Ops.SINK, src=(out,)))
+    assert becomes[out].shape == (2, 3)
+    base = becomes[out]
+    while base.op is Ops.RESHAPE:
+        base = base.src[0]
+    assert base.op is Ops.BUFFER and base is items[0].bufs[0]
+
+
+def test_assign_runs_after_reads_of_old_value():
+    t = buf(8)
+    read_old = t.alu(Ops.ADD, UOp.full((8,), 1.0, dtypes.float32, "CPU"))
+    assigned = t.assign(UOp.full((8,), 5.0, dtypes.float32, "CPU"))
+    items = sched(assigned, read_old)
+    assert len(items) == 2
+    target = t
+    # the reader goes first, the assign (which writes the target buffer) second
+    assert items[0].bufs[1] is target and items[1].bufs[0] is target
+
+
+def test_assign_reading_itself_elsewhere_uses_a_temporary():
+    t = buf(8)
+    assigned = t.assign(t.flip((True,)))
+    items = sched(assigned)
+    assert len(items) == 2 and items[1].bufs[0] is t
+
+
+def test_assign_same_index_is_one_kernel():
+    t = buf(8)
+    assert kernels(t.assign(t.alu(Ops.ADD, UOp.full((8,), 1.0, dtypes.float32, "CPU")))) == 1
+
+
+def test_copy_item():
+    a = buf(4, device="CPU")
+    c = a.alu(Ops.ADD, a).copy_to_device("PYTHON")
+    items = sched(c)
+    assert [si.ast.op for si in items] == [Ops.SINK, Ops.COPY]
+    assert items[1].bufs[1] is items[0].bufs[0]
+
+
+def test_not_a_sink():
+    with pytest.raises(TypeError, match="SINK"):
+        create_schedule(buf(4))
+
+
+def test_200_op_chain_is_one_kernel():
+    a = buf(64)
+    x = a
+    for i in range(200):
+        x = x.alu(Ops.ADD if i % 2 else Ops.MUL, a)
+    assert kernels(x) == 1

@@ -1,0 +1,90 @@
+"""Random numbers from a counter-based generator (Threefry-2x32 via Ops.THREEFRY on uint64).
+
+Element i of the k-th random call is threefry(counter0 + i, key) where the key comes from the seed and
+counter0 advances by the element count of every call. A value depends only on (seed, counter), never
+on how the graph is split into kernels, so the same seed gives the same numbers whatever gets fused.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tg.ir import DType, Ops, UOp, dtypes, to_dtype
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def manual_seed(seed: int = 0) -> None:
+    """Seed the generator and restart its counter: `Tensor.manual_seed(42)`."""
+    from tg.tensor.tensor import Tensor
+
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+
+def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
+    """uint32 random bits of `shape` (one threefry evaluation per element)."""
+    from tg.tensor.tensor import Tensor, canonical_device
+
+    dev = canonical_device(device)
+    num = int(np.prod(shape, dtype=np.int64))
+    start = Tensor._rng_counter
+    Tensor._rng_counter += num
+    counters = Tensor(np.arange(start, start + num, dtype=np.uint64), device=dev)
+    key = Tensor(UOp.full((num,), Tensor._seed & 0xFFFFFFFFFFFFFFFF, dtypes.uint64, dev))
+    bits = Tensor(counters.uop.alu(Ops.THREEFRY, key.uop))
+    return (bits & 0xFFFFFFFF).cast(dtypes.uint32).reshape(shape)
+
+
+def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """Uniform random numbers in [0, 1): `Tensor.rand(2, 3)`."""
+    from tg.tensor.tensor import _shape_arg
+
+    shp = _shape_arg(shape)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dtypes.is_float(dt):
+        raise ValueError(f"rand needs a float dtype, got {dt.name}")
+    bits = _random_bits(shp, device)
+    # 23 random mantissa bits under exponent 0 give a float32 in [1, 2)
+    one_to_two = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32)
+    return (one_to_two - 1.0).cast(dt)
+
+
+def uniform(
+    *shape: Any, low: float = 0.0, high: float = 1.0, device: str | None = None, dtype: DType | str | None = None
+) -> Tensor:
+    """Uniform random numbers in [low, high)."""
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return (rand(*shape, device=device, dtype=dtypes.float32) * (high - low) + low).cast(dt)
+
+
+def randn(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """Standard normal random numbers (Box-Muller): `Tensor.randn(3, 4)`."""
+    from tg.tensor.tensor import _shape_arg
+
+    shp = _shape_arg(shape)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    u = rand(2, *shp, device=device, dtype=dtypes.float32)
+    radius = ((1.0 - u[0]).log() * -2.0).sqrt()
+    return (radius * (u[1] * (2 * math.pi)).cos()).cast(dt)
+
+
+def normal(
+    *shape: Any, mean: float = 0.0, std: float = 1.0, device: str | None = None, dtype: DType | str | None = None
+) -> Tensor:
+    """Normal random numbers with `mean` and `std`."""
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return (randn(*shape, device=device, dtype=dtypes.float32) * std + mean).cast(dt)
+
+
+def randint(
+    *shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: DType | str | None = None
+) -> Tensor:
+    """Random integers in [low, high)."""
+    if high <= low:
+        raise ValueError(f"randint needs low < high, got [{low}, {high})")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+    return (rand(*shape, device=device, dtype=dtypes.float32) * (high - low)).cast(dtypes.int32).cast(dt) + low

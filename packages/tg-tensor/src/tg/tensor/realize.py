@@ -1,0 +1,95 @@
+"""Running the work behind tensors: schedule a SINK, execute it, and swap realized graphs for their buffers.
+
+The runtime is imported inside the functions so that `import tg.tensor` stays free of work.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tg.ir import Ops, UOp
+from tg.tensor.data import to_numpy_dtype
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+# every live Tensor, so that a realize can hand the new buffers to all tensors that share a graph node
+all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+def buffer_of(uop: UOp) -> UOp | None:
+    """The BUFFER behind `uop` if `uop` is just that buffer reshaped (a realized tensor), else None."""
+    base = uop
+    while base.op is Ops.RESHAPE:
+        base = base.src[0]
+    if base.op is Ops.BUFFER and int(base.arg) == int(np.prod([int(s) for s in uop.shape])):
+        return base
+    return None
+
+
+def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
+    """True if `uop`'s graph reads one of `buffers` directly (not through an ASSIGN of it)."""
+    return any(u.op is Ops.BUFFER and u in buffers for u in uop.toposort(lambda u: u.op is not Ops.ASSIGN))
+
+
+def realize_tensors(tensors: Iterable[Tensor]) -> None:
+    """Compute every tensor in `tensors` that is not yet a buffer, in one schedule."""
+    from tg.codegen.schedule import create_schedule
+    from tg.runtime.engine import run_schedule
+
+    todo = [t for t in tensors if buffer_of(t.uop) is None]
+    if not todo:
+        return
+    roots = [t.uop for t in todo]
+    sink = UOp(Ops.SINK, src=tuple(dict.fromkeys(roots)))
+    # a pending read of a buffer that an assign in this schedule overwrites must be computed now, before the write
+    assigned = {n.src[0] for n in sink.toposort() if n.op is Ops.ASSIGN}
+    if assigned:
+        targets: set[UOp] = set()
+        for t_uop in assigned:
+            base = t_uop
+            while base.op in (Ops.RESHAPE, Ops.ASSIGN):
+                base = base.src[0]
+            if base.op is Ops.BUFFER:
+                targets.add(base)
+        extra = [
+            t.uop for t in list(all_tensors)
+            if buffer_of(t.uop) is None and t.uop not in roots and _reads_buffer_raw(t.uop, targets)
+        ]  # fmt: skip
+        if extra:
+            sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
+    schedule, becomes = create_schedule(sink)
+    run_schedule(schedule)
+    for t in list(all_tensors):
+        if (new := becomes.get(t.uop)) is not None:
+            t.uop = new
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """The values of realized tensor `t` as a fresh numpy array."""
+    from tg.runtime.engine import buffer_for
+
+    npdt = to_numpy_dtype(t.dtype)
+    shape = tuple(int(s) for s in t.shape)
+    if int(np.prod(shape)) == 0:
+        return np.zeros(shape, dtype=npdt)
+    t.realize()
+    buf = buffer_of(t.uop)
+    if buf is None:
+        raise RuntimeError(f"tensor was not realized into a buffer: {t.uop.op}")
+    data = bytearray(int(buf.arg) * t.dtype.itemsize)
+    buffer_for(buf).copyout(memoryview(data))
+    return np.frombuffer(data, dtype=npdt).reshape(shape)
+
+
+def upload(device: str, arr: np.ndarray, dtype_uop_buffer: UOp) -> None:
+    """Copy host array `arr` into the device buffer behind BUFFER uop `dtype_uop_buffer`."""
+    from tg.runtime.engine import buffer_for
+
+    del device
+    if arr.size:
+        buffer_for(dtype_uop_buffer).copyin(np.ascontiguousarray(arr).tobytes())

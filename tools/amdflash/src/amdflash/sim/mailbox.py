@@ -56,7 +56,11 @@ class PSPModel:
         self.counts[cmd] = n
         data_in = self.data
         if self.abort_on is not None:
-            self.abort_on(("psp", cmd, n))
+            try:
+                self.abort_on(("psp", cmd, n))
+            except BaseException:
+                self.command = READY  # the command was not run; the mailbox stays usable
+                raise
         if (cmd, n) in self.stall:
             self.stalled = True
             return None

@@ -1,0 +1,48 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from amdflash.util import atomic_write, atomic_writer, bswap32, parse_int, wait_until
+
+
+def test_wait_until_bounds() -> None:
+    for bad in (0, -1, 60.0001, 1e9):
+        with pytest.raises(ValueError, match=r"timeout must be in \(0, 60\] seconds"):
+            wait_until(lambda: True, bad, "x")
+    assert wait_until(lambda: 7, 60, "x") == 7
+
+
+def test_wait_until_times_out_with_message() -> None:
+    with pytest.raises(TimeoutError, match="never"):
+        wait_until(lambda: 0, 0.01, "never", interval=0.001)
+
+
+def test_wait_until_returns_first_truthy() -> None:
+    values = iter([0, None, "", 5, 6])
+    assert wait_until(lambda: next(values), 1, "x", interval=0) == 5
+
+
+def test_bswap32_and_parse_int() -> None:
+    assert bswap32(0x12345678) == 0x78563412
+    assert bswap32(0x100) == 0x10000
+    assert [parse_int(t) for t in ("0x10", "0o10", "0b10", "10")] == [16, 8, 2, 10]
+    with pytest.raises(ValueError):
+        parse_int("zz")
+
+
+def test_atomic_write_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    atomic_write(target, b"abc")
+    atomic_write(target, b"defg")
+    assert target.read_bytes() == b"defg"
+    assert os.listdir(tmp_path) == ["out.bin"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_atomic_writer_removes_temp_on_error(tmp_path: Path, exc: type[BaseException]) -> None:
+    target = tmp_path / "out.bin"
+    with pytest.raises(exc), atomic_writer(target, tmp_path=str(target) + ".partial") as f:
+        f.write(b"half")
+        raise exc()
+    assert os.listdir(tmp_path) == []

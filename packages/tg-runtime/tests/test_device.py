@@ -85,6 +85,13 @@ def test_buffer_initial_value_and_mem_used() -> None:
     assert GlobalCounters.mem_used == before and not buf.is_allocated()
 
 
+def test_empty_buffer() -> None:
+    buf = Buffer("CPU", 0, dtypes.float32).ensure_allocated()
+    assert buf.nbytes == 0 and bytes(buf.as_memoryview()) == b""
+    buf.copyin(b"")
+    buf.deallocate()
+
+
 def test_buffer_copy_size_mismatch() -> None:
     buf = Buffer("CPU", 4, dtypes.float32)
     with pytest.raises(ValueError, match=r"copyin size mismatch.*16 bytes, got 8"):

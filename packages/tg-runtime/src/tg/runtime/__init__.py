@@ -16,6 +16,7 @@ from tg.runtime.device import (
     LRUAllocator,
     Program,
 )
+from tg.runtime.engine import CompiledRunner, ExecItem, Runner, buffer_for, run_schedule
 
 __all__ = [
     "Allocator",
@@ -23,10 +24,15 @@ __all__ = [
     "BufferSpec",
     "CompileError",
     "Compiled",
+    "CompiledRunner",
     "Compiler",
     "Device",
     "DeviceUnavailable",
+    "ExecItem",
     "LRUAllocator",
     "Program",
+    "Runner",
     "__version__",
+    "buffer_for",
+    "run_schedule",
 ]

@@ -232,7 +232,8 @@ class Buffer:
             self._base.ensure_allocated()
             self._opaque = self.allocator._offset(self._base._opaque, self.nbytes, self.offset)
         else:
-            self._opaque = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
+            # an empty buffer still gets a (1-byte) allocation so that kernels receive a valid pointer
+            self._opaque = opaque if opaque is not None else self.allocator.alloc(max(self.nbytes, 1), self.options)
             if not self.device.startswith("DISK"):
                 GlobalCounters.mem_used += self.nbytes
         self._allocated = True
@@ -246,7 +247,7 @@ class Buffer:
             if not self.device.startswith("DISK"):
                 GlobalCounters.mem_used -= self.nbytes
             assert self.allocator is not None
-            self.allocator.free(self._opaque, self.nbytes, self.options)
+            self.allocator.free(self._opaque, max(self.nbytes, 1), self.options)
         self._opaque, self._allocated = None, False
 
     def __del__(self) -> None:

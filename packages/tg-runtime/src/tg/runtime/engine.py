@@ -164,7 +164,7 @@ def _update_stats(runner: Runner, nbufs: int, var_vals: dict[str, int], et: floa
         GlobalCounters.time_sum_s += et
     if DEBUG.value >= 2:
         t = et if et is not None else 0.0
-        gflops, gbs = ops / max(t, 1e-12) * 1e-9, mem / max(t, 1e-12) * 1e-9
+        gflops, gbs = (ops / t * 1e-9, mem / t * 1e-9) if t > 0 else (0.0, 0.0)
         print(
             f"{colored(f'*** {runner.device[:7]:7s} {GlobalCounters.kernel_count:4d}', 'green')} "
             f"{runner.display_name:40s} arg {nbufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "

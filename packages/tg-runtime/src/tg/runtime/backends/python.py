@@ -19,7 +19,6 @@ from tg.ir.alu import exec_alu
 from tg.ir.dtype import DType, PtrDType, dtypes
 from tg.ir.floats import bf16_bits_to_float, bitcast_scalar, f32_to_bf16_bits, storage_fmt, truncate
 from tg.ir.ops import GroupOp, Ops
-
 from tg.runtime.device import BufferSpec, Compiled, Compiler, LRUAllocator, Program, check_device_index
 
 
@@ -81,11 +80,11 @@ def _typed_memory(name: str, mv: memoryview, dt: DType) -> _Memory:
     fmt = storage_fmt(dt)
     if mv.nbytes % dt.itemsize:
         raise ValueError(f"{name}: {mv.nbytes} bytes is not a whole number of {dt} elements")
-    return _Memory(name, mv.cast(fmt), lambda v: v, truncate[dt])
+    return _Memory(name, mv.cast(fmt), lambda v: v, truncate[dt])  # type: ignore[call-overload]
 
 
 def python_cast(x: Any, src: DType, dst: DType) -> Any:
-    """Convert a scalar like C does (float -> int truncates toward zero; non-finite -> int is undefined in C, 0 here)."""
+    """Convert a scalar like C does: float -> int truncates toward zero (non-finite: undefined in C, 0 here)."""
     if dst == dtypes.bool:
         return bool(x)
     if dtypes.is_int(dst):
@@ -105,7 +104,8 @@ class PythonProgram(Program):
 
         super().__init__(name, lib)
         self.prog = decode_program(lib.decode())
-        self.params = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.PARAM), key=lambda i: self.prog[i][3])
+        self.params = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.PARAM),
+                             key=lambda i: self.prog[i][3])  # fmt: skip
         self.variables = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.DEFINE_VAR),
                                 key=lambda i: self.prog[i][3][0])  # fmt: skip
         # loop structure: where each RANGE's END is
@@ -138,7 +138,8 @@ class PythonProgram(Program):
         return time.perf_counter() - start if wait else None
 
     def _run(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> None:
-        prog, regs = self.prog, [None] * len(self.prog)
+        prog = self.prog
+        regs: list[Any] = [None] * len(prog)
         for i, b in zip(self.params, bufs, strict=True):
             dt = prog[i][1]
             assert isinstance(dt, PtrDType)

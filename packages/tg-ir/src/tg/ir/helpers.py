@@ -1,0 +1,337 @@
+"""Small utilities every layer of tg needs: environment settings, scoped contexts, counters, timing, list helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+OSX = sys.platform == "darwin"
+WIN = sys.platform == "win32"
+
+
+# ---- environment ------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """Read environment variable `key`, converted to the type of `default` (cached: the environment is read once)."""
+    val = os.environ.get(key)
+    if val is None:
+        return default
+    if isinstance(default, bool):
+        return val.lower() not in ("", "0", "false", "no", "off")
+    try:
+        return type(default)(val)
+    except ValueError as e:
+        raise ValueError(f"environment variable {key}={val!r} is not a valid {type(default).__name__}") from e
+
+
+class ContextVar:
+    """A named setting initialised from the environment variable of the same name and changed in scope by `Context`.
+
+    Example: `DEBUG = ContextVar("DEBUG", 0)`; `if DEBUG >= 2: ...`; `with Context(DEBUG=3): ...`.
+    """
+
+    _cache: ClassVar[dict[str, ContextVar]] = {}
+    value: Any
+    key: str
+
+    def __init__(self, key: str, default_value: Any) -> None:
+        if key in ContextVar._cache:
+            raise RuntimeError(f"ContextVar {key!r} is already defined; use ContextVar.get({key!r})")
+        self.key, self.default = key, default_value
+        self.value = getenv(key, default_value)
+        ContextVar._cache[key] = self
+
+    @staticmethod
+    def get(key: str) -> ContextVar:
+        """Return the registered ContextVar named `key` (KeyError naming the known ones otherwise)."""
+        try:
+            return ContextVar._cache[key]
+        except KeyError:
+            raise KeyError(f"unknown ContextVar {key!r}, known: {sorted(ContextVar._cache)}") from None
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __index__(self) -> int:
+        return int(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __ge__(self, x: Any) -> bool:
+        return bool(self.value >= x)
+
+    def __gt__(self, x: Any) -> bool:
+        return bool(self.value > x)
+
+    def __lt__(self, x: Any) -> bool:
+        return bool(self.value < x)
+
+    def __le__(self, x: Any) -> bool:
+        return bool(self.value <= x)
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key!r}, value={self.value!r})"
+
+
+class Context(contextlib.ContextDecorator):
+    """Scoped, nestable override of ContextVars: `with Context(DEBUG=2, BEAM=0): ...` or `@Context(NOOPT=1)`.
+
+    Unknown names raise KeyError. Values are restored on exit, also when an exception propagates.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        for k in kwargs:
+            ContextVar.get(k)  # validate names early
+        self.kwargs = kwargs
+        self._stack: list[dict[str, Any]] = []
+
+    def __enter__(self) -> Context:
+        self._stack.append({k: ContextVar.get(k).value for k in self.kwargs})
+        for k, v in self.kwargs.items():
+            ContextVar.get(k).value = v
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self._stack.pop().items():
+            ContextVar.get(k).value = v
+
+
+DEBUG = ContextVar("DEBUG", 0)
+BEAM = ContextVar("BEAM", 0)
+NOOPT = ContextVar("NOOPT", 0)
+JIT = ContextVar("JIT", 1)
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
+DEV = ContextVar("DEV", "")
+SPEC = ContextVar("SPEC", 0)
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
+CAPTURE_PROCESS_REPLAY = ContextVar("CAPTURE_PROCESS_REPLAY", 0)
+IGNORE_OOB = ContextVar("IGNORE_OOB", 1)
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+
+
+def cache_dir() -> pathlib.Path:
+    """The directory for tg's on-disk caches: $TG_CACHE_DIR, else $XDG_CACHE_HOME/tg, else ~/.cache/tg (not created)."""
+    if d := os.environ.get("TG_CACHE_DIR"):
+        return pathlib.Path(d)
+    default = os.path.join(os.path.expanduser("~"), "Library/Caches" if OSX else ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or default
+    return pathlib.Path(base) / "tg"
+
+
+# ---- counters and timing ----------------------------------------------------------------------------------------
+
+
+class GlobalCounters:
+    """Process-wide counters updated by the runtime: ops, memory traffic, kernels run, time spent."""
+
+    global_ops: ClassVar[int] = 0
+    global_mem: ClassVar[int] = 0
+    time_sum_s: ClassVar[float] = 0.0
+    kernel_count: ClassVar[int] = 0
+    mem_used: ClassVar[int] = 0
+
+    @staticmethod
+    def reset() -> None:
+        """Zero the per-run counters (mem_used, the live allocation total, is kept)."""
+        GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s = 0, 0, 0.0
+        GlobalCounters.kernel_count = 0
+
+
+class Timing(contextlib.ContextDecorator):
+    """Print how long a block took: `with Timing("load "): ...` prints `load  12.34 ms`."""
+
+    def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True) -> None:
+        self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+        self.st = 0
+        self.et = 0
+
+    def __enter__(self) -> Timing:
+        self.st = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.et = time.perf_counter_ns() - self.st
+        if self.enabled:
+            print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
+
+
+# ---- list and number helpers ------------------------------------------------------------------------------------
+
+
+def prod(x: Iterable[T]) -> T | int:
+    """Product of the items of `x` (1 for an empty iterable); works with symbolic ints."""
+    return functools.reduce(lambda a, b: a * b, x, 1)  # type: ignore[operator]
+
+
+def flatten(x: Iterable[Iterable[T]]) -> list[T]:
+    """Flatten one level of nesting."""
+    return [item for sub in x for item in sub]
+
+
+def dedup(x: Iterable[T]) -> list[T]:
+    """Remove duplicates, keeping first-seen order."""
+    return list(dict.fromkeys(x))
+
+
+def argsort(x: Sequence[Any]) -> list[int]:
+    """Indices that sort `x` ascending (stable)."""
+    return sorted(range(len(x)), key=x.__getitem__)
+
+
+def all_same(items: Sequence[Any]) -> bool:
+    """True if every item equals the first (true for an empty sequence)."""
+    return all(x == items[0] for x in items)
+
+
+def all_int(t: Sequence[Any]) -> bool:
+    """True if every item is a Python int (not a symbolic UOp)."""
+    return all(isinstance(s, int) for s in t)
+
+
+def round_up(num: int, amt: int) -> int:
+    """Round `num` up to a multiple of `amt`."""
+    if amt <= 0:
+        raise ValueError(f"round_up: amt must be positive, got {amt}")
+    return (num + amt - 1) // amt * amt
+
+
+def ceildiv(num: Any, amt: Any) -> Any:
+    """Ceiling division `-(-num // amt)`; works with symbolic ints too."""
+    return -(num // -amt) if isinstance(num, int) and isinstance(amt, int) else (num + amt - 1) // amt
+
+
+def partition(itr: Iterable[T], fxn: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    """Split `itr` into (items where fxn is true, the rest)."""
+    ret: tuple[list[T], list[T]] = ([], [])
+    for s in itr:
+        ret[0 if fxn(s) else 1].append(s)
+    return ret
+
+
+def unwrap(x: T | None) -> T:
+    """Return `x`, raising ValueError if it is None."""
+    if x is None:
+        raise ValueError("unwrap: value is None")
+    return x
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+    """Accept both f(1, 2, 3) and f((1, 2, 3)) style arguments."""
+    if x and x[0].__class__ in (tuple, list):
+        if len(x) != 1:
+            raise ValueError(f"bad argument: pass either a sequence or separate values, got {x}")
+        return tuple(x[0])
+    return x
+
+
+def merge_dicts(ds: Iterable[dict[T, U]]) -> dict[T, U]:
+    """Merge dicts, raising ValueError if a key appears with two different values."""
+    out: dict[T, U] = {}
+    for d in ds:
+        for k, v in d.items():
+            if k in out and out[k] != v:
+                raise ValueError(f"merge_dicts: conflicting values for {k!r}: {out[k]!r} vs {v!r}")
+            out[k] = v
+    return out
+
+
+def strip_parens(fst: str) -> str:
+    """Remove one pair of enclosing parentheses if they wrap the whole string."""
+    if not (fst.startswith("(") and fst.endswith(")")):
+        return fst
+    depth = 0
+    for i, c in enumerate(fst):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0 and i != len(fst) - 1:
+            return fst
+    return fst[1:-1]
+
+
+def to_function_name(s: str) -> str:
+    """Make a valid C identifier out of a (possibly colored) name."""
+    s = ansistrip(s)
+    return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in s)
+
+
+_COLORS = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
+
+
+def colored(st: str, color: str | None, background: bool = False) -> str:
+    """Wrap `st` in ANSI color codes (`color` one of black red green yellow blue magenta cyan white, UPPER = bright)."""
+    if color is None:
+        return st
+    if color.lower() not in _COLORS:
+        raise ValueError(f"unknown color {color!r}, known: {_COLORS}")
+    code = 10 * background + 60 * (color.upper() == color) + 30 + _COLORS.index(color.lower())
+    return f"\u001b[{code}m{st}\u001b[0m"
+
+
+def ansistrip(s: str) -> str:
+    """Remove ANSI escape sequences."""
+    import re
+
+    return re.sub(r"\x1b\[(K|.*?m)", "", s)
+
+
+def ansilen(s: str) -> int:
+    """Printed length of `s` ignoring ANSI codes."""
+    return len(ansistrip(s))
+
+
+def get_single_element(x: Sequence[T]) -> T:
+    """Return the only element of `x`, raising ValueError otherwise."""
+    if len(x) != 1:
+        raise ValueError(f"expected exactly one element, got {len(x)}: {x!r}")
+    return x[0]
+
+
+def is_pow2(x: int) -> bool:
+    """True for 1, 2, 4, 8, ..."""
+    return x > 0 and (x & (x - 1)) == 0
+
+
+def fully_flatten(x: Any) -> list[Any]:
+    """Flatten arbitrarily nested lists/tuples."""
+    if isinstance(x, (list, tuple)):
+        return [y for e in x for y in fully_flatten(e)]
+    return [x]
+
+
+def polyN(x: T, p: Sequence[float]) -> T:
+    """Evaluate the polynomial with coefficients `p` (highest degree first) at `x` (Horner)."""
+    return functools.reduce(lambda acc, c: acc * x + c, p, 0.0)  # type: ignore[operator,return-value]
+
+
+def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
+    """Broadcast an int to a `cnt`-tuple, or convert a sequence to a tuple."""
+    return (x,) * cnt if isinstance(x, int) else tuple(x)
+
+
+@contextlib.contextmanager
+def cpu_time() -> Iterator[list[float]]:
+    """Context manager yielding a one-element list that receives the elapsed wall time in seconds."""
+    out = [0.0]
+    st = time.perf_counter()
+    try:
+        yield out
+    finally:
+        out[0] = time.perf_counter() - st
+
+
+def isinf(x: float) -> bool:
+    """math.isinf that tolerates ints."""
+    return math.isinf(x) if isinstance(x, float) else False

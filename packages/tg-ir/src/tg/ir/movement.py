@@ -1,0 +1,255 @@
+"""Tensor-level UOps: shape and device inference, movement ops and the other tensor-graph constructors.
+
+Shapes are tuples of `sint` (int or symbolic UOp). Broadcasting is never implicit: elementwise sources must have
+equal shapes; the tensor layer broadcasts with reshape + expand. Kernel-level nodes have no shape (`_shape is None`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from tg.ir.helpers import prod
+from tg.ir.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from tg.ir.uop import UOp, sint
+
+_PASS_SHAPE = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN, Ops.AFTER,
+                         Ops.MSELECT, Ops.MSTACK})  # fmt: skip
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_sint(name: str, x: Any) -> None:
+    from tg.ir.uop import UOp
+
+    if not (_is_int(x) or isinstance(x, UOp)):
+        raise TypeError(f"{name}: expected an int or symbolic int, got {x!r}")
+
+
+def _resolve_ge(a: sint, b: sint) -> bool:
+    """a >= b where it can be decided (True if undecidable)."""
+    from tg.ir.uop import resolve
+
+    if _is_int(a) and _is_int(b):
+        return bool(a >= b)
+    from tg.ir.uop import sint_to_uop
+
+    return resolve(sint_to_uop(a) >= b)
+
+
+def _simp(x: sint) -> sint:
+    from tg.ir.uop import ssimplify
+
+    return ssimplify(x) if not isinstance(x, int) else x
+
+
+def _eq(a: sint, b: sint) -> bool:
+    """Structural equality of sints: ints by value, UOps by identity (after simplify)."""
+    from tg.ir.uop import UOp
+
+    if isinstance(a, UOp) or isinstance(b, UOp):
+        return a is b or (isinstance(a, UOp) and isinstance(b, UOp) and a.simplify() is b.simplify())
+    return bool(a == b)
+
+
+class MovementMixin:
+    """Shape/device inference and tensor-graph constructors for UOp."""
+
+    op: Ops
+    src: tuple[UOp, ...]
+    arg: Any
+
+    @functools.cached_property
+    def _shape(self) -> tuple[sint, ...] | None:
+        op, src = self.op, self.src
+        if op is Ops.BUFFER:
+            return (self.arg,)
+        if op is Ops.BUFFER_VIEW:
+            return (self.arg[0],)
+        if op in (Ops.CONST, Ops.VCONST):
+            return () if src else None
+        if op in (Ops.RESHAPE, Ops.EXPAND):
+            return tuple(self.arg)
+        if op in GroupOp.Movement or op is Ops.REDUCE_AXIS:
+            ps = src[0]._shape
+            if ps is None:
+                raise ValueError(f"{op} on a node without a shape ({src[0].op})")
+            if op is Ops.PERMUTE:
+                return tuple(ps[i] for i in self.arg)
+            if op is Ops.PAD:
+                return tuple(_simp(s + b + a) for s, (b, a) in zip(ps, self.arg, strict=True))
+            if op is Ops.SHRINK:
+                return tuple(_simp(e - b) for b, e in self.arg)
+            if op is Ops.FLIP:
+                return ps
+            return tuple(1 if i in self.arg[1] else s for i, s in enumerate(ps))  # REDUCE_AXIS keeps dims
+        if op in _PASS_SHAPE:
+            return src[0]._shape
+        if op in GroupOp.Elementwise:
+            shapes = [s._shape for s in src if s._shape is not None]
+            if not shapes:
+                return None
+            if op is Ops.BITCAST and (isz := self.dtype.itemsize) != (osz := src[0].dtype.itemsize):  # type: ignore[attr-defined]
+                s = shapes[0]
+                if not s:
+                    raise ValueError(f"BITCAST between sizes {osz} and {isz} needs at least one dim")
+                return (*s[:-1], s[-1] * osz // isz)
+            return shapes[0]
+        return None
+
+    @property
+    def shape(self) -> tuple[sint, ...]:
+        """The shape of a tensor-level node (RuntimeError for kernel-level nodes, which have none)."""
+        if (s := self._shape) is None:
+            raise RuntimeError(f"{self.op} has no shape (not a tensor-level node)")
+        return s
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> sint:
+        """Element count: BUFFER -> its arg; tensor nodes -> prod(shape)."""
+        if self.op is Ops.BUFFER:
+            return self.arg
+        return prod(self.shape)
+
+    @functools.cached_property
+    def device(self) -> str | tuple[str, ...] | None:
+        """The device a tensor-level node lives on (None if it has none)."""
+        if self.op is Ops.DEVICE:
+            return self.arg
+        if self.op in (Ops.BUFFER, Ops.COPY):
+            return self.src[1].device
+        for s in self.src:
+            if (d := s.device) is not None:
+                return d
+        return None
+
+    # ---- movement ops -----------------------------------------------------------------------------------------
+
+    def _mop(self, op: Ops, arg: Any) -> UOp:
+        from tg.ir.uop import UOp
+
+        return UOp(op, self.dtype, (self,), arg)  # type: ignore[attr-defined,arg-type]
+
+    def reshape(self, shape: tuple[sint, ...]) -> UOp:
+        """Same elements, new shape (element count must match)."""
+        shape = tuple(shape)
+        for s in shape:
+            _check_sint("reshape", s)
+            if _is_int(s) and s < 0:
+                raise ValueError(f"reshape: negative dimension in {shape}")
+        if not _eq(prod(shape), prod(self.shape)):
+            raise ValueError(f"reshape: can't reshape {self.shape} to {shape} (sizes differ)")
+        if shape == self.shape:
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.RESHAPE, shape)
+
+    def permute(self, order: tuple[int, ...]) -> UOp:
+        """Reorder axes; `order` must be a permutation of range(ndim)."""
+        order = tuple(order)
+        if sorted(order) != list(range(self.ndim)):
+            raise ValueError(f"permute: {order} is not a permutation of {self.ndim} axes (shape {self.shape})")
+        if order == tuple(range(self.ndim)):
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.PERMUTE, order)
+
+    def expand(self, shape: tuple[sint, ...]) -> UOp:
+        """Broadcast size-1 axes to `shape` (same ndim)."""
+        shape = tuple(shape)
+        if len(shape) != self.ndim:
+            raise ValueError(f"expand: {self.shape} to {shape} changes the number of dims")
+        for s, n in zip(self.shape, shape, strict=True):
+            _check_sint("expand", n)
+            if not (_eq(s, n) or _eq(s, 1)):
+                raise ValueError(f"expand: can't expand {self.shape} to {shape} (only size-1 axes can grow)")
+        if shape == self.shape:
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.EXPAND, shape)
+
+    def pad(self, padding: tuple[tuple[sint, sint], ...]) -> UOp:
+        """Pad each axis with (before, after) zeros; amounts must be non-negative."""
+        padding = tuple((b, a) for b, a in padding)
+        if len(padding) != self.ndim:
+            raise ValueError(f"pad: {len(padding)} pairs for shape {self.shape}")
+        for b, a in padding:
+            _check_sint("pad", b)
+            _check_sint("pad", a)
+            if not (_resolve_ge(b, 0) and _resolve_ge(a, 0)):
+                raise ValueError(f"pad: negative padding in {padding}")
+        if all(_eq(b, 0) and _eq(a, 0) for b, a in padding):
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.PAD, padding)
+
+    def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        """Keep [start, end) of each axis; needs 0 <= start <= end <= size."""
+        arg = tuple((s, e) for s, e in arg)
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink: {len(arg)} pairs for shape {self.shape}")
+        for (s, e), n in zip(arg, self.shape, strict=True):
+            _check_sint("shrink", s)
+            _check_sint("shrink", e)
+            if not (_resolve_ge(s, 0) and _resolve_ge(e, s) and _resolve_ge(n, e)):
+                raise ValueError(f"shrink: {arg} out of bounds for shape {self.shape}")
+        if all(_eq(s, 0) and _eq(e, n) for (s, e), n in zip(arg, self.shape, strict=True)):
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.SHRINK, arg)
+
+    def flip(self, axes: tuple[bool, ...]) -> UOp:
+        """Reverse the axes marked True (one bool per axis)."""
+        axes = tuple(axes)
+        if len(axes) != self.ndim or not all(isinstance(a, bool) for a in axes):
+            raise ValueError(f"flip: need {self.ndim} bools (one per axis of {self.shape}), got {axes}")
+        if not any(axes):
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.FLIP, axes)
+
+    def r(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        """REDUCE_AXIS over `axes` with `op` (ADD, MUL, MAX); reduced axes become 1."""
+        if op not in GroupOp.Reduce:
+            raise ValueError(f"r: reduce op must be ADD, MUL or MAX, got {op}")
+        axes = tuple(sorted(set(axes)))
+        if any(not 0 <= a < self.ndim for a in axes):
+            raise ValueError(f"r: axes {axes} out of range for shape {self.shape}")
+        if not axes:
+            return self  # type: ignore[return-value]
+        return self._mop(Ops.REDUCE_AXIS, (op, axes))
+
+    # ---- other tensor-graph nodes -----------------------------------------------------------------------------
+
+    def contiguous(self, *args: UOp, **kwargs: Any) -> UOp:
+        """CONTIGUOUS: the scheduler must materialise this value."""
+        from tg.ir.uop import UOp
+
+        return UOp(Ops.CONTIGUOUS, self.dtype, (self, *args), **kwargs)  # type: ignore[attr-defined,arg-type]
+
+    def contiguous_backward(self) -> UOp:
+        """CONTIGUOUS_BACKWARD: contiguous in the backward pass only."""
+        return self._mop(Ops.CONTIGUOUS_BACKWARD, None)
+
+    def detach(self) -> UOp:
+        """DETACH: stops gradients."""
+        return self._mop(Ops.DETACH, None)
+
+    def copy_to_device(self, device: str | tuple[str, ...], arg: Any = None) -> UOp:
+        """COPY(self, DEVICE(device)): the value on another device."""
+        from tg.ir.uop import UOp
+
+        return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)), arg)  # type: ignore[attr-defined,arg-type]
+
+    def assign(self, value: UOp) -> UOp:
+        """ASSIGN(self, value): write `value` into the buffer behind self (shapes and dtypes must match)."""
+        from tg.ir.uop import UOp
+
+        if value.dtype is not self.dtype:  # type: ignore[attr-defined]
+            raise TypeError(f"assign: dtype mismatch, target {self.dtype} vs value {value.dtype}")  # type: ignore[attr-defined]
+        if self._shape != value._shape:
+            raise ValueError(f"assign: shape mismatch, target {self._shape} vs value {value._shape}")
+        return UOp(Ops.ASSIGN, self.dtype, (self, value))  # type: ignore[attr-defined,arg-type]

@@ -1,0 +1,181 @@
+"""The operation set of the IR (`Ops`), its groups (`GroupOp`) and loop axis kinds (`AxisType`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum, auto
+from typing import Any
+
+
+class Ops(IntEnum):
+    """Every UOp has one of these ops. The order of definition is also the tie-break order of toposorts."""
+
+    # sources and definitions
+    SPECIAL = auto()  # a GPU thread/group id, src = (extent,), arg = name like "gidx0"
+    PARAM = auto()  # a kernel buffer argument, arg = slot index, dtype = pointer dtype
+    DEFINE_LOCAL = auto()
+    DEFINE_REG = auto()
+    DEFINE_VAR = auto()  # a symbolic integer, arg = (name, lo, hi)
+    BIND = auto()  # DEFINE_VAR bound to a CONST value
+    BUFFER = auto()  # tensor-level storage, src = (UNIQUE, DEVICE), arg = size in elements
+    BUFFER_VIEW = auto()
+    UNIQUE = auto()  # makes otherwise equal nodes distinct, arg = a number
+    DEVICE = auto()  # arg = device name (str or tuple of str)
+    NOOP = auto()
+
+    # kernels and programs
+    KERNEL = auto()
+    CALL = auto()
+    PROGRAM = auto()
+    LINEAR = auto()
+    SOURCE = auto()
+    BINARY = auto()
+
+    # ordering and grouping
+    SINK = auto()
+    AFTER = auto()  # src[0] passed through, ordered after src[1:]
+    GROUP = auto()
+
+    # vectors
+    VECTORIZE = auto()
+    GEP = auto()
+    VCONST = auto()
+
+    # memory
+    INDEX = auto()
+    LOAD = auto()
+    STORE = auto()
+
+    # math
+    WMMA = auto()
+    CAST = auto()
+    BITCAST = auto()
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    SQRT = auto()
+    RECIPROCAL = auto()
+    NEG = auto()
+    TRUNC = auto()
+    ADD = auto()
+    MUL = auto()
+    SHL = auto()
+    SHR = auto()
+    IDIV = auto()  # C-style: truncates toward zero
+    MAX = auto()
+    MOD = auto()  # C-style: the sign follows the dividend
+    CMPLT = auto()
+    CMPNE = auto()
+    CMPEQ = auto()
+    XOR = auto()
+    OR = auto()
+    AND = auto()
+    THREEFRY = auto()
+    SUB = auto()
+    FDIV = auto()
+    POW = auto()
+    WHERE = auto()
+    MULACC = auto()
+
+    # reductions and control flow
+    REDUCE_AXIS = auto()  # tensor level, arg = (op, axes)
+    REDUCE = auto()  # kernel level, src = (value, *ranges), arg = op
+    BARRIER = auto()
+    RANGE = auto()  # src = (end,), arg = (axis_id, AxisType)
+    IF = auto()
+    END = auto()  # src = (value, *ranges): closes ranges
+    ENDIF = auto()
+    CONST = auto()
+    CUSTOM = auto()
+    CUSTOMI = auto()
+
+    # tensor-level only
+    CONTIGUOUS = auto()
+    CONTIGUOUS_BACKWARD = auto()
+    DETACH = auto()
+    COPY = auto()
+    ASSIGN = auto()
+    MSELECT = auto()
+    MSTACK = auto()
+    RESHAPE = auto()
+    PERMUTE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    FLIP = auto()
+
+    def __repr__(self) -> str:
+        return f"Ops.{self.name}"
+
+    def __str__(self) -> str:
+        return f"Ops.{self.name}"
+
+
+class GroupOp:
+    """Named sets of Ops used by rules and checks."""
+
+    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
+    Binary = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MAX, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.XOR,
+                        Ops.SHL, Ops.SHR, Ops.OR, Ops.AND, Ops.THREEFRY, Ops.SUB, Ops.FDIV, Ops.POW})  # fmt: skip
+    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+    ALU = Unary | Binary | Ternary
+    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+    Movement = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+    Defines = frozenset({Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
+    Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.CONST, Ops.DEFINE_VAR})
+    Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
+    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.AND, Ops.OR})
+    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
+    Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
+    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+    Reduce = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
+    # ops whose result is unsafe to compute on values that are masked off (division by zero, ...)
+    UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW})
+    All = frozenset(Ops)
+
+
+class AxisType(Enum):
+    """The role of a loop (RANGE) in a kernel; decides how codegen maps it to hardware."""
+
+    GLOBAL = auto()
+    WARP = auto()
+    LOCAL = auto()
+    LOOP = auto()
+    GROUP_REDUCE = auto()
+    REDUCE = auto()
+    UPCAST = auto()
+    UNROLL = auto()
+    THREAD = auto()
+    DEVICE = auto()
+
+    def __repr__(self) -> str:
+        return f"AxisType.{self.name}"
+
+    def __str__(self) -> str:
+        return f"AxisType.{self.name}"
+
+
+axis_letters = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.LOCAL: "l", AxisType.WARP: "w",
+                AxisType.LOOP: "L", AxisType.UPCAST: "u", AxisType.GROUP_REDUCE: "G", AxisType.REDUCE: "R",
+                AxisType.UNROLL: "r", AxisType.DEVICE: "d"}  # fmt: skip
+axis_colors = {AxisType.GLOBAL: "blue", AxisType.THREAD: "BLUE", AxisType.LOCAL: "cyan", AxisType.WARP: "CYAN",
+               AxisType.LOOP: "WHITE", AxisType.UPCAST: "yellow", AxisType.GROUP_REDUCE: "RED",
+               AxisType.REDUCE: "red", AxisType.UNROLL: "magenta", AxisType.DEVICE: "green"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """The arg of a kernel AST's SINK: the kernel's name and the optimisations applied or requested."""
+
+    name: str = "test"
+    axis_types: tuple[AxisType, ...] = ()
+    dont_use_locals: bool = False
+    applied_opts: tuple[Any, ...] = ()
+    opts_to_apply: tuple[Any, ...] | None = None
+
+    @property
+    def function_name(self) -> str:
+        """The name as a C identifier."""
+        from tg.ir.helpers import to_function_name
+
+        return to_function_name(self.name)

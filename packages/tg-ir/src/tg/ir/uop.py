@@ -1,0 +1,569 @@
+"""The UOp: an immutable, hash-consed IR node, plus Variables, symbolic ints (sint) and printing."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import math
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from tg.ir.alu import cdiv, cmod, exec_alu
+from tg.ir.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
+from tg.ir.helpers import argfix, prod
+from tg.ir.mathtrait import MathMixin
+from tg.ir.movement import MovementMixin
+from tg.ir.ops import AxisType, GroupOp, Ops
+
+_CMP = GroupOp.Comparison
+_BINARY_SAME = GroupOp.Binary - GroupOp.Comparison - {Ops.SHL, Ops.SHR, Ops.THREEFRY}
+
+
+def _check_alu(op: Ops, dtype: DType, src: tuple[UOp, ...]) -> None:
+    """Cheap construction-time type checks for ALU ops; raise naming op and dtypes."""
+    n = 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3
+    if len(src) != n:
+        raise TypeError(f"{op} takes {n} sources, got {len(src)}")
+    if op in _BINARY_SAME or op in GroupOp.Unary or op is Ops.MULACC:
+        if not all(s.dtype is dtype for s in src):
+            raise TypeError(f"{op} needs sources of its dtype {dtype}, got {tuple(s.dtype for s in src)}")
+    elif op in _CMP:
+        if src[0].dtype is not src[1].dtype:
+            raise TypeError(f"{op} needs equal source dtypes, got {src[0].dtype} and {src[1].dtype}")
+        if dtype is not dtypes.bool.vec(src[0].dtype.count):
+            raise TypeError(f"{op} returns bool, got dtype {dtype}")
+    elif op is Ops.WHERE:
+        if src[0].dtype.scalar() is not dtypes.bool or src[1].dtype is not dtype or src[2].dtype is not dtype:
+            raise TypeError(f"WHERE needs (bool, {dtype}, {dtype}), got {tuple(s.dtype for s in src)}")
+    elif op in (Ops.SHL, Ops.SHR) and src[0].dtype is not dtype:
+        raise TypeError(f"{op} needs its first source of dtype {dtype}, got {src[0].dtype}")
+
+
+class UOpMetaClass(type):
+    """Hash-consing: UOp(...) with the same (op, dtype, src, arg, tag) returns the existing live node."""
+
+    ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                 tag: Any = None) -> UOp:  # fmt: skip
+        akey = ("-0.0",) if arg.__class__ is float and arg == 0.0 and math.copysign(1.0, arg) < 0 else arg
+        key = (op, dtype, src, akey, tag)
+        try:
+            if (wr := UOpMetaClass.ucache.get(key)) is not None and (ret := wr()) is not None:
+                return ret
+        except TypeError:
+            if src.__class__ is not tuple:
+                raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}") from None
+            raise TypeError(f"UOp {op}: arg and tag must be hashable, got arg={arg!r} tag={tag!r}") from None
+        if op in GroupOp.ALU:
+            _check_alu(op, dtype, src)
+        ret = type.__call__(cls, op, dtype, src, arg, tag)
+        UOpMetaClass.ucache[key] = weakref.ref(ret)
+        return ret
+
+
+class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
+    """An immutable IR node. Equal structure means the same object, so `a is b` is graph equality.
+
+    Note: `==`/`!=` are identity comparisons (needed for hashing); build comparison nodes with `.eq()` / `.ne()`.
+    """
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    tag: Any
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                 tag: Any = None) -> None:  # fmt: skip
+        if op.__class__ is not Ops:
+            raise TypeError(f"UOp op must be an Ops member, got {op!r}")
+        if not isinstance(dtype, DType):
+            raise TypeError(f"UOp {op}: dtype must be a DType, got {dtype!r}")
+        if src.__class__ is not tuple or not all(s.__class__ is UOp for s in src):
+            raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}")
+        self.__dict__.update(op=op, dtype=dtype, src=src, arg=arg, tag=tag)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable (tried to set {name}); use .replace()")
+
+    def __del__(self) -> None:
+        try:
+            akey = ("-0.0",) if self.arg.__class__ is float and self.arg == 0.0 and math.copysign(1.0, self.arg) < 0 \
+                else self.arg  # fmt: skip
+            key = (self.op, self.dtype, self.src, akey, self.tag)
+            if (wr := UOpMetaClass.ucache.get(key)) is not None and wr() in (None, self):
+                del UOpMetaClass.ucache[key]
+        except (AttributeError, KeyError, TypeError):
+            pass
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __bool__(self) -> bool:
+        v = self.simplify()
+        if v.op is Ops.CONST:
+            return bool(v.arg)
+        raise TypeError(f"symbolic {self.op} has no truth value: {v.render()}")
+
+    def __int__(self) -> int:
+        v = self.simplify()
+        if v.op is Ops.CONST:
+            return int(v.arg)
+        raise TypeError(f"symbolic {self.op} is not a concrete int: {v.render()}")
+
+    def __index__(self) -> int:
+        return self.__int__()
+
+    def __float__(self) -> float:
+        v = self.simplify()
+        if v.op is Ops.CONST:
+            return float(v.arg)
+        raise TypeError(f"symbolic {self.op} is not a concrete float: {v.render()}")
+
+    def replace(self, **kwargs: Any) -> UOp:
+        """A copy with some of op/dtype/src/arg/tag changed (returns self if nothing changes)."""
+        bad = set(kwargs) - {"op", "dtype", "src", "arg", "tag"}
+        if bad:
+            raise TypeError(f"replace got unknown fields {sorted(bad)}")
+        new = (kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src),
+               kwargs.get("arg", self.arg), kwargs.get("tag", self.tag))  # fmt: skip
+        if all(a is b for a, b in zip(new, (self.op, self.dtype, self.src, self.arg, self.tag), strict=True)):
+            return self
+        return UOp(*new)
+
+    def rtag(self, tag: Any = True) -> UOp:
+        """Same node with a different tag."""
+        return self.replace(tag=tag)
+
+    @functools.cached_property
+    def key(self) -> bytes:
+        """A stable content hash (sha256) of the whole graph, equal across processes."""
+        h = hashlib.sha256(str((self.op, self.dtype, self.arg, self.tag)).encode())
+        for s in self.src:
+            h.update(s.key)
+        return h.digest()
+
+    # ---- graph traversal --------------------------------------------------------------------------------------
+
+    def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+        """Every node reachable from self, sources before users (self last). `gate(u)` False stops descending."""
+        ret: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, visited = stack.pop()
+            if node in ret:
+                continue
+            if not visited:
+                if gate is None or gate(node):
+                    stack.append((node, True))
+                    for s in reversed(node.src):
+                        if s not in ret:
+                            stack.append((s, False))
+                else:
+                    ret[node] = None
+            else:
+                ret[node] = None
+        return ret
+
+    @functools.cached_property
+    def backward_slice(self) -> dict[UOp, None]:
+        """All nodes self depends on (excluding self)."""
+        ret = self.toposort()
+        del ret[self]
+        return ret
+
+    def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
+        """Replace nodes (keys) by other nodes (values) everywhere in the graph, rebuilding users."""
+        if not dvars:
+            return self
+        cache: dict[UOp, UOp] = {}
+        for u in self.toposort(gate=lambda u: u not in dvars):
+            if u in dvars:
+                cache[u] = dvars[u]
+                continue
+            new_src = tuple(cache[s] for s in u.src)
+            cache[u] = u if all(a is b for a, b in zip(new_src, u.src, strict=True)) else u.replace(src=new_src)
+        return cache[self]
+
+    def variables(self) -> list[UOp]:
+        """The DEFINE_VAR nodes of the graph (BINDs unwrapped), sorted by name."""
+        found = {u.src[0] if u.op is Ops.BIND else u: None for u in self.toposort() if u.op in (Ops.DEFINE_VAR,
+                 Ops.BIND)}  # fmt: skip
+        return sorted(found, key=lambda v: v.arg)
+
+    # ---- constructors -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def const(dtype: DType, b: ConstType | tuple[ConstType, ...], device: str | tuple[str, ...] | None = None,
+              shape: tuple[sint, ...] | None = None) -> UOp:  # fmt: skip
+        """A constant. Vector dtypes take a tuple (VCONST) or broadcast a scalar. With `device` it is a tensor-level
+        constant (shape ()), reshaped and expanded to `shape` if given."""
+        if isinstance(b, UOp):
+            return b.cast(dtype) if b.dtype is not dtype else b
+        if isinstance(b, tuple) and len(set(b)) == 1:
+            b = b[0]
+        if isinstance(b, float) and math.isnan(b):
+            b = math.nan
+        arg = dtypes.as_const(b, dtype if isinstance(b, tuple) else dtype.scalar())
+        src = (UOp(Ops.DEVICE, arg=device),) if device is not None else ()
+        ret = UOp(Ops.VCONST if isinstance(b, tuple) else Ops.CONST, dtype, src, arg)
+        if shape is not None:
+            if device is None:
+                raise ValueError("UOp.const with a shape needs a device")
+            ret = ret.reshape((1,) * len(shape)).expand(shape)
+        return ret
+
+    def const_like(self, b: ConstType) -> UOp:
+        """A constant of self's dtype; tensor-level nodes get a constant of the same device and shape."""
+        if self._shape is None or self.op in (Ops.DEFINE_VAR, Ops.BIND):
+            return UOp.const(self.dtype, b)
+        return UOp.const(self.dtype, b, self.device, self.shape)
+
+    @staticmethod
+    def full(shape: tuple[sint, ...], value: ConstType, dtype: DType, device: str | tuple[str, ...]) -> UOp:
+        """A tensor-level constant of `shape` on `device`."""
+        return UOp.const(dtype, value, device, tuple(shape))
+
+    @staticmethod
+    def variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType = dtypes.int32) -> UOp:
+        """A named symbolic integer with inclusive bounds [min_val, max_val] (a DEFINE_VAR)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"Variable name must be a non-empty str, got {name!r}")
+        if isinstance(min_val, UOp) or isinstance(max_val, UOp) or min_val > max_val:
+            raise ValueError(f"Variable {name}: need concrete min <= max, got [{min_val}, {max_val}]")
+        return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+
+    def bind(self, val: int) -> UOp:
+        """Attach a concrete value to a Variable (a BIND node); the value must be within its bounds."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"bind needs a Variable (DEFINE_VAR), got {self.op}")
+        if not isinstance(val, int) or not self.arg[1] <= val <= self.arg[2]:
+            raise ValueError(f"bind: value {val!r} out of range [{self.arg[1]}, {self.arg[2]}] of {self.arg[0]}")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(Variable, value) of a BIND node."""
+        if self.op is not Ops.BIND or self.src[1].op is not Ops.CONST:
+            raise TypeError(f"unbind needs a BIND of a const, got {self.op}")
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        """The name of a Variable (or of the variable a BIND binds)."""
+        v = self.src[0] if self.op is Ops.BIND else self
+        if v.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"expr: {self.op} is not a variable")
+        return str(v.arg[0])
+
+    @staticmethod
+    def range(end: sint, axis_id: Any, axis_type: AxisType = AxisType.LOOP, dtype: DType = dtypes.int32) -> UOp:
+        """A loop variable running over [0, end); arg = (axis_id, axis_type)."""
+        return UOp(Ops.RANGE, dtype, (sint_to_uop(end, dtype),), (axis_id, axis_type))
+
+    @staticmethod
+    def special(end: sint, name: str, dtype: DType = dtypes.int32) -> UOp:
+        """A GPU launch index (e.g. gidx0) running over [0, end)."""
+        return UOp(Ops.SPECIAL, dtype, (sint_to_uop(end, dtype),), name)
+
+    @staticmethod
+    def param(slot: int, dtype: DType, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
+        """A kernel buffer argument in PARAM slot `slot`; `dtype` is the element dtype or a pointer dtype."""
+        pdt = dtype if isinstance(dtype, PtrDType) else dtype.ptr(size, addrspace)
+        return UOp(Ops.PARAM, pdt, arg=slot)
+
+    @staticmethod
+    def unique(num: int | None = None) -> UOp:
+        """A fresh UNIQUE node (makes buffers with equal size/device distinct)."""
+        return UOp(Ops.UNIQUE, arg=next(_unique_counter) if num is None else num)
+
+    @staticmethod
+    def new_buffer(device: str | tuple[str, ...], size: int, dtype: DType, num: int | None = None) -> UOp:
+        """A new tensor-level BUFFER of `size` elements of `dtype` on `device` (shape (size,))."""
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"new_buffer: size must be a non-negative int, got {size!r}")
+        if not isinstance(device, (str, tuple)):
+            raise TypeError(f"new_buffer: device must be a str, got {device!r}")
+        return UOp(Ops.BUFFER, dtype, (UOp.unique(num), UOp(Ops.DEVICE, arg=device)), size)
+
+    def sink(self, *srcs: UOp, **kwargs: Any) -> UOp:
+        """SINK(self, *srcs): the root of a graph with several outputs. Use as `UOp.sink(a, b, arg=...)`."""
+        return UOp(Ops.SINK, dtypes.void, (self, *srcs), **kwargs)
+
+    def group(self, *srcs: UOp | None) -> UOp:
+        """GROUP(self, *srcs) (None entries dropped); a single node is returned as is."""
+        nodes = tuple(s for s in (self, *srcs) if s is not None)
+        return nodes[0] if len(nodes) == 1 else UOp(Ops.GROUP, dtypes.void, nodes)
+
+    # ---- kernel-level helpers ---------------------------------------------------------------------------------
+
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        """Build `op(self, *src)`; comparisons return bool; tensor-level sources must have equal shapes."""
+        srcs = (self, *src)
+        out_dtype = dtypes.bool.vec(self.dtype.count) if op in _CMP else srcs[-1].dtype if op is Ops.WHERE \
+            else self.dtype  # fmt: skip
+        if (s0 := self._shape) is not None or any(s._shape is not None for s in src):
+            shapes = [s._shape for s in srcs if s._shape is not None]
+            if len(set(shapes)) > 1:
+                raise ValueError(f"{op}: shape mismatch {' vs '.join(str(s) for s in shapes)} (no implicit broadcast)")
+            del s0
+        return UOp(op, out_dtype, srcs)
+
+    def cast(self, dtype: DType) -> UOp:
+        """Convert values to `dtype` (no-op if already that dtype)."""
+        return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        """Reinterpret the bits as `dtype`."""
+        return self if self.dtype is dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+    def index(self, *idx: UOp | int, valid: UOp | None = None, **kwargs: Any) -> UOp:
+        """INDEX(self, *idx[, valid]): a pointer to element `idx` of buffer `self`, gated by bool `valid`."""
+        srcs = tuple(sint_to_uop(i) for i in idx) + ((valid,) if valid is not None else ())
+        return UOp(Ops.INDEX, kwargs.pop("dtype", self.dtype), (self, *srcs), **kwargs)
+
+    def load(self, *src: UOp, **kwargs: Any) -> UOp:
+        """LOAD(self, *src): read through an INDEX; dtype defaults to the pointee dtype."""
+        dt = kwargs.pop("dtype", self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype)
+        return UOp(Ops.LOAD, dt, (self, *src), **kwargs)
+
+    def store(self, val: UOp | ConstType, *src: UOp, **kwargs: Any) -> UOp:
+        """STORE(self, val, *src): write `val` through an INDEX (void)."""
+        if not isinstance(val, UOp):
+            base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+            val = UOp.const(base, val)
+        return UOp(Ops.STORE, dtypes.void, (self, val, *src), **kwargs)
+
+    def end(self, *ranges: UOp) -> UOp:
+        """END(self, *ranges): closes loops after self (returns self if no ranges)."""
+        return UOp(Ops.END, dtypes.void, (self, *ranges)) if ranges else self
+
+    def after(self, *src: UOp, **kwargs: Any) -> UOp:
+        """AFTER(self, *src): self, ordered after `src`."""
+        return UOp(Ops.AFTER, self.dtype, (self, *src), **kwargs) if src else self
+
+    def barrier(self, *src: UOp) -> UOp:
+        """A BARRIER after self."""
+        return UOp(Ops.BARRIER, dtypes.void, (self, *src))
+
+    def reduce(self, *ranges: UOp, arg: Ops = Ops.ADD) -> UOp:
+        """Kernel-level REDUCE(self, *ranges) with ALU op `arg` (ADD, MUL, MAX)."""
+        if arg not in GroupOp.Reduce:
+            raise ValueError(f"reduce op must be one of {sorted(o.name for o in GroupOp.Reduce)}, got {arg}")
+        return UOp(Ops.REDUCE, self.dtype, (self, *ranges), arg) if ranges else self
+
+    def gep(self, i: int | tuple[int, ...]) -> UOp:
+        """Select lane(s) `i` of a vector."""
+        idx = (i,) if isinstance(i, int) else tuple(i)
+        if self.dtype.count == 1 and idx == (0,):
+            return self
+        for j in idx:
+            if not 0 <= j < self.dtype.count:
+                raise IndexError(f"gep lane {j} out of range for {self.dtype}")
+        return UOp(Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
+
+    def vectorize(self, *srcs: UOp) -> UOp:
+        """VECTORIZE(self, *srcs): lanes into a vector."""
+        allsrc = (self, *srcs)
+        if len(allsrc) == 1:
+            return self
+        if not all(s.dtype is self.dtype for s in allsrc):
+            raise TypeError(f"vectorize needs equal dtypes, got {[s.dtype for s in allsrc]}")
+        return UOp(Ops.VECTORIZE, self.dtype.vec(len(allsrc)), allsrc)
+
+    def broadcast(self, count: int) -> UOp:
+        """A vector with `count` copies of scalar self."""
+        return self if count == 1 else UOp(Ops.VECTORIZE, self.dtype.vec(count), (self,) * count)
+
+    @property
+    def buf_uop(self) -> UOp:
+        """The BUFFER under movement ops / AFTER / ASSIGN."""
+        u = self
+        while u.op is not Ops.BUFFER:
+            if not u.src:
+                raise RuntimeError(f"{self.op} is not backed by a BUFFER")
+            u = u.src[0]
+        return u
+
+    @property
+    def base(self) -> UOp:
+        """The node under any movement ops."""
+        u = self
+        while u.op in GroupOp.Movement:
+            u = u.src[0]
+        return u
+
+    # ---- symbolic helpers -------------------------------------------------------------------------------------
+
+    @property
+    def vmin(self) -> ConstType:
+        """Lower bound of the value (from dtype, constants, ranges and variables)."""
+        return self._min_max[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """Upper bound of the value."""
+        return self._min_max[1]
+
+    @functools.cached_property
+    def _min_max(self) -> tuple[ConstType, ConstType]:
+        from tg.ir.bounds import min_max
+
+        return min_max(self)
+
+    def const_factor(self) -> int:
+        """The largest known int factor of this expression (1 if none)."""
+        if self.op is Ops.CONST:
+            return int(self.arg)
+        if self.op is Ops.VCONST:
+            return math.gcd(*self.arg)
+        if self.op is Ops.ADD:
+            return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+        if self.op is Ops.MUL:
+            return self.src[0].arg if self.src[0].op is Ops.CONST else self.src[1].arg if self.src[1].op is Ops.CONST \
+                else 1  # fmt: skip
+        return 1
+
+    def divides(self, v: int) -> UOp | None:
+        """self / v if every term is exactly divisible by v, else None."""
+        if v == 1:
+            return self
+        if self.op is Ops.CONST:
+            return self.const_like(self.arg // v) if self.arg % v == 0 else None
+        if self.op is Ops.ADD:
+            d0, d1 = self.src[0].divides(v), self.src[1].divides(v)
+            return d0 + d1 if d0 is not None and d1 is not None else None
+        if self.op is Ops.MUL:
+            if (d0 := self.src[0].divides(v)) is not None:
+                return d0 * self.src[1]
+            if (d1 := self.src[1].divides(v)) is not None:
+                return self.src[0] * d1
+        return None
+
+    def pop_const(self) -> tuple[UOp, int]:
+        """Split `x + c` into (x, c) ((self, 0) when there's no trailing constant)."""
+        if self.op is Ops.ADD and self.src[1].op is Ops.CONST:
+            return self.src[0], self.src[1].arg
+        return self, 0
+
+    def split_uop(self, sep: Ops) -> Iterable[UOp]:
+        """Flatten a chain of `sep` ops into its terms."""
+        if self.op is sep:
+            for s in self.src:
+                yield from s.split_uop(sep)
+        else:
+            yield self
+
+    def simplify(self) -> UOp:
+        """Apply the symbolic rules to a fixed point."""
+        from tg.ir.symbolic import simplify
+
+        return simplify(self)
+
+    def ssimplify(self) -> UOp | ConstType:
+        """simplify(), returning a Python value when the result is a constant."""
+        ret = self.simplify()
+        return ret.arg if ret.op is Ops.CONST else ret
+
+    def sym_infer(self, var_vals: dict[Any, int]) -> ConstType:
+        """Evaluate with concrete values for the variables (keys: names or Variable UOps)."""
+        vals = {(k.expr if isinstance(k, UOp) else k): v for k, v in var_vals.items()}
+        cache: dict[UOp, Any] = {}
+        for u in self.toposort():
+            if u.op is Ops.CONST:
+                cache[u] = u.arg
+            elif u.op is Ops.DEFINE_VAR:
+                if u.arg[0] not in vals:
+                    raise KeyError(f"sym_infer: no value for variable {u.arg[0]!r}")
+                cache[u] = vals[u.arg[0]]
+            elif u.op is Ops.BIND:
+                cache[u] = vals.get(u.src[0].arg[0], cache[u.src[1]])
+            elif u.op is Ops.CAST:
+                cache[u] = exec_alu(Ops.ADD, u.dtype, (cache[u.src[0]], 0 if not dtypes.is_bool(u.dtype) else False))
+            elif u.op in GroupOp.ALU:
+                cache[u] = exec_alu(u.op, u.dtype, tuple(cache[s] for s in u.src))
+            else:
+                raise TypeError(f"sym_infer can't evaluate {u.op}")
+        return cache[self]
+
+    def render(self, simplify: bool = True) -> str:
+        """Render integer/boolean math as a readable C-like expression string."""
+        from tg.ir.printer import render_expr
+
+        return render_expr(self.simplify() if simplify else self)
+
+    def __repr__(self) -> str:
+        from tg.ir.printer import pretty_print
+
+        return pretty_print(self)
+
+
+_unique_counter = itertools.count()
+
+sint = int | UOp
+
+
+def Variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType = dtypes.int32) -> UOp:
+    """A named symbolic integer in [min_val, max_val]: `n = Variable("n", 1, 64); n.bind(10)`."""
+    return UOp.variable(name, min_val, max_val, dtype)
+
+
+def sint_to_uop(x: sint, dtype: DType = dtypes.int32) -> UOp:
+    """An int as a CONST of `dtype` (UOps pass through)."""
+    return x if isinstance(x, UOp) else UOp.const(dtype, x)
+
+
+def sym_infer(x: sint, var_vals: dict[Any, int]) -> int:
+    """Evaluate a symbolic int with concrete variable values (ints pass through)."""
+    return int(x.sym_infer(var_vals)) if isinstance(x, UOp) else x
+
+
+def ssimplify(x: sint) -> sint:
+    """simplify() a symbolic int, returning an int when it folds."""
+    if isinstance(x, UOp):
+        ret = x.ssimplify()
+        return int(ret) if not isinstance(ret, UOp) else ret
+    return x
+
+
+def resolve(x: UOp | bool, default: bool = True) -> bool:
+    """The truth value of a (possibly symbolic) bool: its bounds decide it, else `default`."""
+    if not isinstance(x, UOp):
+        return bool(x)
+    if x.dtype is not dtypes.bool:
+        raise TypeError(f"resolve needs a bool UOp, got {x.dtype}")
+    return bool(x.vmin) if x.vmin == x.vmax else default
+
+
+def smax(*lst: Any) -> sint:
+    """Max of ints and symbolic ints."""
+    items = argfix(*lst)
+    return max(items) if all(isinstance(x, int) for x in items) else functools.reduce(
+        lambda a, b: sint_to_uop(a).maximum(b), items)  # fmt: skip
+
+
+def smin(*lst: Any) -> sint:
+    """Min of ints and symbolic ints."""
+    items = argfix(*lst)
+    return min(items) if all(isinstance(x, int) for x in items) else functools.reduce(
+        lambda a, b: sint_to_uop(a).minimum(b), items)  # fmt: skip
+
+
+def sprod(x: Iterable[sint]) -> sint:
+    """Product of ints and symbolic ints."""
+    return prod(x)
+
+
+__all__ = ["UOp", "UOpMetaClass", "Variable", "cdiv", "cmod", "resolve", "sint", "sint_to_uop", "smax", "smin",
+           "ssimplify", "sym_infer"]  # fmt: skip

@@ -1,0 +1,139 @@
+import math
+import pickle
+import weakref
+
+import pytest
+
+from tg.ir import AxisType, Ops, UOp, Variable, dtypes, resolve, smax, smin, sym_infer
+from tg.ir import __all__ as ir_all
+
+
+def test_hash_consing_and_weakref() -> None:
+    a = UOp.const(dtypes.int32, 3)
+    b = UOp.const(dtypes.int32, 3)
+    assert a is b
+    assert (a + 1) is (b + 1)
+    r = weakref.ref(a)
+    assert r() is a
+    assert UOp.const(dtypes.float32, 0.0) is not UOp.const(dtypes.float32, -0.0)
+
+
+def test_eq_is_identity_and_eq_method_builds_node() -> None:
+    x = Variable("x", 0, 10)
+    assert x == x
+    assert x != Variable("y", 0, 10)
+    assert x.eq(3).op is Ops.CMPEQ and x.eq(3).dtype is dtypes.bool
+    assert x.ne(3).op is Ops.CMPNE
+    assert {x: 1}[Variable("x", 0, 10)] == 1
+
+
+def test_immutable() -> None:
+    x = Variable("x", 0, 10)
+    with pytest.raises(AttributeError, match="immutable"):
+        x.arg = 3  # type: ignore[misc]
+
+
+def test_operators_and_dtypes() -> None:
+    x = Variable("x", 0, 10)
+    assert (x + 1).op is Ops.ADD
+    assert (x * 2).op is Ops.MUL
+    assert (x // 2).op is Ops.IDIV
+    assert (x % 2).op is Ops.MOD
+    assert (x < 2).dtype is dtypes.bool
+    assert (3 - x).op is Ops.ADD
+    assert (x << 1).op is Ops.SHL and (x >> 1).op is Ops.SHR
+    assert (x & 1).op is Ops.AND and (x | 1).op is Ops.OR and (x ^ 1).op is Ops.XOR
+    assert (x < 3).where(x, 0).op is Ops.WHERE
+    f = UOp.const(dtypes.float32, 2.0)
+    assert f.sqrt().op is Ops.SQRT and f.exp2().op is Ops.EXP2 and f.log2().op is Ops.LOG2
+    assert f.sin().op is Ops.SIN and f.reciprocal().op is Ops.RECIPROCAL and f.trunc().op is Ops.TRUNC
+    assert (f / 2.0).op is Ops.FDIV
+    assert f.cast(dtypes.int32).dtype is dtypes.int32
+    assert f.bitcast(dtypes.uint32).op is Ops.BITCAST
+
+
+def test_ill_typed_raises() -> None:
+    x = Variable("x", 0, 10)
+    f = UOp.const(dtypes.float32, 1.0)
+    with pytest.raises(TypeError, match=r"Ops.ADD.*dtypes.int32.*dtypes.float32"):
+        UOp(Ops.ADD, dtypes.int32, (x, f))
+    with pytest.raises(TypeError, match="Python float"):
+        _ = x + 1.5
+    with pytest.raises(TypeError, match="WHERE"):
+        UOp(Ops.WHERE, dtypes.int32, (x, x, x))
+    with pytest.raises(TypeError, match="src must be a tuple"):
+        UOp(Ops.ADD, dtypes.int32, [x, x])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hashable"):
+        UOp(Ops.CUSTOM, arg=[1])
+
+
+def test_bounds() -> None:
+    x = Variable("x", 0, 10)
+    assert (x * 4 + 3).vmin == 3 and (x * 4 + 3).vmax == 43
+    assert (x // 3).vmax == 3
+    assert (x % 4).vmin == 0 and (x % 4).vmax == 3
+    assert (x - 20).vmin == -20
+    r = UOp.range(16, 0)
+    assert r.vmin == 0 and r.vmax == 15
+    assert resolve(x < 11) is True and resolve(x < 5) is True and resolve(x < 5, False) is False
+
+
+def test_variable_bind_sym_infer() -> None:
+    n = Variable("n", 1, 64)
+    bn = n.bind(10)
+    assert bn.op is Ops.BIND and bn.unbind() == (n, 10)
+    assert n.expr == "n"
+    with pytest.raises(ValueError, match="out of range"):
+        n.bind(100)
+    assert sym_infer(n * 3 + 1, {"n": 5}) == 16
+    assert sym_infer(n * 3 + 1, {n: 5}) == 16
+    assert sym_infer(7, {}) == 7
+    assert (n * 2 + bn).variables() == [n]
+
+
+def test_smax_smin() -> None:
+    assert smax(1, 5, 3) == 5 and smin((4, 2)) == 2
+    n = Variable("n", 1, 64)
+    assert isinstance(smax(n, 3), UOp)
+
+
+def test_substitute_replace_toposort() -> None:
+    x, y = Variable("x", 0, 10), Variable("y", 0, 10)
+    e = x * 2 + x
+    assert e.substitute({x: y}) is y * 2 + y
+    topo = list(e.toposort())
+    assert topo[-1] is e and topo.index(x) < topo.index(x * 2)
+    assert e.replace(arg=None) is e
+    assert e.replace(op=Ops.MUL).op is Ops.MUL
+
+
+def test_pickle_roundtrip_is_same_object() -> None:
+    x = Variable("x", 0, 10)
+    e = (x * 4 + 3) // 4
+    assert pickle.loads(pickle.dumps(e)) is e
+    assert pickle.loads(pickle.dumps(dtypes.float32.vec(4))) is dtypes.float32.vec(4)
+
+
+def test_repr_pastes_back() -> None:
+    x = Variable("x", 0, 10)
+    c = UOp.const(dtypes.float32, math.inf)
+    e = ((x * 4 + x) // 4).cast(dtypes.float32) + c
+    ns = {n: getattr(__import__("tg.ir", fromlist=["x"]), n) for n in ir_all}
+    ns["math"] = math
+    assert eval(repr(e), ns) is e
+
+
+def test_range_and_kernel_helpers() -> None:
+    buf = UOp.param(0, dtypes.float32, 16)
+    r = UOp.range(16, 0, AxisType.LOOP)
+    assert r.arg == (0, AxisType.LOOP)
+    ld = buf.index(r).load()
+    assert ld.dtype is dtypes.float32
+    st = buf.index(r).store(ld + 1.0).end(r)
+    assert st.op is Ops.END and st.src[0].op is Ops.STORE
+    red = ld.reduce(r, arg=Ops.ADD)
+    assert red.op is Ops.REDUCE and red.arg is Ops.ADD
+    s = UOp.sink(st, arg=None)
+    assert s.op is Ops.SINK
+    with pytest.raises(ValueError, match="reduce op"):
+        ld.reduce(r, arg=Ops.SUB)

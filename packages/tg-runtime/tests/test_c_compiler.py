@@ -191,6 +191,11 @@ def test_failing_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         CCompiler().compile("void k(void) {}")
 
 
+def test_load_error_is_clear() -> None:
+    with pytest.raises(RuntimeError, match="cannot load the compiled kernel 'bad'"):
+        CPUProgram("bad", b"not an ELF file")
+
+
 def test_missing_function_name() -> None:
     with pytest.raises(RuntimeError, match="no function named 'nope'"):
         CPUProgram("nope", CCompiler().compile(ADD_SRC))

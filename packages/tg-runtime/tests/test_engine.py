@@ -203,6 +203,8 @@ def test_lower_schedule_item_errors() -> None:
     method_cache[("CPU", ast)] = axpy_runner("axpy_err")
     with pytest.raises(ValueError, match="uses buffer slots"):
         lower_schedule_item(Item(ast, (new_buffer([0]),)))
+    with pytest.raises(ValueError, match="all be on one device"):
+        lower_schedule_item(Item(ast, (new_buffer([0]), new_buffer([0], "CPU:1"), new_buffer([0]))))
     with pytest.raises(ValueError, match="at least one buffer"):
         lower_schedule_item(Item(ast, ()))
     with pytest.raises(ValueError, match="destination, source"):

@@ -205,6 +205,8 @@ def lower_schedule_item(item: ScheduleItemLike) -> ExecItem:
     if ast.op is Ops.SINK:
         if not bufs:
             raise ValueError("a kernel schedule item needs at least one buffer (its output)")
+        if len(devices := {b.device for b in bufs}) > 1:
+            raise ValueError(f"a kernel's buffers must all be on one device, got {sorted(devices)}; copy them first")
         runner = get_runner(bufs[0].device, ast)
         try:
             kernel_bufs = [bufs[slot] for slot in runner.p.globals]

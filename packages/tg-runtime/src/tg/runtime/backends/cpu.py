@@ -12,6 +12,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
+from tg.ir.helpers import cache_dir
 from tg.runtime.c_compiler import CCompiler
 from tg.runtime.device import BufferSpec, Compiled, LRUAllocator, Program, check_device_index
 
@@ -57,6 +58,28 @@ class CPUAllocator(LRUAllocator["CPUDevice"]):
         return src.mv
 
 
+def load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
+    """dlopen the bytes of a shared object (through a temporary file, unlinked once loaded).
+
+    The system temp dir is tried first, then the tg cache dir (for systems whose /tmp is mounted noexec).
+    """
+    errors = []
+    for folder in (None, str(cache_dir() / "tmp")):
+        try:
+            if folder is not None:
+                os.makedirs(folder, exist_ok=True)
+            fd, path = tempfile.mkstemp(prefix=f"tg-{name}-", suffix=".so", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(lib)
+                return ctypes.CDLL(path)
+            finally:
+                os.unlink(path)
+        except OSError as e:
+            errors.append(f"{folder or tempfile.gettempdir()}: {e}")
+    raise RuntimeError(f"cannot load the compiled kernel {name!r}: " + "; ".join(errors))
+
+
 class CPUProgram(Program):
     """A C kernel in a shared object, loaded with ctypes.
 
@@ -66,14 +89,7 @@ class CPUProgram(Program):
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        # dlopen needs a file; it can be unlinked once loaded
-        fd, path = tempfile.mkstemp(prefix=f"tg-{name}-", suffix=".so")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            self._dll = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)
+        self._dll = load_shared_object(name, lib)
         try:
             self.fxn: Any = getattr(self._dll, name)
         except AttributeError as e:

@@ -1,0 +1,169 @@
+"""Rewrite rules that replace ops and dtypes a renderer lacks by ones it has.
+
+Every rule group is built for a renderer's declared capabilities (`supported_ops`, `native_float_dtypes`), so a
+target that has an op never sees its decomposition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import Ops
+from tg.ir.pattern import PatternMatcher, UPat
+from tg.ir.uop import UOp
+
+# *** gates: afterwards a gated INDEX appears only as LOAD(INDEX(buf, idx), alt, gate) / STORE(INDEX, value, gate) ***
+
+
+def _gate_load(load: UOp) -> UOp | None:
+    idx = load.src[0]
+    if idx.op is not Ops.INDEX or len(idx.src) != 3 or len(load.src) != 1:
+        return None
+    valid = idx.src[2]
+    if valid.dtype != dtypes.bool:
+        raise TypeError(f"INDEX gate must be bool, got {valid.dtype}")
+    plain = idx.replace(src=idx.src[:2])
+    return UOp(Ops.LOAD, load.dtype, (plain, UOp.const(load.dtype, 0), valid), load.arg)
+
+
+def _gate_store(store: UOp) -> UOp | None:
+    idx = store.src[0]
+    if idx.op is not Ops.INDEX or len(idx.src) != 3 or len(store.src) != 2:
+        return None
+    return UOp(Ops.STORE, dtypes.void, (idx.replace(src=idx.src[:2]), store.src[1], idx.src[2]), store.arg)
+
+
+pm_gates = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), _gate_load),
+    (UPat(Ops.STORE, name="store"), _gate_store),
+])  # fmt: skip
+
+
+# *** threefry: afterwards THREEFRY(x: uint64, key: uint64) is uint32 adds, xors and rotates ***
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_KEY_PARITY = 0x1BD11BDA
+
+
+def threefry2x32(x: UOp, key: UOp) -> UOp:
+    """Threefry-2x32, 20 rounds, on the 32-bit halves of `x` keyed by the halves of `key` (result: hi << 32 | lo)."""
+    u32, u64 = dtypes.uint32, dtypes.uint64
+    x0, x1 = x.cast(u32), (x >> UOp.const(u64, 32)).cast(u32)
+    k0, k1 = key.cast(u32), (key >> UOp.const(u64, 32)).cast(u32)
+    schedule = (k0, k1, k0 ^ k1 ^ UOp.const(u32, _KEY_PARITY))
+
+    def c(v: int) -> UOp:
+        return UOp.const(u32, v)
+
+    x0, x1 = x0 + schedule[0], x1 + schedule[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << c(r)) | (x1 >> c(32 - r))) ^ x0
+        x0 = x0 + schedule[(i + 1) % 3]
+        x1 = x1 + schedule[(i + 2) % 3] + c(i + 1)
+    return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
+
+
+# *** op decompositions: afterwards only ops in the renderer's supported set remain ***
+
+
+def _neg(x: UOp) -> UOp:
+    return x.ne(True) if x.dtype == dtypes.bool else UOp(Ops.MUL, x.dtype, (x, UOp.const(x.dtype, -1)))
+
+
+def _trunc(x: UOp) -> UOp:
+    # floats at or beyond 2**mantissa_bits are integers already; below it a round trip through an int truncates
+    mantissa = dtypes.finfo(x.dtype)[1]
+    it = dtypes.int64 if x.dtype.itemsize > 4 else dtypes.int32
+    big = UOp(Ops.CMPLT, dtypes.bool, (UOp.const(x.dtype, 2.0**mantissa), _fabs(x)))
+    return UOp(Ops.WHERE, x.dtype, (big, x, x.cast(it).cast(x.dtype)))
+
+
+def _fabs(x: UOp) -> UOp:
+    return UOp(Ops.WHERE, x.dtype, (UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, 0.0))), _neg(x), x))
+
+
+def op_decompositions(supported: frozenset[Ops]) -> PatternMatcher:
+    """Rules that rewrite each ALU op missing from `supported` in terms of present ones."""
+    rules: list[tuple[UPat, Callable[..., Any]]] = []
+
+    def add(op: Ops, fn: Callable[[UOp], UOp | None]) -> None:
+        if op not in supported:
+            rules.append((UPat(op, name="x"), fn))
+
+    add(Ops.THREEFRY, lambda x: threefry2x32(x.src[0], x.src[1]))
+    add(Ops.MULACC, lambda x: x.src[0] * x.src[1] + x.src[2])
+    add(Ops.SUB, lambda x: x.src[0] + (x.src[1].alu(Ops.NEG) if Ops.NEG in supported else _neg(x.src[1])))
+    add(Ops.NEG, lambda x: _neg(x.src[0]))
+    add(Ops.FDIV, lambda x: x.src[0] * x.src[1].alu(Ops.RECIPROCAL) if Ops.RECIPROCAL in supported else None)
+    add(Ops.RECIPROCAL, lambda x: UOp.const(x.dtype, 1.0).alu(Ops.FDIV, x.src[0]) if Ops.FDIV in supported else None)
+    add(Ops.CMPEQ, lambda x: x.src[0].ne(x.src[1]).ne(True))
+    add(Ops.MAX, lambda x: (x.src[0] < x.src[1]).where(x.src[1], x.src[0]))
+    add(Ops.TRUNC, lambda x: _trunc(x.src[0]) if dtypes.is_float(x.dtype) else x.src[0])
+    add(Ops.POW, lambda x: x.src[0].log2().mul(x.src[1]).exp2())
+    return PatternMatcher(rules)
+
+
+# *** narrow floats: afterwards a dtype the target can't compute in is only loaded, stored, selected and cast to
+# or from float32; its arithmetic happens in float32 and is rounded back after every op ***
+
+_FLOAT_MATH = frozenset(
+    {
+        Ops.ADD,
+        Ops.SUB,
+        Ops.MUL,
+        Ops.FDIV,
+        Ops.MAX,
+        Ops.MULACC,
+        Ops.NEG,
+        Ops.RECIPROCAL,
+        Ops.SQRT,
+        Ops.EXP2,
+        Ops.LOG2,
+        Ops.SIN,
+        Ops.TRUNC,
+        Ops.POW,
+        Ops.IDIV,
+        Ops.MOD,
+    }
+)
+
+
+def float_emulation(native: frozenset[DType]) -> PatternMatcher:
+    """Rules that compute float dtypes not in `native` (float16, bfloat16, fp8) in float32."""
+    f32 = dtypes.float32
+
+    def emulated(dt: DType) -> bool:
+        return dtypes.is_float(dt) and dt.scalar() not in native and dt.scalar() is not f32
+
+    def math_in_f32(x: UOp) -> UOp | None:
+        if not emulated(x.dtype):
+            return None
+        return UOp(x.op, f32, tuple(s.cast(f32) for s in x.src), x.arg).cast(x.dtype)
+
+    def compare_in_f32(x: UOp) -> UOp | None:
+        if not emulated(x.src[0].dtype):
+            return None
+        return UOp(x.op, dtypes.bool, tuple(s.cast(f32) for s in x.src), x.arg)
+
+    def cast_via_f32(x: UOp) -> UOp | None:
+        src_dt = x.src[0].dtype
+        if src_dt is f32 or x.dtype is f32 or not (emulated(x.dtype) or emulated(src_dt)):
+            return None
+        return x.src[0].cast(f32).cast(x.dtype)
+
+    return PatternMatcher([
+        (UPat(tuple(_FLOAT_MATH), name="x"), math_in_f32),
+        (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), name="x"), compare_in_f32),
+        (UPat(Ops.CAST, name="x"), cast_via_f32),
+    ])  # fmt: skip
+
+
+# *** cleanups: afterwards no CAST is to its own dtype ***
+
+pm_cleanups = PatternMatcher([
+    (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype is x.dtype else None),
+])  # fmt: skip

@@ -1,0 +1,160 @@
+"""Loop-structure passes: one END per range, reductions as accumulators, and shared ranges made unambiguous.
+
+After these passes a kernel has no REDUCE: every loop is a RANGE closed by exactly one single-range END, and every
+value that crosses a loop boundary goes through memory (a DEFINE_REG accumulator ordered with AFTER).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from tg.ir.dtype import AddrSpace, ConstType, DType, dtypes
+from tg.ir.ops import Ops
+from tg.ir.pattern import PatternMatcher, UPat
+from tg.ir.uop import UOp
+
+
+def open_ranges(root: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For every node under `root`: the RANGEs it depends on that no END between them and the node has closed."""
+    ret: dict[UOp, frozenset[UOp]] = {}
+    for u in root.toposort():
+        s: frozenset[UOp] = frozenset().union(*(ret[x] for x in u.src))
+        if u.op is Ops.RANGE:
+            s = s | {u}
+        elif u.op is Ops.END:
+            s = s - set(u.src[1:])
+        ret[u] = s
+    return ret
+
+
+def axis_id(r: UOp) -> int:
+    """The axis number of a RANGE (first element of its arg)."""
+    return r.arg[0] if isinstance(r.arg, tuple) else int(r.arg)
+
+
+# *** split ENDs: afterwards every END closes exactly one range, outer ranges (lower axis ids) outside ***
+
+
+def _split_end(e: UOp) -> UOp | None:
+    if len(e.src) <= 2:
+        return None
+    ret = e.src[0]
+    for r in sorted(e.src[1:], key=axis_id, reverse=True):
+        ret = UOp(Ops.END, dtypes.void, (ret, r))
+    return ret
+
+
+pm_split_ends = PatternMatcher([(UPat(Ops.END, name="e"), _split_end)])
+
+
+# *** reduce to accumulator: afterwards no REDUCE remains; each became a register initialised, updated, read ***
+
+
+def identity_element(op: Ops, dt: DType) -> ConstType:
+    """The value `x` with `op(x, y) == y` for every `y` of dtype `dt` (0 for ADD, 1 for MUL, the minimum for MAX)."""
+    if op is Ops.ADD:
+        return False if dt == dtypes.bool else 0.0 if dtypes.is_float(dt) else 0
+    if op is Ops.MUL:
+        return True if dt == dtypes.bool else 1.0 if dtypes.is_float(dt) else 1
+    if op is Ops.MAX:
+        return dt.min
+    raise ValueError(f"REDUCE op must be ADD, MUL or MAX, got {op}")
+
+
+def _combine(op: Ops, acc: UOp, x: UOp) -> UOp:
+    # bool accumulators: ADD is OR, MUL is AND, MAX is OR (C's _Bool arithmetic would also do, this is explicit)
+    if acc.dtype == dtypes.bool and op in (Ops.ADD, Ops.MAX):
+        return UOp(Ops.OR, dtypes.bool, (acc, x))
+    if acc.dtype == dtypes.bool and op is Ops.MUL:
+        return UOp(Ops.AND, dtypes.bool, (acc, x))
+    return UOp(op, acc.dtype, (acc, x))
+
+
+def reduce_to_accumulator(ctx: itertools.count, red: UOp) -> UOp:
+    """REDUCE(value, *ranges) -> a one-element register: set to the identity, combined with `value` in the loop."""
+    value, reduce_ranges = red.src[0], red.src[1:]
+    if red.arg not in (Ops.ADD, Ops.MUL, Ops.MAX):
+        raise ValueError(f"REDUCE arg must be Ops.ADD, Ops.MUL or Ops.MAX, got {red.arg!r}")
+    for r in reduce_ranges:
+        if r.op is not Ops.RANGE:
+            raise ValueError(f"REDUCE sources after the value must be RANGEs, got {r.op}")
+    if not reduce_ranges:
+        return value
+    # the accumulator is re-initialised on every iteration of the loops the value depends on (outside the reduce)
+    outer = sorted(open_ranges(value)[value] - set(reduce_ranges), key=axis_id)
+    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), next(ctx))
+    zero = UOp.const(dtypes.int32, 0)
+    init_target = UOp(Ops.AFTER, acc.dtype, (acc, *outer)) if outer else acc
+    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (init_target, zero)),
+                                        UOp.const(red.dtype, identity_element(red.arg, red.dtype))))  # fmt: skip
+    in_loop = UOp(Ops.AFTER, acc.dtype, (acc, init, *reduce_ranges))
+    slot = UOp(Ops.INDEX, acc.dtype, (in_loop, zero))
+    update: UOp = UOp(Ops.STORE, dtypes.void, (slot, _combine(red.arg, UOp(Ops.LOAD, red.dtype, (slot,)), value)))
+    for r in sorted(reduce_ranges, key=axis_id, reverse=True):
+        update = UOp(Ops.END, dtypes.void, (update, r))
+    done = UOp(Ops.AFTER, acc.dtype, (acc, update))
+    return UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, acc.dtype, (done, zero)),))
+
+
+pm_reduce_to_accumulator = PatternMatcher([(UPat(Ops.REDUCE, name="red"), reduce_to_accumulator)])
+
+
+# *** merge/clone shared ranges: afterwards each RANGE has exactly one END ***
+
+
+def _substitute_range(root: UOp, old: UOp, new: UOp, stop: set[UOp]) -> UOp:
+    """Rebuild `root` with RANGE `old` replaced by `new`, without entering the nodes in `stop` (they keep `old`)."""
+    uses_old: dict[UOp, bool] = {}
+    for u in root.toposort():
+        uses_old[u] = u is old or (u not in stop and any(uses_old[s] for s in u.src))
+    memo: dict[UOp, UOp] = {}
+
+    def go(u: UOp) -> UOp:
+        if u is old:
+            return new
+        if not uses_old[u]:
+            return u
+        if (m := memo.get(u)) is None:
+            memo[u] = m = u.replace(src=tuple(go(s) for s in u.src))
+        return m
+
+    return go(root)
+
+
+def _ends_by_range(sink: UOp) -> dict[UOp, list[UOp]]:
+    ret: dict[UOp, list[UOp]] = {}
+    for u in sink.toposort():
+        if u.op is Ops.END:
+            for r in u.src[1:]:
+                ret.setdefault(r, []).append(u)
+    return ret
+
+
+def unify_ends(sink: UOp) -> UOp:
+    """Make every RANGE closed by one END: independent ENDs of one range merge (their bodies become a GROUP), an END
+    that depends on another END of the same range gets a fresh copy of the range."""
+    for _ in range(1000):
+        shared = next(((r, es) for r, es in _ends_by_range(sink).items() if len(es) > 1), None)
+        if shared is None:
+            return sink
+        r, ends = shared
+        first, second = ends[0], ends[1]
+        if first in set(second.toposort()) or second in set(first.toposort()):
+            later = second if first in set(second.toposort()) else first
+            next_axis = 1 + max((axis_id(u) for u in sink.toposort() if u.op is Ops.RANGE), default=-1)
+            arg = (next_axis, *r.arg[1:]) if isinstance(r.arg, tuple) else next_axis
+            fresh = UOp(Ops.RANGE, r.dtype, r.src, arg)
+            stop = {e for e in ends if e is not later}
+            sink = sink.substitute({later: _substitute_range(later, r, fresh, stop)})
+        else:
+            independent = [e for e in ends if not any(e in set(o.toposort()) for o in ends if o is not e)]
+            merged = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in independent)), r))
+            sink = sink.substitute({e: merged for e in independent})
+    raise RuntimeError("unify_ends did not converge (ranges shared in a cycle?)")
+
+
+def ranges_of(nodes: Iterable[UOp]) -> list[UOp]:
+    """All RANGEs under `nodes`, sorted by axis id."""
+    found = {u for n in nodes for u in n.toposort() if u.op is Ops.RANGE}
+    return sorted(found, key=axis_id)

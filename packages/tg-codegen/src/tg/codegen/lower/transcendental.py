@@ -1,0 +1,167 @@
+"""Polynomial decompositions of EXP2, LOG2, SIN and SQRT for targets without them.
+
+The C and PYTHON targets have these ops natively (libm / math); these rules are for targets that don't. They work
+on float32 and float64 (narrower floats are computed in float32 by the float emulation rules first).
+Accuracy: a few ulp for EXP2, LOG2 and SQRT over the whole range; SIN reduces its argument with a three-part
+pi/2 (Cody-Waite), so it is accurate to a few ulp for |x| up to about 4e3 (float32) / 1e8 (float64) and loses
+precision beyond.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import Ops
+from tg.ir.pattern import PatternMatcher, UPat
+from tg.ir.uop import UOp
+
+# pi/2 to 60 digits, split into pieces with few significant bits so that k * piece is exact in the float type
+_HALF_PI = Fraction("1.57079632679489661923132169163975144209858469968755291048747229615")
+
+
+def _split(value: Fraction, bits: int, parts: int) -> list[float]:
+    ret: list[float] = []
+    rest = value
+    for _ in range(parts - 1):
+        exp = math.floor(math.log2(float(rest)))
+        scale = Fraction(2) ** (bits - 1 - exp)
+        piece = Fraction(math.floor(rest * scale)) / scale
+        ret.append(float(piece))
+        rest -= piece
+    ret.append(float(rest))
+    return ret
+
+
+_PIO2 = {dtypes.float32: _split(_HALF_PI, 12, 3), dtypes.float64: _split(_HALF_PI, 26, 3)}
+# (int type, mantissa bits, exponent bias, degree of the series) per float type
+_FMT = {dtypes.float32: (dtypes.int32, 23, 127), dtypes.float64: (dtypes.int64, 52, 1023)}
+
+
+def _c(dt: DType, v: float) -> UOp:
+    return UOp.const(dt, v)
+
+
+def _where(c: UOp, a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.WHERE, a.dtype, (c, a, b))
+
+
+def _lt(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.CMPLT, dtypes.bool, (a, b))
+
+
+def _isnan(x: UOp) -> UOp:
+    return UOp(Ops.CMPNE, dtypes.bool, (x, x))
+
+
+def _horner(x: UOp, coeffs: list[float]) -> UOp:
+    """coeffs[0] + coeffs[1]*x + ... evaluated by Horner's rule."""
+    acc = _c(x.dtype, coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        acc = acc * x + _c(x.dtype, c)
+    return acc
+
+
+def _pow2i(n: UOp, dt: DType) -> UOp:
+    """2**n for an integer n inside the normal exponent range, built from its bits."""
+    it, mant, bias = _FMT[dt]
+    return ((n + UOp.const(it, bias)) << UOp.const(it, mant)).bitcast(dt)
+
+
+def _floor_int(x: UOp, it: DType) -> UOp:
+    t = x.cast(it)
+    return _where(_lt(x, t.cast(x.dtype)), t - UOp.const(it, 1), t)
+
+
+def exp2_poly(x: UOp) -> UOp:
+    """2**x: split x = n + f with f in [0, 1), 2**f by its Taylor series, scale by 2**n through the exponent bits."""
+    dt = x.dtype
+    it, _, bias = _FMT[dt]
+    hi, lo = float(bias + 1), -float(bias + _FMT[dt][1] + 2)
+    xc = _where(_lt(x, _c(dt, lo)), _c(dt, lo), _where(_lt(_c(dt, hi), x), _c(dt, hi), _where(_isnan(x), _c(dt, 0), x)))
+    n = _floor_int(xc, it)
+    f = (xc - n.cast(dt)) * _c(dt, math.log(2))
+    degree = 11 if dt is dtypes.float32 else 19
+    p = _horner(f, [1 / math.factorial(i) for i in range(degree + 1)])
+    half = n >> UOp.const(it, 1)
+    r = p * _pow2i(half, dt) * _pow2i(n - half, dt)
+    r = _where(_lt(x, _c(dt, lo + 1)), _c(dt, 0.0), r)
+    r = _where(_lt(x, _c(dt, hi)), r, _c(dt, math.inf))
+    return _where(_isnan(x), x, r)
+
+
+def log2_poly(x: UOp) -> UOp:
+    """log2(x): exponent from the bits, mantissa m in [sqrt(1/2), sqrt(2)), log via the atanh series of (m-1)/(m+1)."""
+    dt = x.dtype
+    it, mant, bias = _FMT[dt]
+    tiny = _lt(x, _c(dt, 2.0 ** (1 - bias)))
+    scaled = _where(tiny, x * _c(dt, 2.0**64), x)
+    bits = scaled.bitcast(it)
+    e = (bits >> UOp.const(it, mant)) - UOp.const(it, bias)
+    m = ((bits & UOp.const(it, (1 << mant) - 1)) | UOp.const(it, bias << mant)).bitcast(dt)
+    big = _lt(_c(dt, math.sqrt(2)), m)
+    m = _where(big, m * _c(dt, 0.5), m)
+    e = _where(big, e + UOp.const(it, 1), e)
+    s = (m - _c(dt, 1.0)) / (m + _c(dt, 1.0))
+    terms = 6 if dt is dtypes.float32 else 12
+    series = s * _horner(s * s, [1 / (2 * k + 1) for k in range(terms)])
+    r = e.cast(dt) + series * _c(dt, 2 / math.log(2))
+    r = _where(tiny, r - _c(dt, 64.0), r)
+    r = _where(x.ne(_c(dt, math.inf)), r, x)
+    r = _where(x.ne(_c(dt, 0.0)), r, _c(dt, -math.inf))
+    return _where(_lt(x, _c(dt, 0.0)) | _isnan(x), _c(dt, math.nan), r)
+
+
+def sin_poly(x: UOp) -> UOp:
+    """sin(x): x = k*pi/2 + r with |r| <= pi/4 (three-part Cody-Waite), then the sin or cos series of r by k mod 4."""
+    dt = x.dtype
+    it = _FMT[dt][0]
+    finite = _lt(x - x, _c(dt, 1.0))  # false for inf and nan
+    xs = _where(finite, x, _c(dt, 0.0))
+    kf = xs * _c(dt, 2 / math.pi)
+    k = _floor_int(kf + _c(dt, 0.5), it)
+    kd = k.cast(dt)
+    r = xs
+    for piece in _PIO2[dt]:
+        r = r - kd * _c(dt, piece)
+    r2 = r * r
+    n = 6 if dt is dtypes.float32 else 10
+    sin_r = r * _horner(r2, [(-1) ** i / math.factorial(2 * i + 1) for i in range(n)])
+    cos_r = _horner(r2, [(-1) ** i / math.factorial(2 * i) for i in range(n + 1)])
+    q = k & UOp.const(it, 3)
+    val = _where(q.ne(UOp.const(it, 0)), _where(q.ne(UOp.const(it, 1)),
+                 _where(q.ne(UOp.const(it, 2)), -cos_r, -sin_r), cos_r), sin_r)  # fmt: skip
+    return _where(finite, val, _c(dt, math.nan))
+
+
+def sqrt_poly(x: UOp) -> UOp:
+    """sqrt(x): an estimate from halving the exponent bits, then Newton steps y = (y + x/y) / 2."""
+    dt = x.dtype
+    it, _, bias = _FMT[dt]
+    tiny = _lt(x, _c(dt, 2.0 ** (1 - bias)))
+    xs = _where(tiny, x * _c(dt, 2.0**64), x)
+    magic = 0x1FBD1DF5 if dt is dtypes.float32 else 0x1FF7A3BEA91D9B1B
+    y = ((xs.bitcast(it) >> UOp.const(it, 1)) + UOp.const(it, magic)).bitcast(dt)
+    for _ in range(4 if dt is dtypes.float32 else 6):
+        y = (y + xs / y) * _c(dt, 0.5)
+    y = _where(tiny, y * _c(dt, 2.0**-32), y)
+    y = _where(x.ne(_c(dt, math.inf)), y, x)
+    y = _where(x.ne(_c(dt, 0.0)), y, x)
+    return _where(_lt(x, _c(dt, 0.0)) | _isnan(x), _c(dt, math.nan), y)
+
+
+_POLY: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: exp2_poly, Ops.LOG2: log2_poly, Ops.SIN: sin_poly,
+                                          Ops.SQRT: sqrt_poly}  # fmt: skip
+
+
+def transcendental_rules(supported: frozenset[Ops]) -> PatternMatcher:
+    """Rules replacing each of EXP2/LOG2/SIN/SQRT missing from `supported` (float32/float64 only)."""
+    rules: list[tuple[UPat, Callable[..., Any]]] = []
+    for op, fn in _POLY.items():
+        if op not in supported:
+            rules.append((UPat(op, dtype=(dtypes.float32, dtypes.float64), name="x"),
+                          lambda x, fn=fn: fn(x.src[0])))  # fmt: skip
+    return PatternMatcher(rules)

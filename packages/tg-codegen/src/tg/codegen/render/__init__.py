@@ -1,0 +1,1 @@
+"""Renderers: `renderer.Renderer` (the base), `cstyle.ClangRenderer` (C), `python.PythonRenderer` (PYTHON)."""

@@ -1,0 +1,330 @@
+"""C-family renderers: `CStyleLanguage` (shared by every C dialect) and `ClangRenderer` (plain C for the CPU).
+
+The kernel is one function, `void name(T* restrict data0, ..., const int var0)`: buffers in PARAM slot order, then
+the DEFINE_VAR values sorted by name. Each value that is used once is inlined into its user; values used more than
+once, loads and stores become statements. float16 and bfloat16 are stored as `unsigned short` bit patterns and
+converted to and from float with small inline functions (using the compiler's `_Float16` where it has one).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import Counter
+from collections.abc import Callable
+
+from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
+from tg.ir.floats import f32_to_bf16_bits, truncate
+from tg.ir.ops import Ops
+from tg.ir.uop import UOp
+
+_HALF_FUNCS = r"""#ifdef __FLT16_MANT_DIG__
+static inline float tg_h2f(unsigned short h) {
+  _Float16 v; __builtin_memcpy(&v, &h, 2); return (float)v;
+}
+static inline unsigned short tg_f2h(float f) {
+  _Float16 v = (_Float16)f; unsigned short h; __builtin_memcpy(&h, &v, 2); return h;
+}
+#else
+static inline float tg_h2f(unsigned short h) {
+  unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 0x1fu) u = s | 0x7f800000u | (m << 13);
+  else if (e != 0) u = s | ((e + 112u) << 23) | (m << 13);
+  else if (m == 0) u = s;
+  else { e = 113u; while (!(m & 0x400u)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 0x3ffu) << 13); }
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+static inline unsigned short tg_f2h(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  unsigned int s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (unsigned short)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);
+  if (a < 0x38800000u) {
+    if (a <= 0x33000000u) return (unsigned short)s;
+    unsigned int e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
+    unsigned int q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (unsigned short)(s | q);
+  }
+  unsigned int r = a - 0x38000000u;
+  r += 0xfffu + ((r >> 13) & 1u);
+  return (unsigned short)(s | (r >> 13));
+}
+#endif"""
+
+_BF16_FUNCS = r"""static inline float tg_bf2f(unsigned short b) {
+  unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+static inline unsigned short tg_f2bf(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(((u >> 16) & 0x8000u) | 0x7fc0u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}"""
+
+# results of these dtypes are cast back after every ALU op: C promotes them to int, the IR wraps per op
+_NARROW = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
+
+
+def _float_literal(v: float, dt: DType) -> str:
+    """The shortest decimal that reads back as exactly `v` in `dt` (float32 gets an `f` suffix)."""
+    if dt is dtypes.float64:
+        return repr(v) if ("." in repr(v) or "e" in repr(v)) else repr(v) + ".0"
+    for digits in range(1, 10):
+        s = f"{v:.{digits}g}"
+        if truncate[dtypes.float32](float(s)) == v:
+            break
+    if "." not in s and "e" not in s:
+        s += ".0"
+    return s + "f"
+
+
+class CStyleLanguage(Renderer):
+    """The base of C-like renderers: statement building, naming, constants, casts and the ALU op table."""
+
+    kernel_prefix: str = "void"
+    buffer_prefix: str = ""
+    buffer_suffix: str = " restrict"
+    var_prefix: str = "const "
+    infinity: dict[DType, str] = {dtypes.float32: "__builtin_inff()", dtypes.float64: "__builtin_inf()"}
+    nan: dict[DType, str] = {dtypes.float32: '__builtin_nanf("")', dtypes.float64: '__builtin_nan("")'}
+    type_map: dict[DType, str] = {
+        dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+        dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float32: "float",
+        dtypes.float64: "double", dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short",
+    }  # fmt: skip
+    # C spelling of math functions by dtype (float32, float64)
+    math_funcs: dict[Ops, tuple[str, str]] = {
+        Ops.EXP2: ("exp2f", "exp2"), Ops.LOG2: ("log2f", "log2"), Ops.SIN: ("sinf", "sin"),
+        Ops.SQRT: ("sqrtf", "sqrt"), Ops.TRUNC: ("truncf", "trunc"), Ops.POW: ("powf", "pow"),
+    }  # fmt: skip
+    code_for_op: dict[Ops, Callable[..., str]] = {
+        Ops.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
+        Ops.RECIPROCAL: lambda x, dt: f"({'1.0f' if dt == dtypes.float32 else '1.0'}/{x})",
+        Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.SUB: lambda a, b, dt: f"({a}-{b})",
+        Ops.MUL: lambda a, b, dt: f"({a}*{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
+        Ops.IDIV: lambda a, b, dt: f"({a}/{b})",
+        Ops.MOD: lambda a, b, dt: f"fmod{'f' if dt == dtypes.float32 else ''}({a}, {b})" if dtypes.is_float(dt)
+        else f"({a}%{b})",
+        Ops.MAX: lambda a, b, dt: f"((({a}>={b})||({a}!={a}))?{a}:{b})" if dtypes.is_float(dt)
+        else f"(({a}>{b})?{a}:{b})",
+        Ops.CMPLT: lambda a, b, dt: f"({a}<{b})", Ops.CMPNE: lambda a, b, dt: f"({a}!={b})",
+        Ops.CMPEQ: lambda a, b, dt: f"({a}=={b})", Ops.AND: lambda a, b, dt: f"({a}&{b})",
+        Ops.OR: lambda a, b, dt: f"({a}|{b})", Ops.XOR: lambda a, b, dt: f"({a}^{b})",
+        Ops.SHL: lambda a, b, dt: f"({a}<<{b})", Ops.SHR: lambda a, b, dt: f"({a}>>{b})",
+        Ops.WHERE: lambda c, a, b, dt: f"({c}?{a}:{b})",
+        Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
+    }  # fmt: skip
+
+    @property
+    def supported_ops(self) -> frozenset[Ops]:  # type: ignore[override]
+        """Ops with a direct C spelling."""
+        return frozenset(self.code_for_op) | frozenset(self.math_funcs)
+
+    # ---- pieces -----------------------------------------------------------------------------------------------
+
+    def render_dtype(self, dt: DType) -> str:
+        """The C type of a scalar dtype (pointer dtypes render their element type)."""
+        base = dt.base if isinstance(dt, PtrDType) else dt
+        if base.count > 1:
+            raise NotImplementedError(f"{type(self).__name__} does not render vector dtype {base}")
+        if (t := self.type_map.get(base)) is None:
+            raise NotImplementedError(f"{type(self).__name__} has no C type for {base}")
+        return t
+
+    def render_const(self, v: object, dt: DType) -> str:
+        """A C literal for constant `v` of dtype `dt`."""
+        if dt in (dtypes.float16, dtypes.bfloat16):
+            bits = (f32_to_bf16_bits(float(v)) if dt is dtypes.bfloat16  # type: ignore[arg-type]
+                    else struct.unpack("<H", struct.pack("<e", truncate[dt](v)))[0])  # fmt: skip
+            return f"((unsigned short){bits:#06x})"
+        if dtypes.is_float(dt):
+            f = float(truncate[dt](v))
+            if math.isnan(f):
+                return self.nan[dt]
+            if math.isinf(f):
+                return self.infinity[dt] if f > 0 else f"(-{self.infinity[dt]})"
+            lit = _float_literal(f, dt)
+            return f"({lit})" if lit.startswith("-") else lit
+        if dt == dtypes.bool:
+            return "1" if v else "0"
+        iv = int(truncate[dt](v))
+        suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
+        if iv == dt.min and dt in (dtypes.int32, dtypes.int64):
+            return f"({iv + 1}{suffix}-1{suffix})"
+        lit = f"{iv}{suffix}"
+        if dt in (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16):
+            return f"(({self.render_dtype(dt)}){lit})"
+        return f"({lit})" if iv < 0 else lit
+
+    def render_cast(self, x: str, src: DType, dst: DType) -> str:
+        """C for converting `x` from `src` to `dst` (float16/bfloat16 only to or from float32)."""
+        conv = {(dtypes.float16, dtypes.float32): "tg_h2f", (dtypes.float32, dtypes.float16): "tg_f2h",
+                (dtypes.bfloat16, dtypes.float32): "tg_bf2f", (dtypes.float32, dtypes.bfloat16): "tg_f2bf"}  # fmt: skip
+        if (fn := conv.get((src, dst))) is not None:
+            return f"{fn}({x})"
+        if src in (dtypes.float16, dtypes.bfloat16) or dst in (dtypes.float16, dtypes.bfloat16):
+            raise NotImplementedError(f"cast {src} -> {dst} must go through float32 (run lowering first)")
+        return f"(({self.render_dtype(dst)})({x}))"
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        """C for reinterpreting the bits of `x` (a union compound literal: defined behaviour in C)."""
+        if src.itemsize != dst.itemsize:
+            raise ValueError(f"bitcast {src} -> {dst} changes the size ({src.itemsize} vs {dst.itemsize} bytes)")
+        return f"((union {{ {self.render_dtype(src)} i; {self.render_dtype(dst)} o; }}){{ .i = {x} }}).o"
+
+    def render_math(self, op: Ops, srcs: list[str], dt: DType) -> str:
+        """C for libm functions (float32 and float64 only)."""
+        names = self.math_funcs[op]
+        if dt not in (dtypes.float32, dtypes.float64):
+            raise NotImplementedError(f"{op} on {dt} must be computed in float32 (run lowering first)")
+        return f"{names[0] if dt == dtypes.float32 else names[1]}({', '.join(srcs)})"
+
+    # ---- the whole kernel -------------------------------------------------------------------------------------
+
+    def render_kernel(self, name: str, params: list[str], body: list[str], prefix: list[str]) -> str:
+        """Assemble the function: prefix lines, signature, body."""
+        head = "\n".join(prefix) + ("\n" if prefix else "")
+        return f"{head}{self.kernel_prefix} {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render a linear program to one C function."""
+        if not uops or uops[-1].op is not Ops.SINK:
+            raise ValueError("render needs a linear program ending in SINK (the output of linearize)")
+        sink = uops[-1]
+        name = getattr(sink.arg, "name", None) or "kernel"
+        uses = Counter(s for u in uops for s in u.src)
+        r: dict[UOp, str] = {}
+        body: list[str] = []
+        needs: set[str] = set()
+        counters: Counter[str] = Counter()
+        depth = 1
+        params = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg)
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+        signature = [
+            f"{self.buffer_prefix}{self.render_dtype(p.dtype)}*{self.buffer_suffix} data{p.arg}" for p in params
+        ]
+        signature += [f"{self.var_prefix}{self.render_dtype(v.dtype)} {v.arg[0]}" for v in variables]
+
+        def fresh(prefix: str) -> str:
+            counters[prefix] += 1
+            return f"{prefix}{counters[prefix] - 1}"
+
+        def line(s: str) -> None:
+            body.append("  " * depth + s)
+
+        for u in uops:
+            op = u.op
+            if op is Ops.PARAM:
+                r[u] = f"data{u.arg}"
+            elif op is Ops.DEFINE_VAR:
+                r[u] = str(u.arg[0])
+            elif op is Ops.CONST:
+                r[u] = self.render_const(u.arg, u.dtype)
+            elif op in (Ops.SINK, Ops.GROUP, Ops.NOOP):
+                continue
+            elif op is Ops.AFTER:
+                r[u] = r[u.src[0]]
+            elif op is Ops.DEFINE_REG:
+                assert isinstance(u.dtype, PtrDType)
+                r[u] = fresh("acc")
+                size = max(u.dtype.size, 1)
+                line(f"{self.render_dtype(u.dtype)} {r[u]}{'' if size == 1 else f'[{size}]'};")
+            elif op is Ops.RANGE:
+                r[u] = f"ridx{u.arg[0] if isinstance(u.arg, tuple) else u.arg}"
+                t = self.render_dtype(u.dtype)
+                line(f"for ({t} {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
+                depth += 1
+            elif op is Ops.END:
+                depth -= 1
+                line("}")
+            elif op is Ops.INDEX:
+                buf = u.src[0]
+                while buf.op is Ops.AFTER:
+                    buf = buf.src[0]
+                if len(u.src) != 2:
+                    raise ValueError("INDEX with a gate must be lowered first (pm_gates)")
+                regs = isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.REG
+                if regs and max(buf.dtype.size, 1) == 1:  # type: ignore[attr-defined]
+                    r[u] = r[buf]
+                else:
+                    r[u] = f"{r[buf]}[{_strip(r[u.src[1]])}]"
+            elif op is Ops.LOAD:
+                ptr = u.src[0]
+                base = ptr.src[0]
+                while base.op is Ops.AFTER:
+                    base = base.src[0]
+                if base.op is Ops.DEFINE_REG and len(u.src) == 1:
+                    r[u] = r[ptr]  # a register read: just the variable
+                    continue
+                expr = r[ptr] if len(u.src) == 1 else f"({r[u.src[2]]}?{r[ptr]}:{r[u.src[1]]})"
+                r[u] = fresh("val")
+                line(f"{self.render_dtype(u.dtype)} {r[u]} = {expr};")
+            elif op is Ops.STORE:
+                target, value = r[u.src[0]], _strip(r[u.src[1]])
+                if len(u.src) == 3:
+                    line(f"if ({_strip(r[u.src[2]])}) {target} = {value};")
+                else:
+                    line(f"{target} = {value};")
+            elif op in (Ops.CAST, Ops.BITCAST) or op in self.code_for_op or op in self.math_funcs:
+                if op is Ops.CAST:
+                    src_dt = u.src[0].dtype
+                    expr = self.render_cast(r[u.src[0]], src_dt, u.dtype)
+                    if {src_dt, u.dtype} & {dtypes.float16}:
+                        needs.add("half")
+                    if {src_dt, u.dtype} & {dtypes.bfloat16}:
+                        needs.add("bf16")
+                elif op is Ops.BITCAST:
+                    expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, u.dtype)
+                elif op in self.math_funcs:
+                    expr = self.render_math(op, [_strip(r[s]) for s in u.src], u.dtype)
+                    needs.add("math")
+                else:
+                    if u.dtype in (dtypes.float16, dtypes.bfloat16) and op is not Ops.WHERE:
+                        raise NotImplementedError(f"{op} on {u.dtype} must be computed in float32 (run lowering first)")
+                    if op is Ops.MOD and dtypes.is_float(u.dtype):
+                        needs.add("math")
+                    expr = self.code_for_op[op](*[r[s] for s in u.src], u.dtype)
+                    if u.dtype in _NARROW and op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE):
+                        expr = f"(({self.render_dtype(u.dtype)}){expr})"
+                if uses[u] == 1:
+                    r[u] = expr
+                else:
+                    r[u] = fresh("alu" if op not in (Ops.CAST, Ops.BITCAST) else "cast")
+                    line(f"{self.render_dtype(u.dtype)} {r[u]} = {_strip(expr)};")
+            else:
+                raise NotImplementedError(f"{type(self).__name__} can't render {op} (dtype {u.dtype}, arg {u.arg!r})")
+        prefix = []
+        if "math" in needs:
+            prefix.append("#include <math.h>")
+        if "half" in needs:
+            prefix.append(_HALF_FUNCS)
+        if "bf16" in needs:
+            prefix.append(_BF16_FUNCS)
+        return self.render_kernel(name, signature, body, prefix)
+
+
+def _strip(s: str) -> str:
+    """Drop one pair of outer parentheses when they wrap the whole expression."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i != len(s) - 1:
+            return s
+    return s[1:-1]
+
+
+class ClangRenderer(CStyleLanguage):
+    """Plain C for the CPU backend: the kernel loops over everything itself (no launch grid)."""
+
+    device = "CPU"
+    suffix = "c"
+    has_local = False
+    has_shared = False
+    global_max = None
+    local_max = None

@@ -1,0 +1,54 @@
+"""`PythonRenderer`: serialises the linear program for the PYTHON backend, which interprets it exactly.
+
+The "source" is base64 of a pickled list of instructions `(op, dtype, source positions, arg)` in program order;
+`decode_program` turns it back. It keeps the dtypes and ops of the linear program unchanged, so the interpreter
+sees exactly what a C compiler would.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from typing import Any
+
+from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import GroupOp, Ops
+from tg.ir.uop import UOp
+
+Instruction = tuple[Ops, DType, tuple[int, ...], Any]
+
+
+class PythonRenderer(Renderer):
+    """Renders for the PYTHON reference device: every ALU op is interpreted directly (THREEFRY is decomposed, so
+    the interpreter checks the same integer code the C targets run)."""
+
+    device = "PYTHON"
+    suffix = "pkl"
+    supported_ops = frozenset(GroupOp.ALU - {Ops.THREEFRY})
+    native_float_dtypes = frozenset({dtypes.float32, dtypes.float64})
+
+    def render(self, uops: list[UOp]) -> str:
+        """Serialise the linear program (base64 of a pickle)."""
+        if not uops or uops[-1].op is not Ops.SINK:
+            raise ValueError("render needs a linear program ending in SINK (the output of linearize)")
+        pos = {u: i for i, u in enumerate(uops)}
+        prog: list[Instruction] = []
+        for u in uops:
+            missing = [s.op for s in u.src if s not in pos]
+            if missing:
+                raise ValueError(f"{u.op} uses {missing[0]} that is not in the linear program")
+            arg = getattr(u.arg, "name", None) if u.op is Ops.SINK else u.arg
+            prog.append((u.op, u.dtype, tuple(pos[s] for s in u.src), arg))
+        return base64.b64encode(pickle.dumps(prog)).decode()
+
+
+def decode_program(src: str) -> list[Instruction]:
+    """Inverse of `PythonRenderer.render`: the instruction list of a rendered program."""
+    try:
+        prog = pickle.loads(base64.b64decode(src.encode()))
+    except Exception as e:
+        raise ValueError(f"not a PythonRenderer program: {e}") from e
+    if not isinstance(prog, list) or not prog or prog[-1][0] is not Ops.SINK:
+        raise ValueError("not a PythonRenderer program: expected an instruction list ending in SINK")
+    return prog

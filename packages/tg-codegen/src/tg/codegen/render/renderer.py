@@ -1,0 +1,52 @@
+"""`Renderer`: the base class of every code generator, declaring what the target can do."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import Ops
+
+if TYPE_CHECKING:
+    from tg.ir.pattern import PatternMatcher
+    from tg.ir.uop import UOp
+
+
+class Renderer:
+    """Turns a linear program (a list of UOps) into source code for one target, and declares the target's abilities.
+
+    Lowering reads the capability attributes to decide what to decompose: an ALU op missing from `supported_ops`
+    is rewritten into ops that are present (e.g. SUB -> ADD+NEG, transcendentals -> polynomials), a dtype missing
+    from `native_dtypes` is computed in float32 with conversions at loads, stores and casts.
+    """
+
+    device: str = ""  # the device family this renderer targets, e.g. "CPU"
+    suffix: str = ""  # source file suffix (for dumps), e.g. "c"
+    has_local: bool = False  # has workgroup-local thread ids
+    has_shared: bool = False  # has workgroup-shared memory
+    has_threads: bool = False  # can run ranges of type THREAD in parallel
+    supports_float4: bool = False  # has vector loads/stores
+    vector_widths: tuple[int, ...] = (1,)  # vector lane counts the target handles natively
+    global_max: tuple[int, ...] | None = None  # maximum launch grid per dimension, None: the kernel loops itself
+    local_max: tuple[int, ...] | None = None  # maximum workgroup size per dimension
+    shared_max: int = 0  # bytes of shared memory per workgroup
+    # ALU ops the target renders directly; everything else must be decomposed by lowering
+    supported_ops: frozenset[Ops] = frozenset()
+    # float dtypes the target computes in natively (others are computed in float32 and stored as bits)
+    native_float_dtypes: frozenset[DType] = frozenset({dtypes.float32, dtypes.float64})
+    # extra renderer-specific rewrite rules run at the end of lowering
+    extra_matcher: PatternMatcher | None = None
+
+    def supported_dtypes(self) -> set[DType]:
+        """The scalar dtypes kernels for this target may use (storage and arithmetic, emulated or native)."""
+        return {*dtypes.ints, dtypes.bool, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render a linear program (the output of `linearize`) to source code."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement render")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return type(self), ()

@@ -6,10 +6,10 @@ import pytest
 
 pytest.importorskip("tg.codegen.program", reason="tg.codegen.program (get_program) has not landed yet")
 
-from tg.codegen.schedule.item import KernelInfo, ScheduleItem
+from tg.codegen.schedule.item import ScheduleItem
 from tg.ir.dtype import dtypes
 from tg.ir.helpers import Context, GlobalCounters
-from tg.ir.ops import AxisType, Ops
+from tg.ir.ops import AxisType, KernelInfo, Ops
 from tg.ir.uop import UOp
 from tg.runtime.device import Device
 from tg.runtime.engine import buffer_for, get_runner, run_schedule

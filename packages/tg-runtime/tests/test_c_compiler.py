@@ -92,7 +92,20 @@ def test_host_cpu_flags() -> None:
     assert host_cpu_flags("x86_64") == ("-march=native",)
     assert host_cpu_flags("aarch64") == ("-mcpu=native",)
     assert host_cpu_flags("weird") == ()
-    assert "-ffast-math" not in CCompiler().flags
+    flags = CCompiler().flags
+    assert "-ffast-math" not in flags and "-ffp-contract=off" in flags and "-shared" in flags
+
+
+def test_no_fma_contraction() -> None:
+    # with contraction a*b+c would round once; IEEE-as-written rounds the product first
+    src = "void k(float* restrict o, const float* restrict a) { o[0] = a[0] * a[1] + a[2]; }"
+    prg = CPUProgram("k", CCompiler().compile(src))
+    # the exact product 1 + 2**-11 + 2**-24 rounds (tie to even) to 1 + 2**-11 before the add; an FMA keeps 2**-24
+    a, b, c = 1.0 + 2.0**-12, 1.0 + 2.0**-12, -(1.0 + 2.0**-11)
+    out, inp = Buffer("CPU", 1, dtypes.float32), Buffer("CPU", 3, dtypes.float32)
+    inp.copyin(struct.pack("3f", a, b, c))
+    prg(out.ensure_allocated()._buf, inp._buf)
+    assert struct.unpack("f", out.as_memoryview()) == (0.0,)
 
 
 # ---- really compiling with only gcc / only clang on PATH ----

@@ -68,8 +68,9 @@ def host_cpu_flags(machine: str | None = None) -> tuple[str, ...]:
 
 
 # -O2 with host-CPU instructions; -fno-math-errno lets sqrt become an instruction (errno is not IEEE semantics);
-# -fno-strict-aliasing keeps bit casts through pointers correct whatever the renderer emits.
-BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fno-strict-aliasing", "-fno-ident")
+# -ffp-contract=off: every a*b+c rounds twice as written, so CPU results match the PYTHON reference bit for bit
+# (renderers emit an explicit fma where they want one); -fno-strict-aliasing keeps pointer bit casts correct.
+BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off", "-fno-strict-aliasing", "-fno-ident")
 
 
 @functools.lru_cache(maxsize=16)

@@ -63,3 +63,34 @@ class TestMockModelBarMMIO(MMIOConformance):
             return dev.map_bar(5, off=1024, size=nbytes, fmt=fmt)
 
         return make
+
+
+class TestUSBPCIeMMIO(MMIOConformance):
+    """A BAR window through the simulated USB bridge (streaming TLPs; 4-byte aligned only)."""
+
+    @pytest.fixture
+    def make_view(self) -> MakeView:
+        from tg.drivers.mock.usb import MockASM24Bridge
+        from tg.drivers.usb import USBPCIDevice
+
+        devices: list[USBPCIDevice] = []
+
+        def make(nbytes: int, fmt: str) -> MMIOView:
+            dev = USBPCIDevice("T", MockASM24Bridge(), f"usb:conf-{len(devices)}")
+            devices.append(dev)
+            return dev.map_bar(5, off=0x100, size=nbytes, fmt=fmt)
+
+        return make
+
+
+class TestUSBXdataMMIO(MMIOConformance):
+    """Controller XDATA through the simulated bridge (0xE4/0xE5 requests)."""
+
+    @pytest.fixture
+    def make_view(self) -> MakeView:
+        from tg.drivers.mock.usb import MockASM24Bridge
+        from tg.drivers.usb import USBMMIO, ASM24Controller
+
+        return lambda nbytes, fmt: USBMMIO(
+            ASM24Controller(MockASM24Bridge(link_up=True)), 0x1000, nbytes, fmt, pcimem=False
+        )

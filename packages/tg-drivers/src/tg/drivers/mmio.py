@@ -44,7 +44,7 @@ class MMIOView:
     """
 
     #: True when the backend can only do 4-byte aligned accesses whose length is a multiple of 4 (USB bridge)
-    dword_only: ClassVar[bool] = False
+    dword_only: bool = False
 
     nbytes: int
     fmt: str

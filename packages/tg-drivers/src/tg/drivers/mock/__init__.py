@@ -9,15 +9,15 @@ from typing import Any
 from tg.drivers.mock.pci import BarSpec, MockPCIDevice
 from tg.drivers.mock.regmodel import DwordRegisterFile, RegisterModel
 
-# MockASM24Bridge and RemoteServerThread are importable by name but loaded lazily (not part of `import *`)
-__all__ = ["BarSpec", "DwordRegisterFile", "MockPCIDevice", "RegisterModel"]
+# the USB bridge simulator and RemoteServerThread load lazily; RemoteServerThread is not part of `import *`
+__all__ = ["BarSpec", "DwordRegisterFile", "MockASM24Bridge", "MockPCIDevice", "MockUSBContext", "RegisterModel"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MockASM24Bridge":
-        from tg.drivers.mock.usb import MockASM24Bridge
+    if name in ("MockASM24Bridge", "MockUSBContext"):
+        from tg.drivers.mock import usb
 
-        return MockASM24Bridge
+        return getattr(usb, name)
     if name == "RemoteServerThread":
         from tg.drivers.mock.remote import RemoteServerThread
 

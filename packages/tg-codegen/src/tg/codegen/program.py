@@ -21,13 +21,6 @@ from tg.ir.uop import UOp, sint
 
 
 @dataclass(frozen=True)
-class ProgramName:
-    """The SINK arg of a lowered kernel: the C-safe function name the renderer uses."""
-
-    name: str
-
-
-@dataclass(frozen=True)
 class ProgramSpec:
     """A rendered kernel and everything needed to run it.
 
@@ -120,7 +113,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None)
         raise TypeError(f"get_program needs a Renderer, got {type(renderer).__name__}")
     optimized, applied = apply_opts(ast, renderer, opts)
     lowered = lower_kernel(optimized, renderer)
-    lowered = lowered.replace(arg=ProgramName(_function_name(ast)))
+    name = _function_name(ast)
+    lowered = lowered.replace(arg=name)  # the SINK of a lowered kernel carries its function name
     uops = linearize(lowered)
     src = renderer.render(uops)
     params = [u for u in uops if u.op is Ops.PARAM]
@@ -129,7 +123,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None)
     variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
     ops, mem = estimate(uops)
     return ProgramSpec(
-        name=lowered.arg.name, src=src, device=renderer.device, ast=ast, uops=uops, global_size=None,
+        name=name, src=src, device=renderer.device, ast=ast, uops=uops, global_size=None,
         local_size=None, globals=tuple(sorted(p.arg for p in params)), outs=tuple(outs), ins=tuple(ins),
         vars=variables, ops=ops, mem=mem, applied_opts=applied,
     )  # fmt: skip

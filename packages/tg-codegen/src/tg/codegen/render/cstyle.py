@@ -194,7 +194,7 @@ class CStyleLanguage(Renderer):
         if not uops or uops[-1].op is not Ops.SINK:
             raise ValueError("render needs a linear program ending in SINK (the output of linearize)")
         sink = uops[-1]
-        name = getattr(sink.arg, "name", None) or "kernel"
+        name = sink.arg if isinstance(sink.arg, str) else getattr(sink.arg, "function_name", "kernel")
         uses = Counter(s for u in uops for s in u.src)
         r: dict[UOp, str] = {}
         body: list[str] = []
@@ -271,7 +271,7 @@ class CStyleLanguage(Renderer):
             elif op in (Ops.CAST, Ops.BITCAST) or op in self.code_for_op or op in self.math_funcs:
                 if op is Ops.CAST:
                     src_dt = u.src[0].dtype
-                    expr = self.render_cast(r[u.src[0]], src_dt, u.dtype)
+                    expr = self.render_cast(_strip(r[u.src[0]]), src_dt, u.dtype)
                     if {src_dt, u.dtype} & {dtypes.float16}:
                         needs.add("half")
                     if {src_dt, u.dtype} & {dtypes.bfloat16}:

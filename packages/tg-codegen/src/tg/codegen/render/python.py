@@ -38,7 +38,8 @@ class PythonRenderer(Renderer):
             missing = [s.op for s in u.src if s not in pos]
             if missing:
                 raise ValueError(f"{u.op} uses {missing[0]} that is not in the linear program")
-            arg = getattr(u.arg, "name", None) if u.op is Ops.SINK else u.arg
+            arg = (u.arg if isinstance(u.arg, str) else getattr(u.arg, "function_name", None)) if u.op is Ops.SINK \
+                else u.arg  # fmt: skip
             prog.append((u.op, u.dtype, tuple(pos[s] for s in u.src), arg))
         return base64.b64encode(pickle.dumps(prog)).decode()
 

@@ -755,7 +755,7 @@ class Tensor(_DTypeShortcuts):
                 base, n = base * base, n >> 1
             ret = self.ones_like() if acc is None else acc
             return ret.reciprocal() if x < 0 else ret
-        if not reverse and x == 0.5:
+        if not reverse and isinstance(x, float) and x == 0.5:
             return self.sqrt()
         base, exp = self._operands(x, reverse)
         base, exp = base._float(), exp._float()

@@ -1,10 +1,12 @@
-"""What the scheduler hands to the runtime: `ScheduleItem` (one kernel or one copy) and `KernelInfo`."""
+"""What the scheduler hands to the runtime: `ScheduleItem` (one kernel or one copy)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tg.ir import UOp
+from tg.ir import KernelInfo, UOp
+
+__all__ = ["KernelInfo", "ScheduleItem"]  # KernelInfo lives in tg.ir; re-exported for older imports
 
 
 @dataclass(frozen=True)
@@ -27,13 +29,3 @@ class ScheduleItem:
     def inputs(self) -> tuple[UOp, ...]:
         """The buffers this item only reads."""
         return self.bufs[1:]
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """The `arg` of a kernel AST's SINK: the kernel's name (and room for what later passes record)."""
-
-    name: str = "test"
-    applied_opts: tuple = ()
-    opts_to_apply: tuple | None = None
-    dont_use_locals: bool = False

@@ -1,0 +1,34 @@
+"""Shared fixtures: the device under test comes from DEV (default CPU): `DEV=PYTHON hatch test packages/tg-tensor`.
+
+The PYTHON device interprets every kernel in Python, so tests ask `size(n)` for their dimensions: on PYTHON
+large sizes shrink to keep the suite fast.
+"""
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+
+def _device() -> str:
+    return os.environ.get("DEV", "").split(":")[0].upper() or "CPU"
+
+
+@pytest.fixture
+def device() -> str:
+    """The device the tests run on (DEV, default CPU)."""
+    return _device()
+
+
+@pytest.fixture
+def size() -> Callable[[int], int]:
+    """`size(n)`: n on compiled devices, at most 5 on the PYTHON interpreter."""
+    small = _device() == "PYTHON"
+    return lambda n: min(n, 5) if small else n
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded numpy generator."""
+    return np.random.default_rng(1234)

@@ -1,0 +1,91 @@
+"""Tensor construction from Python data, numpy and bytes; creation helpers; properties; bad input."""
+
+import numpy as np
+import pytest
+
+from tg.tensor import Tensor, dtypes
+
+
+def test_from_python(device):
+    assert Tensor(3, device=device).dtype is dtypes.int32
+    assert Tensor(3.5, device=device).item() == 3.5
+    assert Tensor(True, device=device).dtype is dtypes.bool
+    t = Tensor([[1, 2], [3, 4]], device=device)
+    assert t.shape == (2, 2) and t.dtype is dtypes.int32 and t.ndim == 2 and t.numel() == 4
+    assert t.tolist() == [[1, 2], [3, 4]]
+    assert Tensor([1, 2.5], device=device).dtype is dtypes.float32
+    assert Tensor([True, False], device=device).dtype is dtypes.bool
+    assert Tensor([1, 2], device=device, dtype=dtypes.float16).numpy().dtype == np.float16
+    assert Tensor([], device=device).shape == (0,)
+
+
+@pytest.mark.parametrize("npdt", [np.float32, np.float16, np.float64, np.int32, np.int64, np.uint8, np.bool_, np.int8])
+def test_from_numpy_roundtrip(npdt, device, rng):
+    a = (rng.standard_normal((3, 4)) * 10).astype(npdt)
+    t = Tensor(a, device=device)
+    got = t.numpy()
+    assert got.dtype == a.dtype and got.shape == a.shape
+    np.testing.assert_array_equal(got, a)
+
+
+def test_from_bytes(device):
+    t = Tensor(b"\x01\x02\xff", device=device)
+    assert t.dtype is dtypes.uint8 and t.tolist() == [1, 2, 255]
+
+
+def test_creation_helpers(device):
+    np.testing.assert_array_equal(Tensor.zeros(2, 3, device=device).numpy(), np.zeros((2, 3)))
+    np.testing.assert_array_equal(Tensor.ones((2, 3), device=device).numpy(), np.ones((2, 3)))
+    np.testing.assert_array_equal(Tensor.full((2,), 7, device=device).numpy(), [7, 7])
+    assert Tensor.full((2,), 7, device=device).dtype is dtypes.int32
+    np.testing.assert_array_equal(Tensor.arange(5, device=device).numpy(), np.arange(5))
+    np.testing.assert_allclose(Tensor.arange(1, 2, 0.25, device=device).numpy(), np.arange(1, 2, 0.25))
+    np.testing.assert_array_equal(Tensor.arange(10, 0, -3, device=device).numpy(), np.arange(10, 0, -3))
+    np.testing.assert_array_equal(Tensor.eye(3, device=device).numpy(), np.eye(3))
+    np.testing.assert_array_equal(Tensor.eye(2, 4, device=device).numpy(), np.eye(2, 4))
+    np.testing.assert_array_equal(Tensor.eye(4, 2, device=device).numpy(), np.eye(4, 2))
+    t = Tensor([[1.0, 2.0]], device=device)
+    np.testing.assert_array_equal(t.zeros_like().numpy(), [[0, 0]])
+    np.testing.assert_array_equal(t.ones_like().numpy(), [[1, 1]])
+    np.testing.assert_array_equal(t.full_like(4).numpy(), [[4, 4]])
+    e = Tensor.empty(3, 2, device=device)
+    assert e.shape == (3, 2) and e.dtype is dtypes.float32
+
+
+def test_zero_size(device):
+    t = Tensor.zeros(0, 3, device=device)
+    assert t.numpy().shape == (0, 3)
+    assert (t + 1).numpy().shape == (0, 3)
+    np.testing.assert_array_equal(t.sum(0).numpy(), [0, 0, 0])
+
+
+def test_bad_input(device):
+    with pytest.raises(ValueError, match="available devices"):
+        Tensor([1, 2], device="NOSUCHDEVICE")
+    with pytest.raises(ValueError, match="rectangular"):
+        Tensor([[1, 2], [3]], device=device)
+    with pytest.raises(TypeError):
+        Tensor({"a": 1}, device=device)
+    with pytest.raises(ValueError, match="one element"):
+        Tensor([1, 2], device=device).item()
+    with pytest.raises(ValueError, match="bitcast"):
+        Tensor([1, 2], device=device).bitcast(dtypes.float16)
+
+
+def test_repr_does_not_realize(device):
+    t = Tensor([1.0, 2.0], device=device) + 1
+    r = repr(t)
+    assert "lazy" in r and "(2,)" in r and "float" in r
+    t.realize()
+    assert "realized" in repr(t)
+
+
+def test_to_device_and_cast(device):
+    other = "PYTHON" if device == "CPU" else "CPU"
+    t = Tensor([1.5, -2.5], device=device)
+    u = (t * 2).to(other)
+    assert u.device == other
+    np.testing.assert_array_equal(u.numpy(), [3.0, -5.0])
+    assert t.to(device) is t
+    np.testing.assert_array_equal(t.cast(dtypes.int32).numpy(), [1, -2])
+    np.testing.assert_array_equal(Tensor([1.0], device=device).bitcast(dtypes.int32).numpy(), [0x3F800000])

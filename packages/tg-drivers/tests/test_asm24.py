@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tg.drivers.errors import LinkDownError, PCIeCompletionError
+from tg.drivers.errors import LinkDownError, MockAccessError, PCIeCompletionError
 from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice
 from tg.drivers.mock.usb import MockASM24Bridge
 from tg.drivers.usb import USBMMIO, ASM24Controller
@@ -215,3 +215,29 @@ def test_bridge_dma_windows() -> None:
     assert bridge.dma_read(0x822000, 2) == b"\x00\x00"
     with pytest.raises(Exception, match="hits no bridge memory"):
         bridge.dma_read(0x900000, 4)
+
+
+def test_bridge_rejects_protocol_misuse() -> None:
+    _, bridge = _ctrl()
+    with pytest.raises(MockAccessError, match="without a pending non-posted TLP"):
+        bridge.control_read(0xF0, 8)
+    bridge.control_write(0xF2, value=1, index=0x100)
+    with pytest.raises(MockAccessError, match="bulk OUT of 4 bytes, 512 were armed"):
+        bridge.bulk_write(b"abcd")
+    with pytest.raises(MockAccessError, match="without an armed read"):
+        bridge.bulk_read(4)
+    with pytest.raises(MockAccessError, match="unknown vendor request"):
+        bridge.control_write(0x99)
+    bridge.control_write(0xF0, value=0x60 | 0xF << 8, data=(0x1234).to_bytes(4, "little") + bytes(8))
+    assert "posted memory write to undecoded address 0x1234 dropped" in bridge.violations[-1]
+
+
+def test_async_transfers_complete_through_bulk_wait() -> None:
+    _, bridge = _ctrl()
+    tag = bridge.control_write_async(0xE5, value=0x3000, index=0x42)
+    bridge.bulk_wait(tag)
+    tag, data = bridge.control_read_async(0xE4, 1, value=0x3000)
+    bridge.bulk_wait(tag)
+    assert bytes(data) == b"\x42"
+    with pytest.raises(MockAccessError, match="unknown tag"):
+        bridge.bulk_wait(tag)

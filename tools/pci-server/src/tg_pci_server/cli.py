@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from types import FrameType
 
 from tg.drivers.remote.protocol import DEFAULT_PORT, MAX_TOKEN_LEN
@@ -223,11 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             host = args.host or "127.0.0.1"
             if not _is_loopback(host):
-                log.warning(
-                    "WARNING: binding to %s: every client that can reach this address gets raw read/write "
-                    "access to the served devices' BARs, config space and DMA memory%s",
-                    host,
-                    "" if token else " (and no --token is set)",
+                # printed, not logged: this must reach the operator whatever the logging configuration
+                print(
+                    f"tg-pci-server: WARNING: binding to {host}: every client that can reach this address gets raw "
+                    "read/write access to the served devices' BARs, config space and DMA memory"
+                    + ("" if token else " (and no token is set)"),
+                    file=sys.stderr,
+                    flush=True,
                 )
             bound_host, port = server.bind_tcp(host, args.port)
             where = f"[{bound_host}]:{port}" if ":" in bound_host else f"{bound_host}:{port}"
@@ -238,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     def stop(signum: int, frame: FrameType | None) -> None:
         server.request_stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
     print(f"listening on {where}", flush=True)
     log.info(
         "backend %s%s, token %s, limits: xfer %d, alloc %d, total %d, io %gs, idle %gs",

@@ -589,6 +589,8 @@ class RemoteServer:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._active: threading.Thread | None = None
+        self._active_conn: socket.socket | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None  # wakes the accept loop on request_stop()
         self._idle = threading.Event()
         self._idle.set()
         self.address: tuple[str, int] | str | None = None
@@ -649,11 +651,14 @@ class RemoteServer:
         listener = self._listener
         if listener is None:
             raise RuntimeError("bind_tcp() or bind_unix() must be called before serve_forever()")
+        wake_r, wake_w = socket.socketpair()
+        wake_w.setblocking(False)
+        self._wake = (wake_r, wake_w)
         try:
             while not self._stop.is_set():
                 try:
-                    ready, _, _ = select.select([listener], [], [], poll_interval)
-                    if not ready:
+                    ready, _, _ = select.select([listener, wake_r], [], [], poll_interval)
+                    if listener not in ready:
                         continue
                     conn, addr = listener.accept()
                 except OSError as e:
@@ -684,7 +689,7 @@ class RemoteServer:
         self._idle.clear()
         thread = threading.Thread(target=self._run_session, args=(conn, peer), name=f"pci-session {peer}", daemon=True)
         with self._lock:
-            self._active = thread
+            self._active, self._active_conn = thread, conn
         thread.start()
 
     def _run_session(self, conn: socket.socket, peer: str) -> None:
@@ -704,7 +709,7 @@ class RemoteServer:
             self.sessions_served += 1
             log.info("%s: session closed (%s, %d requests)", peer, reason, session.requests)
             with self._lock:
-                self._active = None
+                self._active, self._active_conn = None, None
             self._idle.set()
 
     def _session_loop(self, conn: socket.socket, session: Session) -> str:
@@ -758,16 +763,27 @@ class RemoteServer:
     def request_stop(self) -> None:
         """Ask `serve_forever` and the active session to stop soon; returns at once (safe in signal handlers)."""
         self._stop.set()
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(OSError):
+                wake[1].send(b"x")
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, end the active session and wait for it (idempotent)."""
-        self._stop.set()
+        self.request_stop()
         with self._lock:
-            active = self._active
+            active, conn = self._active, self._active_conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)  # wakes the session's recv at once
         if active is not None and active is not threading.current_thread():
             active.join(timeout)
 
     def _close_listener(self) -> None:
+        wake, self._wake = self._wake, None
+        for sock in wake or ():
+            with contextlib.suppress(OSError):
+                sock.close()
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()

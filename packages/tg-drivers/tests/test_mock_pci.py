@@ -116,7 +116,7 @@ def test_reset_calls_models_and_counts() -> None:
 
 def test_locking_and_close() -> None:
     dev = MockPCIDevice("AM", "mock:7")
-    with pytest.raises(DeviceBusyError, match="am_mock:7.lock"):
+    with pytest.raises(DeviceBusyError, match=r"am_mock:7.lock"):
         MockPCIDevice("AM", "mock:7")
     MockPCIDevice("AM", "mock:7", lock=False).close()
     dev.close()

@@ -10,8 +10,14 @@ from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice
 
 
 def test_config_space_layout() -> None:
-    dev = MockPCIDevice("T", vendor=0x10DE, device=0x2684, class_code=0x030200, revision=0xA1,
-                        bars={0: BarSpec(16 << 20), 1: BarSpec(256 << 20, is64=True, prefetch=True)})
+    dev = MockPCIDevice(
+        "T",
+        vendor=0x10DE,
+        device=0x2684,
+        class_code=0x030200,
+        revision=0xA1,
+        bars={0: BarSpec(16 << 20), 1: BarSpec(256 << 20, is64=True, prefetch=True)},
+    )
     assert dev.read_config(0, 4) == 0x268410DE
     assert dev.read_config(8, 4) == 0x030200A1 and dev.read_config(0x0E, 1) == 0
     assert dev.read_config(0x10, 4) == 0x8000_0000  # 32-bit, non-prefetchable: type bits 0

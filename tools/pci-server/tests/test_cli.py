@@ -231,3 +231,19 @@ def test_main_serves_until_stopped(tmp_path: Path, capsys: pytest.CaptureFixture
         cli.RemoteServer = real  # type: ignore[misc]
     assert result == [0]
     assert f"listening on {path}" in capsys.readouterr().out
+
+
+def test_sysfs_provider_uses_the_sysfs_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.drivers.errors import NoPCIBusError
+
+    monkeypatch.setenv("TG_DRIVERS_SYSFS_ROOT", str(tmp_path))
+    with pytest.raises(NoPCIBusError):
+        backends.sysfs_provider(0x1002, ((0xFFFF, (0x744C,)),), None)
+    dev = tmp_path / "bus" / "pci" / "devices" / "0000:03:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x1002\n")
+    (dev / "device").write_text("0x744c\n")
+    (dev / "class").write_text("0x030000\n")
+    found = backends.sysfs_provider(0x1002, ((0xFFFF, (0x744C,)),), None)
+    assert [name for _, name in found] == ["0000:03:00.0"]
+    assert backends.sysfs_provider(0x1002, ((0xFFFF, (0x7480,)),), None) == []

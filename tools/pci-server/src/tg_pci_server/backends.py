@@ -87,10 +87,11 @@ def mock_provider(model: str | None) -> StaticProvider:
 
 
 def sysfs_provider(vendor: int, devices: DeviceFilter, base_class: int | None) -> list[tuple[DeviceFactory, str]]:
-    """The provider of `--backend sysfs`: local PCI devices found on /sys/bus/pci, opened as LinuxPCIDevice."""
-    pci: Any = importlib.import_module("tg.drivers.pci")
-    linux_device = getattr(pci, "LinuxPCIDevice", None)
-    scan_bus = getattr(pci, "scan_bus", None)
-    if linux_device is None or scan_bus is None:
-        raise RuntimeError("this tg-drivers build has no native PCI support (tg.drivers.pci.LinuxPCIDevice)")
-    return [(linux_device, bus) for bus in scan_bus(vendor, devices, base_class)]
+    """The provider of `--backend sysfs`: local PCI devices found on /sys/bus/pci, opened as LinuxPCIDevice.
+
+    A device with a bound kernel driver is refused when a session opens it (DriverBoundError, sent to the client):
+    the server never unbinds drivers.
+    """
+    from tg.drivers.pci import LinuxPCIDevice, scan_bus
+
+    return [(LinuxPCIDevice, bus) for bus in scan_bus(vendor, devices, base_class)]

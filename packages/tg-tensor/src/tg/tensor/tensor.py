@@ -141,7 +141,7 @@ class Tensor(_DTypeShortcuts):
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape, as a tuple of ints."""
-        return tuple(int(s) for s in self.uop.shape)
+        return self.uop.shape  # symbolic shapes are not supported yet
 
     @property
     def dtype(self) -> DType:
@@ -163,7 +163,7 @@ class Tensor(_DTypeShortcuts):
 
     def numel(self) -> int:
         """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     def element_size(self) -> int:
         """Bytes per element."""
@@ -217,7 +217,7 @@ class Tensor(_DTypeShortcuts):
         """An uninitialised tensor (a fresh buffer, no kernel): `Tensor.empty(4, 4)`."""
         shp = _shape_arg(shape)
         dt = _to_dtype(dtype) or dtypes.default_float
-        return Tensor(UOp.new_buffer(canonical_device(device), int(np.prod(shp, dtype=np.int64)), dt).reshape(shp))
+        return Tensor(UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp))
 
     @staticmethod
     def arange(
@@ -358,11 +358,11 @@ class Tensor(_DTypeShortcuts):
         if any(s < -1 for s in new):
             raise ValueError(f"reshape: negative dimension in {tuple(new)}")
         if -1 in new:
-            rest = int(np.prod([s for s in new if s != -1], dtype=np.int64))
+            rest = int(math.prod([s for s in new if s != -1]))
             if rest == 0 or self.numel() % rest:
                 raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
             new[new.index(-1)] = self.numel() // rest
-        if int(np.prod(new, dtype=np.int64)) != self.numel():
+        if int(math.prod(new)) != self.numel():
             raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
         return self if tuple(new) == self.shape else Tensor(self.uop.reshape(tuple(new)))
 
@@ -450,7 +450,7 @@ class Tensor(_DTypeShortcuts):
         if self.ndim == 0:
             return self.reshape(1)
         s, e = _canon_axis(start_dim, self.ndim), _canon_axis(end_dim, self.ndim)
-        return self.reshape(*self.shape[:s], int(np.prod(self.shape[s : e + 1], dtype=np.int64)), *self.shape[e + 1 :])
+        return self.reshape(*self.shape[:s], int(math.prod(self.shape[s : e + 1])), *self.shape[e + 1 :])
 
     def squeeze(self, dim: int | None = None) -> Tensor:
         """Remove size-1 dims (all, or just `dim` if it has size 1)."""
@@ -510,8 +510,11 @@ class Tensor(_DTypeShortcuts):
             dt = least_upper_dtype(self.dtype, other.dtype)
             y = other
         elif isinstance(other, (bool, int, float)):
+            # fast path: a weak scalar becomes a constant of x's final shape directly
             dt = weak_promote(self.dtype, other)
-            y = Tensor(UOp.full((), _coerce(other, dt), dt, self.device))
+            x = self.cast(dt)
+            c = Tensor(UOp.const(dt, _coerce(other, dt), self.device, x.uop.shape))
+            return (c, x) if reverse else (x, c)
         else:
             y = Tensor(other, device=self.device)
             dt = least_upper_dtype(self.dtype, y.dtype)

@@ -221,6 +221,15 @@ def test_allocator_rejects_bad_sizes_and_names_device() -> None:
         alloc.alloc(8)
 
 
+def test_zero_option_gives_zeroed_memory() -> None:
+    dirty = Buffer("CPU", 8, dtypes.uint8).copyin(b"\xff" * 8)
+    dirty.deallocate()  # back into the LRU cache, still 0xff
+    zeroed = Buffer("CPU", 8, dtypes.uint8, options=BufferSpec(zero=True))
+    assert bytes(zeroed.as_memoryview()) == bytes(8)
+    zeroed.deallocate()
+    assert Buffer("CPU", 8, dtypes.uint8, options=BufferSpec(zero=True)).as_memoryview() == bytes(8)
+
+
 def test_cpu_buffers_are_recycled() -> None:
     buf = Buffer("CPU", 1000, dtypes.uint8).ensure_allocated()
     mem = buf._buf

@@ -145,7 +145,7 @@ class BufferSpec:
     """Allocation options passed to an allocator (hashable, part of the LRU cache key)."""
 
     nolru: bool = False  # never keep this buffer in the LRU cache after free
-    zero: bool = False  # the memory must be zero-initialised (LRU reuse would break that)
+    zero: bool = False  # zero-filled memory: never served from (nor returned to) the LRU cache
     host: bool = False  # memory the host can address directly
 
 
@@ -154,6 +154,8 @@ class Buffer:
 
     A view (``buf.view(size, dtype, byte_offset)``) shares its base's allocation; it allocates the base when
     it is allocated itself. ``copyin``/``copyout`` move bytes from/to host memoryviews; no numpy is needed.
+    New memory may be recycled from the allocator's cache and hold old data; pass ``options=BufferSpec(zero=True)``
+    for zero-filled memory.
     """
 
     def __init__(
@@ -343,7 +345,7 @@ class Allocator(Generic[DeviceT]):
         """Release memory from ``alloc``."""
         self._free(opaque, options if options is not None else self.default_buffer_spec)
 
-    # implemented by backends
+    # implemented by backends; _alloc must return zero-filled memory when options.zero is set
     def _alloc(self, size: int, options: BufferSpec) -> Any:
         raise NotImplementedError(f"{type(self).__name__} cannot allocate")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tg.ir.helpers import DEBUG, GlobalCounters, colored
+from tg.ir.helpers import DEBUG, GlobalCounters, ansilen, colored
 from tg.ir.ops import Ops
 from tg.ir.uop import UOp, sym_infer
 from tg.runtime.device import Buffer, Device
@@ -167,7 +167,7 @@ def _update_stats(runner: Runner, nbufs: int, var_vals: dict[str, int], et: floa
         gflops, gbs = (ops / t * 1e-9, mem / t * 1e-9) if t > 0 else (0.0, 0.0)
         print(
             f"{colored(f'*** {runner.device[:7]:7s} {GlobalCounters.kernel_count:4d}', 'green')} "
-            f"{runner.display_name:40s} arg {nbufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
+            f"{runner.display_name}{' ' * max(0, 40 - ansilen(runner.display_name))} arg {nbufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
             f"tm {t * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
         )
 

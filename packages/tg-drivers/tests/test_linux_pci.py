@@ -74,6 +74,17 @@ def test_map_bar_reads_and_writes_the_resource_file(gpu: Any) -> None:
     assert raw[12:16] == bytes([0xEF, 0xBE, 0xAD, 0xDE]) and raw[0x1006:0x1010] == b"0123456789"
 
 
+def test_views_refuse_access_after_close(gpu: Any) -> None:
+    dev = LinuxPCIDevice("AM", BUS)
+    bar = dev.map_bar(5, fmt="I")
+    bar[0] = 1
+    dev.close()
+    with pytest.raises(RuntimeError, match="no longer mapped"):
+        bar[0]
+    with pytest.raises(RuntimeError, match="no longer mapped"):
+        bar.view(4).read(0, 4)
+
+
 def test_resize_bar_writes_largest_index(gpu: Any) -> None:
     with LinuxPCIDevice("AM", BUS) as dev:
         dev.bar_info(0)

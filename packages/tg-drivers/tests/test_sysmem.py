@@ -92,6 +92,11 @@ def test_alloc_with_fake_pagemap(fake_sysfs: Any, no_compaction: str, monkeypatc
         dev.free_sysmem(view)
         with pytest.raises(ValueError, match="not returned by alloc_sysmem"):
             dev.free_sysmem(view)
+        with pytest.raises(RuntimeError, match="no longer mapped"):
+            view.read32(0)
+        kept, _ = dev.alloc_sysmem(4096)
+    with pytest.raises(RuntimeError, match="no longer mapped"):
+        kept.write32(0, 1)  # closing the device unmapped it
 
 
 def test_unprivileged_pagemap_raises_and_unmaps(

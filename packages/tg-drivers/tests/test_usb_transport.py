@@ -107,6 +107,44 @@ class FakeHandle:
         self.calls.append(("bulkRead", ep, length))
         return bytes(length)
 
+    def getTransfer(self) -> FakeTransfer:
+        return FakeTransfer(self)
+
+
+class FakeTransfer:
+    """Completes when the context handles events; ``status``/``short`` simulate failures."""
+
+    submitted: list[FakeTransfer] = []
+
+    def __init__(self, handle: FakeHandle) -> None:
+        self.handle, self.status, self.short = handle, 0, False
+
+    def setBulk(self, ep: int, data: bytes, callback: Any, user_data: int, timeout: int) -> None:
+        self.kind, self.length, self.callback, self.user_data = ("bulk", ep), len(data), callback, user_data
+        self.buffer = bytes(data)
+
+    def setControl(
+        self, rt: int, req: int, value: int, index: int, data: Any, callback: Any, user_data: int, timeout: int
+    ) -> None:
+        self.kind, self.callback, self.user_data = ("control", rt, req, value, index), callback, user_data
+        self.length = data if isinstance(data, int) else len(data)
+        self.buffer = bytes(range(self.length)) if isinstance(data, int) else bytes(data)
+
+    def submit(self) -> None:
+        FakeTransfer.submitted.append(self)
+
+    def getUserData(self) -> int:
+        return self.user_data
+
+    def getStatus(self) -> int:
+        return self.status
+
+    def getActualLength(self) -> int:
+        return self.length - (1 if self.short else 0)
+
+    def getBuffer(self) -> bytes:
+        return self.buffer
+
 
 class FakeDevice:
     def __init__(self, handle: FakeHandle, vid: int = 0xADD1, pid: int = 1, open_error: int | None = None) -> None:
@@ -145,6 +183,11 @@ def fake_usb1(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
         def getDeviceIterator(self, skip_on_error: bool = False) -> list[FakeDevice]:
             return devices
+
+        def handleEvents(self) -> None:
+            if FakeTransfer.submitted:
+                t = FakeTransfer.submitted.pop(0)
+                t.callback(t)
 
     mod.USBContext = Context  # type: ignore[attr-defined]
     mod.devices = devices  # type: ignore[attr-defined]
@@ -228,3 +271,22 @@ def test_transfers_and_their_checks(fake_usb1: Any) -> None:
     handle.fail["controlWrite"] = -4
     with pytest.raises(DeviceGoneError):
         usb.control_write(0xE5, 1, 2)
+
+
+def test_async_transfers(fake_usb1: Any) -> None:
+    FakeTransfer.submitted.clear()
+    usb = USB3(FakeDevice(FakeHandle("custom")))
+    t1 = usb.bulk_write_async(b"payload")
+    t2 = usb.control_write_async(0xF0, 1, 2, b"\x00" * 12)
+    t3, data = usb.control_read_async(0xF0, 8)
+    assert len(FakeTransfer.submitted) == 3 and FakeTransfer.submitted[1].kind == ("control", 0x40, 0xF0, 1, 2)
+    usb.bulk_wait(t3)  # handles events until t3 is done (t1 and t2 complete on the way)
+    usb.bulk_wait(t1)
+    usb.bulk_wait(t2)
+    assert bytes(data) == bytes(range(8))
+    bad = usb.bulk_write_async(b"xyz")
+    FakeTransfer.submitted[0].short = True
+    with pytest.raises(RuntimeError, match="async bulk OUT failed: status=-1"):
+        usb.bulk_wait(bad)
+    with pytest.raises(RuntimeError, match="async bulk OUT failed"):  # the error latches
+        usb.bulk_wait(usb.bulk_write_async(b"ok"))

@@ -271,7 +271,9 @@ class HostMMIO(MMIOView):
     Width guarantee: an element access, ``read32``/``write32`` and ``read64``/``write64`` at an 8-aligned offset are
     single loads/stores of that width (through a ctypes scalar at the address). ``read``/``write`` with offset and
     length both multiples of 4 copy one aligned dword at a time; other ``read``/``write`` and slice copies use memmove.
-    The caller keeps the memory alive for the life of the view.
+    The caller keeps the memory alive for the life of the view. If ``owner`` has a true ``closed`` attribute (a
+    device that was closed, a freed allocation) every access raises ``RuntimeError`` instead of touching unmapped
+    memory.
     """
 
     #: scalar types used for width-exact accesses (tests may substitute recording types)
@@ -294,6 +296,11 @@ class HostMMIO(MMIOView):
 
     def _rebase(self, off: int) -> None:
         self.addr += off
+
+    def _check_range(self, off: int, n: int) -> None:
+        if getattr(self.owner, "closed", False):
+            raise RuntimeError(f"this HostMMIO view at {self.addr:#x} is no longer mapped (its owner was closed/freed)")
+        super()._check_range(off, n)
 
     def _read_item(self, off: int, size: int) -> int:
         return int(self.scalar_types[size].from_address(self.addr + off).value)

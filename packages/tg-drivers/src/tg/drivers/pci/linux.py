@@ -71,6 +71,17 @@ def _open_vfio_container() -> int | None:
     return fd
 
 
+class _Allocation:
+    """Owner of a DMA view: ``closed`` once the memory is freed or its device is closed (views then refuse access)."""
+
+    def __init__(self, device: PCIDevice) -> None:
+        self.device, self.freed = device, False
+
+    @property
+    def closed(self) -> bool:
+        return self.freed or self.device.closed
+
+
 class LinuxPCIDevice(PCIDevice):
     """A PCI function opened through sysfs; ``pcibus`` is its address, e.g. ``"0000:03:00.0"``.
 
@@ -101,7 +112,7 @@ class LinuxPCIDevice(PCIDevice):
         self._cfg_fd = -1
         self._bar_fds: dict[int, int] = {}
         self._mappings: list[tuple[int, int]] = []
-        self._sysmem: dict[int, tuple[int, int]] = {}
+        self._sysmem: dict[int, tuple[int, int, _Allocation]] = {}
         self.irq_fd: int | None = None
         self.irq_poller: select.poll | None = None
         self._vfio_fds: list[int] = []
@@ -250,7 +261,7 @@ class LinuxPCIDevice(PCIDevice):
         base = lib.map(addr - delta if addr else 0, length, PROT_READ | PROT_WRITE, flags, self._bar_fd(bar), start)
         lib.madvise(base, length, MADV_DONTFORK)  # forked children must not inherit device mappings
         self._mappings.append((base, length))
-        return HostMMIO(base + delta, size, fmt)
+        return HostMMIO(base + delta, size, fmt, owner=self)
 
     def resize_bar(self, bar: int) -> None:
         """Select the largest size in ``resource<bar>_resize`` (needs no bound driver and CAP_SYS_ADMIN)."""
@@ -284,8 +295,9 @@ class LinuxPCIDevice(PCIDevice):
         self._check_open()
         self._check_sysmem(size, contiguous)
         view, paddrs, length = alloc_locked_memory(size, vaddr, contiguous)
-        self._sysmem[id(view)] = (view.addr, length)
-        view.owner = self
+        owner = _Allocation(self)
+        view.owner = owner
+        self._sysmem[id(view)] = (view.addr, length, owner)
         return view, paddrs
 
     def free_sysmem(self, view: MMIOView) -> None:
@@ -293,11 +305,13 @@ class LinuxPCIDevice(PCIDevice):
         found = self._sysmem.pop(id(view), None)
         if found is None:
             raise ValueError("free_sysmem: this view was not returned by alloc_sysmem of this device (or was freed)")
-        libc().unmap(*found)
+        addr, length, alloc = found
+        alloc.freed = True
+        libc().unmap(addr, length)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------------
     def _close(self) -> None:
-        for base, length in [*self._mappings, *self._sysmem.values()]:
+        for base, length in [*self._mappings, *((a, n) for a, n, _ in self._sysmem.values())]:
             try:
                 libc().unmap(base, length)
             except OSError as e:

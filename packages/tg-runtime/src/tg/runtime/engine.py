@@ -165,9 +165,10 @@ def _update_stats(runner: Runner, nbufs: int, var_vals: dict[str, int], et: floa
     if DEBUG.value >= 2:
         t = et if et is not None else 0.0
         gflops, gbs = (ops / t * 1e-9, mem / t * 1e-9) if t > 0 else (0.0, 0.0)
+        name = runner.display_name
         print(
             f"{colored(f'*** {runner.device[:7]:7s} {GlobalCounters.kernel_count:4d}', 'green')} "
-            f"{runner.display_name}{' ' * max(0, 40 - ansilen(runner.display_name))} arg {nbufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
+            f"{name}{' ' * max(0, 40 - ansilen(name))} arg {nbufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
             f"tm {t * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
         )
 

@@ -26,7 +26,7 @@ __all__ = ["VFIO_DEV_ROOT", "LinuxPCIDevice"]
 
 log = logging.getLogger(__name__)
 
-_BUS_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_BUS_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 #: where the VFIO character devices live (tests point this elsewhere)
 VFIO_DEV_ROOT = "/dev/vfio"

@@ -1,13 +1,15 @@
 """Device registry, Buffer, views, allocators and the NULL and DISK devices."""
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tg.ir.dtype import dtypes
 from tg.ir.helpers import Context, GlobalCounters
-from tg.runtime.device import Allocator, Buffer, BufferSpec, Compiled, Device, LRUAllocator
+from tg.runtime.device import Allocator, Buffer, BufferSpec, Compiled, Device, LRUAllocator, _DeviceRegistry
 
 
 def floats(*xs: float) -> bytes:
@@ -55,6 +57,25 @@ def test_default_device_and_dev_override() -> None:
         assert Device.DEFAULT == "NULL"
         assert Device.default is Device["NULL"]
         assert Device.canonicalize(None) == "NULL"
+
+
+def test_default_skips_unavailable_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = _DeviceRegistry()  # a fresh registry: nothing opened yet
+    monkeypatch.setenv("PATH", str(tmp_path))  # no C compiler anywhere
+    monkeypatch.delenv("CC", raising=False)
+    with Context(DEV=""):
+        assert "CPU" not in list(registry.get_available_devices())
+        if "PYTHON" in registry.backends:
+            assert registry.DEFAULT == "PYTHON"
+
+
+def test_import_does_no_work() -> None:
+    code = (
+        "import sys, tg.runtime; "
+        "bad = [m for m in sys.modules if m.startswith(('tg.runtime.backends', 'tg.codegen', 'subprocess'))]; "
+        "assert not bad, bad; assert not tg.runtime.Device.opened"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_known_backends() -> None:

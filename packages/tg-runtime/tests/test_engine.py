@@ -142,10 +142,19 @@ def test_stats_and_debug_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert GlobalCounters.kernel_count == 2
 
 
-def test_debug_4_prints_source(capsys: pytest.CaptureFixture[str]) -> None:
+def test_debug_levels_print_opts_source_and_ast(capsys: pytest.CaptureFixture[str]) -> None:
+    ast = fake_kernel_ast("the_ast")
+    spec = Spec("axpy_dbg", AXPY.replace("axpy", "axpy_dbg"), ast=ast, applied_opts=("SPLIT(0, 4)",), vars=(K, N))
+    with Context(DEBUG=3):
+        CompiledRunner(spec)  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "applied opts" in out and "SPLIT(0, 4)" in out and "void axpy_dbg(" not in out
     with Context(DEBUG=4):
-        axpy_runner("axpy_src")
-    assert "void axpy_src(" in capsys.readouterr().out
+        CompiledRunner(spec)  # type: ignore[arg-type]
+    assert "void axpy_dbg(" in capsys.readouterr().out
+    with Context(DEBUG=5):
+        CompiledRunner(spec)  # type: ignore[arg-type]
+    assert "the_ast" in capsys.readouterr().out
 
 
 def test_buffer_copy_between_devices(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ def run(ast: UOp, device: str, outs: list[tuple[DType, int]], ins: list[np.ndarr
     """Compile `ast` for `device` (or with `renderer`), run it on fresh buffers; returns the outputs as numpy."""
     prg = get_program(ast, renderer if renderer is not None else Device[device].renderer)
     runner = CompiledRunner(prg, device)
-    bufs = [Buffer(device, n, dt).ensure_allocated() for dt, n in outs]
+    # outputs start zeroed (allocators may hand back recycled memory)
+    bufs = [Buffer(device, n, dt).ensure_allocated().copyin(bytes(n * dt.itemsize)) for dt, n in outs]
     for x in ins:
         dt, arr = x if isinstance(x, tuple) else (next(k for k, v in NP.items() if v == x.dtype.type), x)
         bufs.append(Buffer(device, arr.size, dt).ensure_allocated().copyin(memoryview(np.ascontiguousarray(arr).data)))

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tg.drivers.errors import DeviceBusyError
 from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice
@@ -575,3 +577,60 @@ def test_fuzz_session_feed() -> None:
     assert probe(fresh) == ["mock:gpu:0"]
     ok(fresh, RemoteCmd.PING)
     fresh.close()
+
+
+# ---- desynchronisation oracle (hypothesis): replies to valid requests are exact, whatever surrounds them -------------
+
+_offsets = st.one_of(st.sampled_from(BOUNDARY), st.integers(0, 2**64 - 1))
+_sizes = st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5, 8, 16, 4096, 64 * 1024, 2**64 - 1]), st.integers(0, 300))
+_reads = st.one_of(
+    st.tuples(st.just(RemoteCmd.MMIO_READ), st.sampled_from([0, 1, 2, 5, 6, 99]), _offsets, _sizes),
+    st.tuples(st.just(RemoteCmd.CFG_READ), st.just(0), _offsets, st.sampled_from([0, 1, 2, 3, 4, 8])),
+    st.tuples(st.just(RemoteCmd.MAP_BAR), st.integers(0, 8), st.just(0), st.just(0)),
+    st.tuples(st.just(RemoteCmd.PING), st.just(0), st.just(0), st.just(0)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_reads, min_size=1, max_size=12), st.integers(1, 64))
+def test_reply_stream_matches_reference(requests: list[tuple[int, int, int, int]], chunk: int) -> None:
+    """Mixed valid and invalid non-posted requests: the reply stream equals what a reference computes directly."""
+    ref = MockPCIDevice("REF", "mock:ref", bars={0: BarSpec(4096), 2: BarSpec(64 * 1024)}, lock=False)
+    ref.map_bar(2).write(0, bytes(range(256)) * 256)
+    server = RemoteServer(StaticProvider([ref]), limits=Limits(max_xfer=64 * 1024))
+    session = server.new_session()
+    stream = pack_request(RemoteCmd.PROBE, 0, 0, 0, 8, 0x1002, encode_probe_payload(NAVI31))
+    # each expected reply: None for an error, ("data", bytes) for trailing data, ("fields", resp0, resp1)
+    expected: list[tuple[Any, ...] | None] = [("data", b"mock:ref:0")]
+    for cmd, bar, off, size in requests:
+        stream += pack_request(cmd, 0, bar, off, size)
+        if cmd == RemoteCmd.MMIO_READ:
+            bar_size = ref.bar_info(bar)[1] if bar < 6 else 0
+            good = bar_size > 0 and size <= 64 * 1024 and off + size <= bar_size
+            expected.append(("data", ref.map_bar(bar).read(off, size)) if good else None)
+        elif cmd == RemoteCmd.CFG_READ:
+            good = size in (1, 2, 4) and off + size <= 4096
+            expected.append(("fields", ref.read_config(off, size), 0) if good else None)
+        elif cmd == RemoteCmd.MAP_BAR:
+            expected.append(("fields", *ref.bar_info(bar)) if bar < 6 else None)
+        else:
+            expected.append(("fields", 0, 0))
+    out = b""
+    for pos in range(0, len(stream), chunk):
+        replies, close = session.feed(stream[pos : pos + chunk])
+        assert not close
+        out += b"".join(r.data for r in replies)
+    for want in expected:  # parse the stream with the framing rules alone
+        status, resp0, resp1 = unpack_response_header(out[:RESPONSE_SIZE])
+        body, out = out[RESPONSE_SIZE:], b""
+        if want is None:
+            assert status == 1
+            out = body[resp0:]
+        elif want[0] == "data":
+            assert status == 0 and body[:resp0] == want[1]
+            out = body[resp0:]
+        else:
+            assert (status, resp0, resp1) == (0, want[1], want[2])
+            out = body
+    assert out == b""
+    session.close()

@@ -85,6 +85,7 @@ class SimulatedNavi31:
             collections.deque(maxlen=config.reg_log) if config.reg_log else None
         )
         self.rom_data_reads = 0
+        self.session_marks: list[int] = []  # index into `transactions` where each device session began
         self._reset_registers()
         self._readers: dict[int, Callable[[], int]] = {
             regs.ROM_CNTL: self._read_rom_cntl,
@@ -152,6 +153,10 @@ class SimulatedNavi31:
     @drop_program.setter
     def drop_program(self, addrs: set[int]) -> None:
         self.chip.drop_program = set(addrs)
+
+    def mark_session(self) -> None:
+        """Note that a new device session (one CLI invocation) starts here; used by the never-happen checks."""
+        self.session_marks.append(len(self.transactions))
 
     # --- RegisterModel protocol --------------------------------------------------------------------------------------
     def reset(self) -> None:

@@ -13,6 +13,7 @@ def make_sim_device(board: SimulatedNavi31, *, pcibus: str = "sim:0", lock: bool
     board. A fresh device per CLI invocation shares the board, so the board's state persists across invocations."""
     from tg.drivers.mock import BarSpec, MockPCIDevice
 
+    board.mark_session()
     bars = {
         0: BarSpec(16 << 20, is64=True, prefetch=True),
         2: BarSpec(0x2000),
@@ -26,3 +27,28 @@ def make_sim_device(board: SimulatedNavi31, *, pcibus: str = "sim:0", lock: bool
         bars=bars,
         lock=lock,
     )
+
+
+class DirectSimDevice:
+    """A minimal stand-in for a `PCIDevice` whose BAR5 calls the board directly (no MMIO view layer, no lock).
+
+    Only for tests that move megabytes through the simulator, where the mock device's per-access cost dominates.
+    """
+
+    def __init__(self, board: SimulatedNavi31):
+        from amdflash.sim.accessor import ModelBar5
+
+        board.mark_session()
+        self.board = board
+        self.bar5 = ModelBar5(board)
+        self.closed = False
+
+    def map_bar(self, bar: int, off: int = 0, addr: int = 0, size: int | None = None, fmt: str = "B") -> Any:
+        """BAR5 only; the whole BAR."""
+        if bar != regs.BAR5_INDEX or off or size not in (None, regs.BAR5_SIZE):
+            raise ValueError("DirectSimDevice maps only the whole of BAR5")
+        return self.bar5
+
+    def close(self) -> None:
+        """Nothing to release."""
+        self.closed = True

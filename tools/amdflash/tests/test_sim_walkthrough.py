@@ -1,0 +1,103 @@
+"""The `--sim` walk-through across separate invocations: state persists in the state file, written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amdflash import regs
+from amdflash.cli import main
+from amdflash.sim import build_ifwi
+from amdflash.sim.harness import Result
+from amdflash.sim.state import load_board
+
+
+def run(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def test_walkthrough_in_process(tmp_path: Path) -> None:
+    state = str(tmp_path / "board.bin")
+    sim = ("--sim", "--sim-state", state)
+    r = run(*sim, "romsw", "info")
+    assert r.code == 0 and r.lines[0].startswith("JEDEC capture: c86015c8")
+    assert os.path.exists(state)
+    image = build_ifwi(2)
+    (tmp_path / "new.bin").write_bytes(image)
+    r = run(*sim, "romsw", "flash", str(tmp_path / "new.bin"), "--sector-count", "4", "--yes")
+    assert r.code == 0, r.err
+    r = run(*sim, "romsw", "read", "0", "0x10")
+    assert r.lines == [image[:0x10].hex()]
+    target = tmp_path / "target.bin"
+    target.write_bytes(image[: 4 * 0x1000] + b"\xff" * (0x200000 - 4 * 0x1000))
+    r = run(*sim, "romsw", "verify", str(target))
+    assert r.lines == [f"verified 0x200000 bytes sha256={hashlib.sha256(target.read_bytes()).hexdigest()}"]
+    target.unlink()
+    board = load_board(state)
+    assert board.flash[: 4 * 0x1000] == image[: 4 * 0x1000]
+    assert board.flash[4 * 0x1000 :] == b"\xff" * (0x200000 - 4 * 0x1000)
+    # the documented persistent ROM_CNTL change survives between invocations too
+    assert board.regs[regs.ROM_CNTL] == (0x07000002 & 0xE0FFFFFF) | 1 << 28 | 8 << 24 | 1
+    assert sorted(os.listdir(tmp_path)) == ["board.bin", "new.bin"]
+    r = run(*sim, "list")
+    assert r.lines == ["0 sim sim:0 (0x1002:0x744c)"]
+    r = run(*sim, "--device", "1", "romsw", "info")
+    assert (r.code, r.err.strip()) == (1, "error: device index 1 out of range (found 1)")
+
+
+def test_walkthrough_default_state_in_cache_dir(tmp_path: Path, monkeypatch: object) -> None:
+    # XDG_CACHE_HOME is pointed at a temporary directory by the autouse fixture
+    r = run("--sim", "romsw", "info")
+    assert r.code == 0
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "amdflash" / "sim-board.bin"
+    assert cache.exists()
+
+
+def test_console_entry_point_subprocess(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "amdflash"]
+    p = subprocess.run([*cmd, "--sim", "romsw", "info"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[1] == "SR1/SR2/SR3: 00/00/00  CMP=clear"
+    p = subprocess.run([*cmd, "fw", "live-flash", "x.bin"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert p.stderr.startswith("error: firmware writes are disabled")
+    p = subprocess.run([*cmd, "romsw", "bogus"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+
+
+@pytest.mark.slow
+def test_walkthrough_subprocesses(tmp_path: Path) -> None:
+    """info -> flash (a few sectors of a full image) -> dump -> verify, each its own `python -m amdflash` process."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    image = build_ifwi(7)
+    flash_all_but_tail = tmp_path / "target.bin"
+    flash_all_but_tail.write_bytes(image[: 2 * 0x1000] + b"\xff" * (0x200000 - 2 * 0x1000))
+
+    def amdflash(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "amdflash", "--sim", *argv], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    p = amdflash("romsw", "info")
+    assert p.returncode == 0, p.stderr
+    assert "CMP=clear" in p.stdout
+    p = amdflash("romsw", "flash", str(flash_all_but_tail), "--sector-count", "2")
+    assert (p.returncode, p.stderr.strip()) == (1, "error: refusing to write without --yes")
+    p = amdflash("romsw", "flash", str(flash_all_but_tail), "--sector-count", "2", "--yes")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "flash complete: sectors 0..1 verified"
+    p = amdflash("romsw", "verify", str(flash_all_but_tail))
+    assert p.returncode == 0, p.stderr
+    digest = hashlib.sha256(flash_all_but_tail.read_bytes()).hexdigest()
+    assert p.stdout.strip() == f"verified 0x200000 bytes sha256={digest}"
+    p = amdflash("fw", "probe")
+    assert p.returncode == 0 and "transfer_type: error=0x0 response=0x1" in p.stdout

@@ -1,5 +1,6 @@
 """Device registry, Buffer, views, allocators and the NULL and DISK devices."""
 
+import os
 import struct
 import subprocess
 import sys
@@ -301,6 +302,25 @@ def test_disk_grows_file(tmp_path: Path) -> None:
     buf = Buffer(f"DISK:{path}", 16, dtypes.uint8)
     assert bytes(buf.as_memoryview()) == b"\x01\x02" + bytes(14)
     assert path.stat().st_size == 16
+
+
+def test_disk_read_only_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ro.bin"
+    path.write_bytes(floats(1, 2))
+    real_open = os.open
+
+    def open_without_write_permission(name: str, flags: int, *args: int) -> int:
+        if flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied")
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_without_write_permission)  # as for a 0444 file (root ignores modes)
+    buf = Buffer(f"DISK:{path}", 2, dtypes.float32)
+    assert unfloats(buf.as_memoryview()) == [1, 2]
+    with pytest.raises(RuntimeError, match=r"ro\.bin' is read-only: cannot write"):
+        buf.copyin(floats(3, 4))
+    with pytest.raises(RuntimeError, match=r"read-only and holds 8 bytes, 16 needed"):
+        Buffer(f"DISK:{path}", 4, dtypes.float32).ensure_allocated()
 
 
 def test_disk_bad_paths(tmp_path: Path) -> None:

@@ -22,12 +22,22 @@ class DiskAllocator(Allocator["DISKDevice"]):
         path = self.dev.path
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            writable = True
+        except PermissionError:
+            # a read-only file (e.g. shipped weights) can still be read through a read-only mapping
+            try:
+                fd, writable = os.open(path, os.O_RDONLY), False
+            except OSError as e:
+                raise RuntimeError(f"DISK device cannot open {path!r}: {e.strerror}") from e
         except OSError as e:
             raise RuntimeError(f"DISK device cannot open {path!r}: {e.strerror}") from e
         try:
-            if os.fstat(fd).st_size < size and not Path(path).is_block_device():
+            file_size = os.fstat(fd).st_size
+            if file_size < size and not Path(path).is_block_device():
+                if not writable:
+                    raise RuntimeError(f"DISK file {path!r} is read-only and holds {file_size} bytes, {size} needed")
                 os.ftruncate(fd, size)
-            mem = mmap.mmap(fd, size)
+            mem = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
         except OSError as e:
             raise RuntimeError(f"DISK device cannot map {size} bytes of {path!r}: {e.strerror}") from e
         finally:
@@ -38,6 +48,8 @@ class DiskAllocator(Allocator["DISKDevice"]):
         return buf[offset : offset + size]
 
     def _copyin(self, dest: memoryview, src: memoryview) -> None:
+        if dest.readonly:
+            raise RuntimeError(f"DISK file {self.dev.path!r} is read-only: cannot write to it")
         dest[:] = src
 
     def _copyout(self, dest: memoryview, src: memoryview) -> None:

@@ -1,6 +1,6 @@
 """tg.runtime overheads: per-kernel launch cost of a trivial compiled C kernel, and compile time cold vs warm cache.
 
-Run: `hatch run bench:runtime` or `python bench/bench_runtime.py [--iters N]`. Prints numbers; asserts nothing.
+Run: `hatch run bench:python bench/bench_runtime.py [--iters N] [--kernels K]`. Prints numbers; asserts nothing.
 """
 
 from __future__ import annotations

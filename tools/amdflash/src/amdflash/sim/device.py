@@ -52,3 +52,26 @@ class DirectSimDevice:
     def close(self) -> None:
         """Nothing to release."""
         self.closed = True
+
+
+def served_device() -> Any:
+    """Factory for `tg-pci-server --mock-model amdflash.sim:served_device`: one simulated board, unlocked.
+
+    The board starts from the state file named by `AMDFLASH_SIM_STATE` if set (see `amdflash --sim-state`), else from
+    `build_ifwi(int(AMDFLASH_SIM_SEED))` if that is set, else blank. Its state lives in the server process.
+    """
+    import os
+
+    from amdflash.sim.config import SimConfig
+    from amdflash.sim.images import build_ifwi
+    from amdflash.sim.state import load_board
+
+    state = os.environ.get("AMDFLASH_SIM_STATE")
+    seed = os.environ.get("AMDFLASH_SIM_SEED")
+    if state:
+        board = load_board(state)
+    elif seed:
+        board = SimulatedNavi31(SimConfig(flash=build_ifwi(int(seed, 0))))
+    else:
+        board = SimulatedNavi31(SimConfig())
+    return make_sim_device(board, lock=False)

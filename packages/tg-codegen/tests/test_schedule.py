@@ -172,3 +172,12 @@ def test_200_op_chain_is_one_kernel():
     for i in range(200):
         x = x.alu(Ops.ADD if i % 2 else Ops.MUL, a)
     assert kernels(x) == 1
+
+
+def test_constants_fold():
+    c = UOp.full((4,), 2.0, dtypes.float32, "CPU")
+    out = c.alu(Ops.MUL, UOp.full((4,), 3.0, dtypes.float32, "CPU")).alu(Ops.ADD, c)
+    (si,) = sched(out)
+    store = next(u for u in si.ast.toposort() if u.op is Ops.STORE)
+    assert store.src[1].op is Ops.CONST and store.src[1].arg == 8.0
+    assert len(si.bufs) == 1  # nothing to load

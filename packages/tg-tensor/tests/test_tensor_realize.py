@@ -103,6 +103,8 @@ def test_assign_errors(device):
         t.assign(Tensor([1, 2], device=device))
     with pytest.raises(ValueError, match=r"\(2,\).*\(3,\)"):
         t.assign(Tensor([1.0, 2.0, 3.0], device=device))
+    with pytest.raises(NotImplementedError, match="view"):
+        t[0:1].assign(Tensor([5.0], device=device))
 
 
 def test_random(device, size):

@@ -21,6 +21,7 @@ from tg.tensor import reduce as _reduce_ops
 from tg.tensor.data import from_numpy_dtype, list_to_numpy, to_numpy_dtype
 
 Scalar = bool | int | float
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.BUFFER})
 ShapeArg = int | Sequence[int]
 
 
@@ -327,6 +328,8 @@ class Tensor(_DTypeShortcuts):
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]
         if base.op is not Ops.BUFFER:
+            if any(u.op is Ops.BUFFER for u in base.toposort(lambda u: u.op in _VIEW_OPS)):
+                raise NotImplementedError("assign into a view (slice, permute, ...) of a buffer is not supported yet")
             self.uop = x.uop  # nothing stored yet: the new value simply replaces the graph
         else:
             self.uop = self.uop.assign(x.uop)

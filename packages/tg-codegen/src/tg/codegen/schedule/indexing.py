@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tg.codegen.schedule.item import KernelInfo
-from tg.ir import AxisType, DType, Ops, UOp, dtypes, prod
+from tg.ir import AxisType, DType, Ops, UOp, dtypes, exec_alu, prod
 
 # dtype of all index arithmetic in kernel ASTs
 INDEX_DTYPE: DType = dtypes.int32
@@ -63,6 +63,18 @@ def flat_index(idx: Sequence[UOp], shape: Sequence[int]) -> UOp:
     for t in terms[1:]:
         out = out + t
     return out
+
+
+def fold_constant(op: Ops, dtype: DType, srcs: Sequence[UOp]) -> UOp | None:
+    """The constant result of `op` on constant `srcs`, or None when it should be left to the device."""
+    if op in {Ops.BITCAST, Ops.THREEFRY}:
+        return None
+    try:
+        if op is Ops.CAST:
+            return UOp.const(dtype, srcs[0].arg)
+        return UOp.const(dtype, exec_alu(op, dtype, [s.arg for s in srcs]))
+    except (ArithmeticError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _simplify(u: UOp) -> UOp:
@@ -187,6 +199,9 @@ class KernelBuilder:
             return self.value(node.src[0], idx, valid)
         if node.op in {Ops.CAST, Ops.BITCAST} or node.op in _ELEMENTWISE:
             srcs = tuple(self.value(s, idx, valid) for s in node.src)
+            if all(s.op is Ops.CONST for s in srcs):
+                if (folded := fold_constant(node.op, node.dtype, srcs)) is not None:
+                    return folded
             return UOp(node.op, node.dtype, srcs, node.arg)
         if node.op in {Ops.COPY, Ops.ASSIGN}:
             raise MustRealize(node, "copies and assigns are separate schedule steps")

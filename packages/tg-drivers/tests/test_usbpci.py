@@ -109,7 +109,7 @@ def test_lock_taken_before_touching_the_bridge() -> None:
     other = MockASM24Bridge()
     with pytest.raises(DeviceBusyError, match=r"am_usb:1-1.lock"):
         USBPCIDevice("AM", other, "usb:1-1")
-    assert other.requests == []
+    assert not other.requests
     first.close()
     USBPCIDevice("AM", other, "usb:1-1").close()
 

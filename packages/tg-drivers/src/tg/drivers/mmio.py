@@ -23,6 +23,8 @@ import ctypes
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
+from tg.drivers.errors import MockAccessError
+
 __all__ = ["FORMATS", "BufferMMIO", "HostMMIO", "MMIOView", "ModelMMIO"]
 
 #: element formats and their sizes in bytes
@@ -397,21 +399,23 @@ class ModelMMIO(MMIOView):
     def _rebase(self, off: int) -> None:
         self.base += off
 
-    def _forward(self, fn: Callable[[], Any]) -> Any:
-        from tg.drivers.errors import MockAccessError
-
-        try:
-            return fn()
-        except MockAccessError as e:
-            if self.on_violation is not None:
-                self.on_violation(f"register model: {e}")
-            raise
+    def _report(self, e: Exception) -> None:
+        if self.on_violation is not None:
+            self.on_violation(f"register model: {e}")
 
     def _read_bytes(self, off: int, n: int) -> bytes:
-        data = bytes(self._forward(lambda: self.model.read(self.base + off, n)))
+        try:
+            data = bytes(self.model.read(self.base + off, n))
+        except MockAccessError as e:
+            self._report(e)
+            raise
         if len(data) != n:
             raise RuntimeError(f"register model returned {len(data)} bytes for a {n}-byte read at {self.base + off:#x}")
         return data
 
     def _write_bytes(self, off: int, data: bytes) -> None:
-        self._forward(lambda: self.model.write(self.base + off, data))
+        try:
+            self.model.write(self.base + off, data)
+        except MockAccessError as e:
+            self._report(e)
+            raise

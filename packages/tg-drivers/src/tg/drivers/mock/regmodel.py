@@ -120,8 +120,27 @@ class DwordRegisterFile:
             return int(hook()) & 0xFFFFFFFF
         return int.from_bytes(self.mem[dw : dw + 4], "little")
 
+    def _fast_dword(self, offset: int, size: int) -> bool:
+        """Whether an access is one aligned, in-range, permitted dword (the common register access)."""
+        if size != 4 or offset & 3 or not 0 <= offset <= self.size - 4:
+            return False
+        if self.strict and offset not in self.declared and offset not in self.read_hooks:
+            return offset in self.write_hooks
+        return True
+
     def read(self, offset: int, size: int) -> bytes:
         """Read ``size`` bytes at ``offset``, calling read hooks for hooked dwords."""
+        if self._fast_dword(offset, size):
+            self.reads += 1
+            hook = self.read_hooks.get(offset)
+            data = (
+                (int(hook()) & 0xFFFFFFFF).to_bytes(4, "little")
+                if hook is not None
+                else bytes(self.mem[offset : offset + 4])
+            )
+            if self.log.maxlen:
+                self.log.append(("r", offset, 4, int.from_bytes(data, "little")))
+            return data
         self._check(offset, size)
         self.reads += 1
         out = bytearray()
@@ -144,6 +163,16 @@ class DwordRegisterFile:
     def write(self, offset: int, data: bytes) -> None:
         """Write ``data`` at ``offset``, calling write hooks for hooked dwords."""
         data = bytes(data)
+        if self._fast_dword(offset, len(data)):
+            self.writes += 1
+            if self.log.maxlen:
+                self.log.append(("w", offset, 4, int.from_bytes(data, "little")))
+            hook = self.write_hooks.get(offset)
+            if hook is not None:
+                hook(int.from_bytes(data, "little"))
+            else:
+                self.mem[offset : offset + 4] = data
+            return
         self._check(offset, len(data))
         self.writes += 1
         if self.log.maxlen:

@@ -16,7 +16,8 @@ real bridge gets:
 
 Fault injection: ``fail_next_completions`` (``ret_status=1`` for the next n completions), ``completion_status``
 (``{dword address: status}``), ``link_never_up``. ``tlps`` records every mode-0 TLP as
-``(fmt_type, address, byte_enable, value)``; ``requests`` every vendor request as ``(bRequest, wValue, wIndex, len)``.
+``(fmt_type, address, byte_enable, value)``; ``requests`` every vendor request as ``(bRequest, wValue, wIndex, len)``
+(both keep the last ``log_size`` entries).
 A GPU register model can reach bridge memory by DMA through :meth:`dma_read`/:meth:`dma_write`.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections import deque
 from typing import Any
 
 from tg.drivers.errors import MockAccessError
@@ -53,6 +55,7 @@ class MockASM24Bridge:
         product: str = "custom ASM2464PD",
         fail_next_completions: int = 0,
         completion_status: dict[int, int] | None = None,
+        log_size: int = 100_000,
     ) -> None:
         if gpu is None:
             gpu = MockPCIDevice(
@@ -73,13 +76,14 @@ class MockASM24Bridge:
         self.cq_buf = bytearray(0x1000)  # XDATA 0xB800, bus 0x822000
         self.low_buf = bytearray(0x200)  # XDATA 0xB000, bus 0x800000
         self.bridges = [self._bridge_config() for _ in range(GPU_BUS)]
-        self.tlps: list[tuple[int, int, int, int]] = []
-        self.requests: list[tuple[int, int, int, int]] = []
+        self.tlps: deque[tuple[int, int, int, int]] = deque(maxlen=log_size)
+        self.requests: deque[tuple[int, int, int, int]] = deque(maxlen=log_size)
         self.violations = gpu.violations
         self._completion: bytes | None = None
         self._stream: tuple[str, int, int] | None = None  # (kind, address, nbytes)
         self._tags = itertools.count(1)
         self._async: dict[int, bytes] = {}
+        self._bar_views: dict[int, Any] = {}
         if link_up and not link_never_up:
             self.xdata[LTSSM_ADDR] = LTSSM_L0
 
@@ -294,13 +298,20 @@ class MockASM24Bridge:
     # ---- memory decode ---------------------------------------------------------------------------------------------
     def _decode(self, address: int, n: int) -> tuple[int, int] | None:
         """``(bar, offset)`` of the GPU BAR containing ``[address, address+n)``, if memory decoding is on."""
-        if not self.gpu.read_config(0x04, 2) & 0x2:
+        if not self.gpu.config[0x04] & 0x2:  # COMMAND.MEMORY, read without counting a config access
             return None
-        for bar in sorted(self.gpu.bars):
+        for bar in self.gpu.bars:
             base, size = self.gpu.bar_info(bar)
             if base <= address and address + n <= base + size:
                 return bar, address - base
         return None
+
+    def _bar_view(self, bar: int) -> Any:
+        size = self.gpu.bars[bar].size
+        cached = self._bar_views.get(bar)
+        if cached is None or cached.nbytes != size:
+            cached = self._bar_views[bar] = self.gpu.map_bar(bar)
+        return cached
 
     def _mem_access(self, address: int, n: int, data: bytes | None) -> bytes:
         found = self._decode(address, n)
@@ -310,13 +321,13 @@ class MockASM24Bridge:
             )
             return b""
         bar, off = found
-        view = self.gpu.map_bar(bar, off, size=n)
+        view = self._bar_view(bar)
         if data is None:
-            return view.read32(0).to_bytes(4, "little") if n == 4 else view.read(0, n)
+            return view.read32(off).to_bytes(4, "little") if n == 4 else view.read(off, n)
         if n == 4:
-            view.write32(0, int.from_bytes(data, "little"))
+            view.write32(off, int.from_bytes(data, "little"))
         else:
-            view.write(0, data)
+            view.write(off, data)
         return b""
 
     def _masked_mem_write(self, address: int, byte_enable: int, value: int) -> None:
@@ -326,11 +337,11 @@ class MockASM24Bridge:
         found = self._decode(address, 4)
         assert found is not None
         bar, off = found
-        view = self.gpu.map_bar(bar, off, size=4)
+        view = self._bar_view(bar)
         data = value.to_bytes(4, "little")
         for i in range(4):
             if byte_enable >> i & 1:
-                view.write(i, data[i : i + 1])
+                view.write(off + i, data[i : i + 1])
 
     # ---- SRAM engine -----------------------------------------------------------------------------------------------
     def _f2(self, value: int, index: int) -> None:

@@ -385,3 +385,8 @@ def test_env_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
         RemoteConnection(a)
     a.close()
     b.close()
+
+
+def test_unresolvable_host_is_a_connection_error() -> None:
+    with pytest.raises(ConnectionError, match=r"cannot connect to remote PCI server no-such-host\.invalid:6667"):
+        RemoteConnection.connect(RemoteAddress("no-such-host.invalid"), timeout=1.0)

@@ -422,6 +422,14 @@ def test_auth_flow() -> None:
     assert probe(s) == ["mock:gpu:0"]
     ok(s, RemoteCmd.AUTH, arg1=6, payload=b"ignored")  # already authenticated
     s.close()
+    s = r.session()  # AUTH pipelined with requests that carry payloads, in one chunk
+    probe_payload = encode_probe_payload(NAVI31)
+    replies, close = s.feed(
+        pack_request(RemoteCmd.AUTH, arg1=6, payload=b"s3cret")
+        + pack_request(RemoteCmd.PROBE, 0, 0, 0, len(probe_payload), 0x1002, probe_payload)
+    )
+    assert not close and [r.data[0] for r in replies] == [0, 0] and replies[1].data.endswith(b"mock:gpu:0")
+    s.close()
     open_server = Rig().session()
     ok(open_server, RemoteCmd.AUTH, arg1=3, payload=b"any")  # AUTH without a configured token is accepted
 

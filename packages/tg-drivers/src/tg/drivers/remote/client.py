@@ -207,14 +207,14 @@ class RemoteConnection:
     ) -> RemoteConnection:
         """Connect to `address` (`REMOTE_TIMEOUT` seconds by default) and authenticate with `token`/`REMOTE_TOKEN`."""
         timeout = timeout if timeout is not None else _env_float("REMOTE_TIMEOUT", 3.0)
-        if address.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            target: Any = address.path
-        else:
-            infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
-            family, _, _, _, target = infos[0]
-            sock = socket.socket(family, socket.SOCK_STREAM)
+        sock: socket.socket | None = None
         try:
+            if address.path is not None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                target: Any = address.path
+            else:
+                family, _, _, _, target = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0]
+                sock = socket.socket(family, socket.SOCK_STREAM)
             sock.settimeout(timeout)
             sock.connect(target)
             if address.path is None:
@@ -223,7 +223,8 @@ class RemoteConnection:
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, opt, _SOCK_BUF)
         except OSError as e:
-            sock.close()
+            if sock is not None:
+                sock.close()
             raise ConnectionError(f"cannot connect to remote PCI server {address.label}: {e}") from e
         conn = cls(sock, address, rpc_timeout=rpc_timeout)
         if token is None:

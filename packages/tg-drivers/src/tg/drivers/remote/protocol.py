@@ -221,33 +221,44 @@ class RequestParser:
         """True while part of a request has arrived but not all of it."""
         return bool(self._buf) or self._header is not None
 
-    def feed(self, data: bytes) -> list[Request]:
-        """Consume `data` and return every request completed by it, in order."""
+    def push(self, data: bytes) -> None:
+        """Append received bytes (call `pop` to take complete requests out)."""
         if self.dead:
             raise ProtocolError("parser already failed")
         self._buf += data
+
+    def pop(self) -> Request | None:
+        """The next complete request, or None if more bytes are needed. Caps apply as of this call."""
+        if self.dead:
+            raise ProtocolError("parser already failed")
+        if self._header is None:
+            if len(self._buf) < REQUEST_SIZE:
+                return None
+            header = unpack_request_header(bytes(self._buf[:REQUEST_SIZE]))
+            del self._buf[:REQUEST_SIZE]
+            need = payload_length(header.cmd, header.arg1)
+            if need is None:
+                self.dead = True
+                raise ProtocolError(f"unknown command {header.cmd}", header)
+            cap = self.max_payload.get(header.cmd, 0)
+            if need > cap:
+                self.dead = True
+                raise ProtocolError(
+                    f"{command_name(header.cmd)} payload of {need} bytes exceeds the limit of {cap} bytes", header
+                )
+            self._header, self._need = header, need
+        if len(self._buf) < self._need:
+            return None
+        payload = bytes(self._buf[: self._need])
+        del self._buf[: self._need]
+        h = self._header
+        self._header, self._need = None, 0
+        return Request(h.cmd, h.dev_id, h.bar, h.arg0, h.arg1, h.arg2, payload)
+
+    def feed(self, data: bytes) -> list[Request]:
+        """Consume `data` and return every request completed by it, in order."""
+        self.push(data)
         out: list[Request] = []
-        while True:
-            if self._header is None:
-                if len(self._buf) < REQUEST_SIZE:
-                    return out
-                header = unpack_request_header(bytes(self._buf[:REQUEST_SIZE]))
-                del self._buf[:REQUEST_SIZE]
-                need = payload_length(header.cmd, header.arg1)
-                if need is None:
-                    self.dead = True
-                    raise ProtocolError(f"unknown command {header.cmd}", header)
-                cap = self.max_payload.get(header.cmd, 0)
-                if need > cap:
-                    self.dead = True
-                    raise ProtocolError(
-                        f"{command_name(header.cmd)} payload of {need} bytes exceeds the limit of {cap} bytes", header
-                    )
-                self._header, self._need = header, need
-            if len(self._buf) < self._need:
-                return out
-            payload = bytes(self._buf[: self._need])
-            del self._buf[: self._need]
-            h = self._header
-            out.append(Request(h.cmd, h.dev_id, h.bar, h.arg0, h.arg1, h.arg2, payload))
-            self._header, self._need = None, 0
+        while (req := self.pop()) is not None:
+            out.append(req)
+        return out

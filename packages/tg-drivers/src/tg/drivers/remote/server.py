@@ -200,17 +200,19 @@ class Session:
         if self.finished or self.closed:
             return FeedResult([], True)
         replies: list[Reply] = []
-        try:
-            requests = self._parser.feed(data)
-        except ProtocolError as e:
-            self.finished = self._framing_failed(e, replies)
-            return FeedResult(replies, True)
-        for req in requests:
+        self._parser.push(data)
+        while True:
+            try:  # one request at a time: handling one (e.g. AUTH) may change the caps for the next
+                req = self._parser.pop()
+            except ProtocolError as e:
+                self.finished = self._framing_failed(e, replies)
+                return FeedResult(replies, True)
+            if req is None:
+                return FeedResult(replies, False)
             self.requests += 1
             if self._handle(req, replies):
                 self.finished = True
                 return FeedResult(replies, True)
-        return FeedResult(replies, False)
 
     def _framing_failed(self, err: ProtocolError, replies: list[Reply]) -> bool:
         header = err.header
@@ -699,6 +701,9 @@ class RemoteServer:
         try:
             if self._transport == "tcp":
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # large buffers for bulk BAR/sysmem transfers
+                with contextlib.suppress(OSError):
+                    conn.setsockopt(socket.SOL_SOCKET, opt, 64 << 20)
             reason = self._session_loop(conn, session)
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"

@@ -191,3 +191,27 @@ def test_vfio_requested_but_unavailable_falls_back(gpu: Any, caplog: pytest.LogC
         assert dev.irq_poller is None and dev.irq_fd is None
         assert dev.read_config(0, 2) == 0x1002
     assert "vfio" in caplog.text.lower()
+
+
+def test_vfio_container_failure_falls_back(
+    gpu: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tg.drivers.pci import linux
+
+    params = os.path.join(gpu.root, "module", "vfio", "parameters")
+    os.makedirs(params)
+    with open(os.path.join(params, "enable_unsafe_noiommu_mode"), "w") as f:
+        f.write("0")
+    devroot = tmp_path / "dev-vfio"
+    devroot.mkdir()
+    (devroot / "vfio").write_bytes(b"")  # a regular file: the VFIO ioctls fail with ENOTTY
+    monkeypatch.setattr(linux, "VFIO_DEV_ROOT", str(devroot))
+    monkeypatch.setattr(linux, "_vfio_container", None)
+    monkeypatch.setenv("VFIO", "1")
+    with caplog.at_level("WARNING"), LinuxPCIDevice("AM", BUS) as dev:
+        assert dev.irq_fd is None
+    with open(os.path.join(params, "enable_unsafe_noiommu_mode")) as f:
+        assert f.read() == "1"
+    assert "VFIO requested but unavailable" in caplog.text
+    with open(gpu.path(BUS, "enable")) as f:
+        assert f.read() == "1"  # fell back to the sysfs enable path

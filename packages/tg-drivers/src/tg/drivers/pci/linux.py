@@ -181,8 +181,8 @@ class LinuxPCIDevice(PCIDevice):
                 fcntl.ioctl(container, VFIO_SET_IOMMU, VFIO_NOIOMMU_IOMMU)
             except OSError:
                 pass  # succeeds only once per container
-            device_fd = fcntl.ioctl(group_fd, VFIO_GROUP_GET_DEVICE_FD, self.pcibus.encode() + b"\0")
-            device_fd = int(device_fd) if isinstance(device_fd, int) else struct.unpack("i", device_fd[:4])[0]
+            # a mutable buffer makes ioctl return the syscall's result, which is the new device fd
+            device_fd = fcntl.ioctl(group_fd, VFIO_GROUP_GET_DEVICE_FD, bytearray(self.pcibus.encode() + b"\0"), True)
             self._vfio_fds.append(device_fd)
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC)
             self.irq_poller = select.poll()

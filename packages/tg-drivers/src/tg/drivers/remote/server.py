@@ -165,7 +165,7 @@ class Session:
         self.finished = False
         #: set when the connection should linger before closing (failed authentication)
         self.close_delay = 0.0
-        #: exceptions raised by the device itself (not by validation); fuzz oracles expect none for mocks
+        #: exceptions raised by the device itself (not by validation; the first 100), for diagnostics and fuzz oracles
         self.device_errors: list[BaseException] = []
         self.requests = 0
         self._discovered: list[tuple[DeviceFactory, str]] = []
@@ -250,7 +250,8 @@ class Session:
             self._error(replies, str(e))
             return e.close
         except Exception as e:
-            self.device_errors.append(e)
+            if len(self.device_errors) < 100:  # bounded: a client may repeat a failing request forever
+                self.device_errors.append(e)
             if posted:
                 log.warning("%s: closing after failed %s: %r", self.peer, command_name(req.cmd), e)
                 return True
@@ -746,13 +747,14 @@ class RemoteServer:
             before = session.requests
             replies, close = session.feed(data)
             conn.settimeout(limits.io_timeout)
-            for reply in replies:
-                try:
+            try:
+                for reply in replies:
                     if reply.fd is None:
                         conn.sendall(reply.data)
                     else:
                         socket.send_fds(conn, [reply.data], [reply.fd])
-                finally:
+            finally:  # fds belong to the replies: close them whether or not they were sent
+                for reply in replies:
                     if reply.fd is not None:
                         os.close(reply.fd)
             if close:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ class Candidate:
 def _usb_candidates() -> list[_Raw]:
     usb = _drivers("usb")
     found: list[_Raw] = []
+    usb.USB3.cache_clear()  # a fresh enumeration per command: boards get re-plugged during recovery
     for vid, pid in regs.USB_BRIDGE_IDS:
         for dev, name in usb.USB3.list_devices(vid, pid):
             found.append(("usb", name, vid, pid, functools.partial(usb.USBPCIDevice, regs.LOCK_PREFIX, dev, name)))
@@ -50,18 +52,16 @@ def _usb_candidates() -> list[_Raw]:
 
 
 def _pci_candidates() -> list[_Raw]:
-    found: list[_Raw] = []
-    for factory, name in _drivers("pci").list_devices(regs.AMD_VENDOR_ID, regs.NAVI31_DEVICES, refresh=True):
-        found.append(
-            (
-                "pci",
-                name,
-                regs.AMD_VENDOR_ID,
-                regs.NAVI31_DEVICE_ID,
-                functools.partial(factory, regs.LOCK_PREFIX, name),
-            )
-        )
-    return found
+    pci = _drivers("pci")
+    if os.environ.get("REMOTE", "").strip() and not os.environ.get("TG_DRIVERS_BACKEND", "").strip():
+        # tg-drivers' list_devices would return the REMOTE servers' devices here; remote is never part of pci/auto
+        entries = [(pci.LinuxPCIDevice, bus) for bus in pci.scan_bus(regs.AMD_VENDOR_ID, regs.NAVI31_DEVICES)]
+    else:
+        entries = pci.list_devices(regs.AMD_VENDOR_ID, regs.NAVI31_DEVICES, refresh=True)
+    return [
+        ("pci", name, regs.AMD_VENDOR_ID, regs.NAVI31_DEVICE_ID, functools.partial(factory, regs.LOCK_PREFIX, name))
+        for factory, name in entries
+    ]
 
 
 def _remote_candidates() -> list[_Raw]:
@@ -94,7 +94,13 @@ def list_candidates(transport: str, *, warn: Callable[[str], None] | None = None
             if warn is not None:
                 warn(f"warning: USB transport unavailable: {exc}")
     if transport in ("auto", "pci"):
-        raw += _pci_candidates()
+        try:
+            raw += _pci_candidates()
+        except _drivers("errors").NoPCIBusError as exc:
+            if transport == "pci":
+                raise
+            if warn is not None:
+                warn(f"warning: PCI transport unavailable: {exc}")
     if transport == "remote":
         raw += _remote_candidates()
     return [Candidate(i, t, ident, vid, pid, fn) for i, (t, ident, vid, pid, fn) in enumerate(raw)]

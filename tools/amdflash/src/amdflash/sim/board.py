@@ -17,14 +17,7 @@ from amdflash import regs
 from amdflash.sim.config import SimConfig
 from amdflash.sim.flash import GD25Model
 from amdflash.sim.mailbox import PSPModel
-
-try:
-    from tg.drivers.errors import MockAccessError
-except ImportError:  # pragma: no cover - only while tg-drivers lacks its errors module
-
-    class MockAccessError(RuntimeError):  # type: ignore[no-redef]
-        """Illegal access to a mock register model."""
-
+from tg.drivers.errors import MockAccessError
 
 WINDOW_START = regs.ROM_SW_DATA
 WINDOW_END = regs.ROM_SW_DATA + regs.ROM_SW_DATA_SIZE

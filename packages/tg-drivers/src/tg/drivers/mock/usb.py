@@ -271,7 +271,7 @@ class MockASM24Bridge:
         if (fmt_type & 1) != int(bus > 0):
             self.violations.append(f"usb bridge: type-{fmt_type & 1} config TLP to bus {bus}")
             status = status or UR
-        if dev or fn or bus > GPU_BUS:
+        if dev or fn or bus > GPU_BUS or (bus == GPU_BUS and reg >= self.gpu.cfg_size):
             status = status or UR
         if status:
             self._complete(0xFFFFFFFF if not write else 0, status)

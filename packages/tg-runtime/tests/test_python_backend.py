@@ -174,12 +174,20 @@ CASTS = [
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(("src", "dst", "x"), CASTS, ids=[f"{s}->{d}" for s, d, _ in CASTS])
-def test_casts(device: str, src: DType, dst: DType, x: np.ndarray) -> None:
-    with np.errstate(over="ignore", invalid="ignore"):
-        expected = x.astype(NP[dst])
-    (out,) = run(elementwise(len(x), dst, lambda v: v.cast(dst), src), device, [(dst, len(x))], [(src, x)])
-    np.testing.assert_array_equal(out, expected)
+def test_casts(device: str) -> None:
+    # one kernel, one output per cast (compiling is the slow part on CPU)
+    n = max(len(x) for *_, x in CASTS)
+    xs = [np.resize(x, n) for *_, x in CASTS]
+    stores = []
+    for k, (src, dst, _) in enumerate(CASTS):
+        r = UOp.range(n, k)
+        stores.append(UOp.param(k, dst, n).index(r).store(UOp.param(len(CASTS) + k, src, n).index(r).load().cast(dst)))
+        stores[-1] = stores[-1].end(r)
+    outs = run(UOp.sink(*stores), device, [(dst, n) for _, dst, _ in CASTS], [(src, x) for (src, _, _), x in
+                                                                              zip(CASTS, xs, strict=True)])  # fmt: skip
+    for (src, dst, _), x, out in zip(CASTS, xs, outs, strict=True):
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.testing.assert_array_equal(out, x.astype(NP[dst]), err_msg=f"cast {src} -> {dst}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -375,3 +383,33 @@ def test_python_device_buffers_round_trip() -> None:
     assert struct.unpack("<3f", buf.as_memoryview()) == pytest.approx((1.0, 2.0, math.pi))
     view = buf.view(2, dtypes.float32, 4)
     assert struct.unpack("<2f", view.as_memoryview()) == pytest.approx((2.0, math.pi))
+
+
+ALU_OPS = (Ops.ADD, Ops.MUL, Ops.SUB, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
+INT_OPS = (Ops.XOR, Ops.OR, Ops.AND, Ops.IDIV, Ops.MOD, Ops.SHR)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [dtypes.int8, dtypes.uint8, dtypes.uint32, dtypes.int64, dtypes.float32], ids=repr)
+def test_alu_matches_constant_folding(device: str, dt: DType) -> None:
+    from tg.ir.alu import exec_alu
+
+    if dtypes.is_float(dt):
+        ops, xs, ys = ALU_OPS, [1.5, -2.0, 1e30, np.nan, 0.1, -0.0], [3.25, -2.0, 1e30, 1.0, 0.2, 0.0]
+    else:
+        lo, hi = int(dt.min), int(dt.max)
+        ops = ALU_OPS + INT_OPS if dt != dtypes.int64 else (Ops.XOR, Ops.IDIV, Ops.MOD, Ops.SHR, Ops.CMPLT)
+        xs, ys = [lo, hi, 7, -7 if lo < 0 else 9, 100, hi], [3, hi, 2, 2, 7, -1 if lo < 0 else 1]
+    x, y = np.array(xs, NP[dt]), np.array(ys, NP[dt])
+    # every op gets its own output; comparisons are stored as bool
+    out_dts = [dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt for op in ops]
+    stores = []
+    for k, op in enumerate(ops):
+        r = UOp.range(6, k)
+        a, b = (UOp.param(len(ops) + i, dt, 6).index(r).load() for i in range(2))
+        stores.append(UOp.param(k, out_dts[k], 6).index(r).store(a.alu(op, b if op is not Ops.SHR else b & 3)).end(r))
+    outs = run(UOp.sink(*stores), device, [(odt, 6) for odt in out_dts], [x, y])
+    for op, odt, out in zip(ops, out_dts, outs, strict=True):
+        ys_op = [b & 3 for b in y.tolist()] if op is Ops.SHR else y.tolist()
+        expected = [exec_alu(op, odt, (a, b)) for a, b in zip(x.tolist(), ys_op, strict=True)]
+        np.testing.assert_array_equal(out, np.array(expected, NP[odt]), err_msg=f"{op} {dt}")

@@ -2,7 +2,7 @@
 
 It is the correctness oracle: every kernel that runs on CPU must give the same bits here (up to libm's last-ulp
 differences in EXP2/LOG2/SIN, which this device computes with Python's correctly rounded double math then rounds).
-ALU semantics come from `tg.ir.alu.exec_alu`, the same table constant folding uses: ints wrap to their dtype,
+ALU semantics come from `tg.ir.alu` (what `exec_alu`, and so constant folding, uses): ints wrap to their dtype,
 floats round to their dtype after every op, IDIV/MOD truncate toward zero. Buffers are bytearrays; float16 and
 bfloat16 live in memory as 16-bit patterns and as correctly rounded Python floats in registers.
 """
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tg.ir.alu import exec_alu
+from tg.ir.alu import python_alu
 from tg.ir.dtype import DType, PtrDType, dtypes
 from tg.ir.floats import bf16_bits_to_float, bitcast_scalar, f32_to_bf16_bits, storage_fmt, truncate
 from tg.ir.ops import GroupOp, Ops
@@ -57,17 +57,16 @@ class _Memory:
     def __init__(self, name: str, view: Any, decode: Callable[[Any], Any], encode: Callable[[Any], Any]) -> None:
         self.name, self.view, self.size, self.decode, self.encode = name, view, len(view), decode, encode
 
-    def _check(self, i: int) -> None:
-        if not 0 <= i < self.size:
-            raise IndexError(f"{self.name}: index {i} out of bounds [0, {self.size})")
-
     def load(self, i: int) -> Any:
-        self._check(i)
-        return self.decode(self.view[i])
+        if 0 <= i < self.size:
+            return self.decode(self.view[i])
+        raise IndexError(f"{self.name}: index {i} out of bounds [0, {self.size})")
 
     def store(self, i: int, v: Any) -> None:
-        self._check(i)
-        self.view[i] = self.encode(v)
+        if 0 <= i < self.size:
+            self.view[i] = self.encode(v)
+            return
+        raise IndexError(f"{self.name}: index {i} out of bounds [0, {self.size})")
 
 
 def _typed_memory(name: str, mv: memoryview, dt: DType) -> _Memory:
@@ -96,8 +95,41 @@ def python_cast(x: Any, src: DType, dst: DType) -> Any:
     raise NotImplementedError(f"the PYTHON device can't cast {src} -> {dst}")
 
 
+def _int_result(tr: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    # exec_alu's rule for an int dtype: a float result truncates (non-finite -> 0), then wraps
+    def fix(r: Any) -> Any:
+        if isinstance(r, float):
+            r = int(r) if math.isfinite(r) else 0
+        return tr(r)
+
+    return fix
+
+
+def _alu_impl(op: Ops, dt: DType) -> tuple[Callable[..., Any], Callable[[Any], Any]]:
+    """(compute, truncate) with exactly `exec_alu(op, dt, args) == truncate(compute(*args))`."""
+    if dt.count != 1:
+        raise NotImplementedError(f"the PYTHON device does not run vector dtype {dt}")
+    if op not in python_alu:
+        raise NotImplementedError(f"the PYTHON device can't run {op}")
+    tr = truncate.get(dt, lambda x: x)
+    return python_alu[op], (_int_result(tr) if dtypes.is_int(dt) else tr)
+
+
+# ops whose tg.ir.alu semantics are a plain Python operator on already-truncated operands: written inline
+_INLINE = {
+    Ops.ADD: "({0} + {1})", Ops.MUL: "({0} * {1})", Ops.SUB: "({0} - {1})", Ops.XOR: "({0} ^ {1})",
+    Ops.OR: "({0} | {1})", Ops.AND: "({0} & {1})", Ops.SHL: "({0} << {1})", Ops.SHR: "({0} >> {1})",
+    Ops.CMPLT: "({0} < {1})", Ops.CMPNE: "({0} != {1})", Ops.CMPEQ: "({0} == {1})", Ops.WHERE: "({1} if {0} else {2})",
+}  # fmt: skip
+
+
 class PythonProgram(Program):
-    """Interprets a program rendered by `PythonRenderer`; called with byte memoryviews and variable values."""
+    """Runs a program rendered by `PythonRenderer`; called with byte memoryviews and variable values.
+
+    The linear program is translated once into a Python function (RANGE/END become `for` loops, every ALU op a
+    call of its `tg.ir.alu` semantics followed by the dtype's truncation), so each element costs a few calls.
+    `pysrc` holds that function's source for debugging.
+    """
 
     def __init__(self, name: str, lib: bytes) -> None:
         from tg.codegen.render.python import decode_program
@@ -108,18 +140,77 @@ class PythonProgram(Program):
                              key=lambda i: self.prog[i][3])  # fmt: skip
         self.variables = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.DEFINE_VAR),
                                 key=lambda i: self.prog[i][3][0])  # fmt: skip
-        # loop structure: where each RANGE's END is
-        self.end_of: dict[int, int] = {}
-        open_loops: list[int] = []
-        for i, (op, _, src, _) in enumerate(self.prog):
-            if op is Ops.RANGE:
+        self.pysrc, self._fxn = self._translate()
+
+    def _translate(self) -> tuple[str, Callable[[list[_Memory], tuple[int, ...]], None]]:
+        prog, name = self.prog, self.name
+        env: dict[str, Any] = {"_Memory": _Memory, "_cast": python_cast, "_bitcast": bitcast_scalar}
+        lines = ["def _kernel(_mem, _vals):"]
+        depth, open_loops = 1, []
+
+        def emit(line: str) -> None:
+            lines.append("    " * depth + line)
+
+        for i, (op, dt, src, arg) in enumerate(prog):
+            v = [f"v{s}" for s in src]
+            if op is Ops.PARAM:
+                emit(f"v{i} = _mem[{self.params.index(i)}]")
+            elif op is Ops.DEFINE_VAR:
+                emit(f"v{i} = _vals[{self.variables.index(i)}]")
+            elif op is Ops.CONST:
+                env[f"_c{i}"] = truncate[dt](arg)
+                emit(f"v{i} = _c{i}")
+            elif op in _INLINE and dt.count == 1:
+                expr = _INLINE[op].format(*v)
+                if op in GroupOp.Comparison:
+                    emit(f"v{i} = {expr}")  # already a bool, as truncate[bool] would make it
+                else:
+                    env[f"_t{i}"] = truncate[dt]
+                    emit(f"v{i} = _t{i}({expr})")
+            elif op in GroupOp.ALU:
+                env[f"_f{i}"], env[f"_t{i}"] = _alu_impl(op, dt)
+                emit(f"v{i} = _t{i}(_f{i}({', '.join(v)}))")
+            elif op is Ops.CAST:
+                env[f"_d{i}"] = (prog[src[0]][1], dt)
+                emit(f"v{i} = _cast({v[0]}, *_d{i})")
+            elif op is Ops.BITCAST:
+                env[f"_d{i}"] = (prog[src[0]][1], dt)
+                emit(f"v{i} = _bitcast({v[0]}, *_d{i})")
+            elif op is Ops.INDEX:
+                if len(src) != 2:
+                    raise ValueError(f"{name}: INDEX at {i} still has a gate (lowering moves it to the LOAD/STORE)")
+                emit(f"v{i} = ({v[0]}, {v[1]})")
+            elif op is Ops.LOAD:
+                buf, idx = (f"v{s}" for s in prog[src[0]][2])
+                load = f"{buf}.load({idx})"
+                emit(f"v{i} = {load}" if len(src) == 1 else f"v{i} = {load} if {v[2]} else {v[1]}")
+            elif op is Ops.STORE:
+                buf, idx = (f"v{s}" for s in prog[src[0]][2])
+                emit(f"{buf}.store({idx}, {v[1]})" if len(src) == 2 else f"if {v[2]}: {buf}.store({idx}, {v[1]})")
+            elif op is Ops.RANGE:
+                emit(f"for v{i} in range({v[0]}):")
+                depth += 1
+                emit("pass")
                 open_loops.append(i)
             elif op is Ops.END:
                 if not open_loops or src[-1] != open_loops[-1]:
                     raise ValueError(f"{name}: END at {i} does not close the innermost open RANGE")
-                self.end_of[open_loops.pop()] = i
+                open_loops.pop()
+                depth -= 1
+            elif op is Ops.AFTER:
+                emit(f"v{i} = {v[0]}")
+            elif op is Ops.DEFINE_REG:
+                assert isinstance(dt, PtrDType)
+                env[f"_d{i}"] = (f"acc{i}", [dt.base.min] * max(dt.size, 1), truncate[dt.base])
+                emit(f"v{i} = _Memory(_d{i}[0], list(_d{i}[1]), lambda x: x, _d{i}[2])")
+            elif op not in (Ops.SINK, Ops.GROUP, Ops.NOOP):
+                raise NotImplementedError(f"the PYTHON device can't run {op}")
         if open_loops:
             raise ValueError(f"{name}: RANGE at {open_loops[-1]} is never closed")
+        lines.append("    return None")
+        pysrc = "\n".join(lines) + "\n"
+        exec(compile(pysrc, f"<PYTHON kernel {name}>", "exec"), env)  # our own generated code, no user input
+        return pysrc, env["_kernel"]
 
     def __call__(
         self,
@@ -133,61 +224,19 @@ class PythonProgram(Program):
             raise ValueError(f"{self.name} takes {len(self.params)} buffers, got {len(bufs)}")
         if len(vals) != len(self.variables):
             raise ValueError(f"{self.name} takes {len(self.variables)} variable values, got {len(vals)}")
-        start = time.perf_counter()
-        self._run(bufs, vals)
-        return time.perf_counter() - start if wait else None
-
-    def _run(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> None:
-        prog = self.prog
-        regs: list[Any] = [None] * len(prog)
+        mems = []
         for i, b in zip(self.params, bufs, strict=True):
-            dt = prog[i][1]
+            dt = self.prog[i][1]
             assert isinstance(dt, PtrDType)
-            regs[i] = _typed_memory(f"data{prog[i][3]}", b if isinstance(b, memoryview) else memoryview(b), dt.base)
+            mems.append(_typed_memory(f"data{self.prog[i][3]}", b if isinstance(b, memoryview) else memoryview(b),
+                                      dt.base))  # fmt: skip
         for i, v in zip(self.variables, vals, strict=True):
-            name, lo, hi = prog[i][3]
+            vname, lo, hi = self.prog[i][3]
             if not lo <= v <= hi:
-                raise ValueError(f"{self.name}: variable {name}={v} outside its range [{lo}, {hi}]")
-            regs[i] = v
-        range_end: dict[int, int] = {}
-        pc, n = 0, len(prog)
-        while pc < n:
-            op, dt, src, arg = prog[pc]
-            if op in GroupOp.ALU:
-                regs[pc] = exec_alu(op, dt, [regs[s] for s in src])
-            elif op is Ops.LOAD:
-                mem, idx = regs[src[0]]
-                regs[pc] = mem.load(idx) if len(src) == 1 or regs[src[2]] else regs[src[1]]
-            elif op is Ops.STORE:
-                if len(src) == 2 or regs[src[2]]:
-                    mem, idx = regs[src[0]]
-                    mem.store(idx, regs[src[1]])
-            elif op is Ops.INDEX:
-                regs[pc] = (regs[src[0]], regs[src[1]])
-            elif op is Ops.RANGE:
-                range_end[pc] = end = regs[src[0]]
-                regs[pc] = 0
-                if end <= 0:
-                    pc = self.end_of[pc]
-            elif op is Ops.END:
-                r = src[-1]
-                regs[r] += 1
-                if regs[r] < range_end[r]:
-                    pc = r
-            elif op is Ops.CONST:
-                regs[pc] = truncate[dt](arg)
-            elif op is Ops.CAST:
-                regs[pc] = python_cast(regs[src[0]], prog[src[0]][1], dt)
-            elif op is Ops.BITCAST:
-                regs[pc] = bitcast_scalar(regs[src[0]], prog[src[0]][1], dt)
-            elif op is Ops.AFTER:
-                regs[pc] = regs[src[0]]
-            elif op is Ops.DEFINE_REG:
-                assert isinstance(dt, PtrDType)
-                regs[pc] = _Memory(f"acc{pc}", [dt.base.min] * max(dt.size, 1), lambda v: v, truncate[dt.base])
-            elif op not in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.GROUP, Ops.NOOP):
-                raise NotImplementedError(f"the PYTHON device can't run {op}")
-            pc += 1
+                raise ValueError(f"{self.name}: variable {vname}={v} outside its range [{lo}, {hi}]")
+        start = time.perf_counter()
+        self._fxn(mems, tuple(vals))
+        return time.perf_counter() - start if wait else None
 
 
 def python_renderer() -> Any:

@@ -247,3 +247,12 @@ def test_sysfs_provider_uses_the_sysfs_scan(tmp_path: Path, monkeypatch: pytest.
     found = backends.sysfs_provider(0x1002, ((0xFFFF, (0x744C,)),), None)
     assert [name for _, name in found] == ["0000:03:00.0"]
     assert backends.sysfs_provider(0x1002, ((0xFFFF, (0x7480,)),), None) == []
+
+
+def test_bench_needs_a_server(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tg_pci_server import bench
+
+    monkeypatch.delenv("REMOTE", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        bench.main([])
+    assert exc.value.code == 2 and "--remote" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -335,3 +335,25 @@ def cpu_time() -> Iterator[list[float]]:
 def isinf(x: float) -> bool:
     """math.isinf that tolerates ints."""
     return math.isinf(x) if isinstance(x, float) else False
+
+
+class cached_property(Generic[T]):
+    """A lock-free functools.cached_property: computes once, stores in the instance __dict__ (which then wins)."""
+
+    def __init__(self, fxn: Callable[[Any], T]) -> None:
+        self.fxn = fxn
+        self.name = fxn.__name__
+        self.__doc__ = fxn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> cached_property[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> T | cached_property[T]:
+        if obj is None:
+            return self
+        val = obj.__dict__[self.name] = self.fxn(obj)
+        return val

@@ -6,10 +6,9 @@ equal shapes; the tensor layer broadcasts with reshape + expand. Kernel-level no
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
-from tg.ir.helpers import prod
+from tg.ir.helpers import cached_property, prod
 from tg.ir.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ class MovementMixin:
     src: tuple[UOp, ...]
     arg: Any
 
-    @functools.cached_property
+    @cached_property
     def _shape(self) -> tuple[sint, ...] | None:
         op, src = self.op, self.src
         if op is Ops.BUFFER:
@@ -120,7 +119,7 @@ class MovementMixin:
             return self.arg
         return prod(self.shape)
 
-    @functools.cached_property
+    @cached_property
     def device(self) -> str | tuple[str, ...] | None:
         """The device a tensor-level node lives on (None if it has none)."""
         if self.op is Ops.DEVICE:

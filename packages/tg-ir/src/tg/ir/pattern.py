@@ -240,13 +240,16 @@ class _Compiler:
         self.lines.append("  " * depth + line)
 
     def gen(self, pat: UPat, expr: str, bound: dict[str, str], depth: int,
-            cont: Callable[[dict[str, str], int], None]) -> None:  # fmt: skip
+            cont: Callable[[dict[str, str], int], None], known_op: Ops | None = None) -> None:  # fmt: skip
+        """Emit nested checks for `pat` on the node in variable `expr`; `cont` emits what follows a match.
+        `known_op`: the caller already knows the node's op (skip that check; skip alternatives that can't match)."""
         if pat._alts is not None:
             for alt in pat._alts:
-                self.gen(alt, expr, dict(bound), depth, cont)
+                if known_op is None or alt.op is None or known_op in alt.op:
+                    self.gen(alt, expr, dict(bound), depth, cont, known_op)
             return
         conds: list[str] = []
-        if pat.op is not None:
+        if pat.op is not None and known_op is None:
             conds.append(f"{expr}.op is {self.const(next(iter(pat.op)))}" if len(pat.op) == 1 else
                          f"{expr}.op in {self.const(pat.op)}")  # fmt: skip
         if pat.match_dtype is not None:
@@ -324,39 +327,70 @@ def _fxn_params(fxn: Callable[..., Any]) -> tuple[set[str], bool, bool]:
     return set(params) - {"ctx"}, "ctx" in params, has_kw
 
 
-def compile_rule(pat: UPat, fxn: Callable[..., Any]) -> Callable[[UOp, Any], Any]:
-    """Compile (pattern, function) into `match(uop, ctx) -> replacement | None`."""
+def _check_rule(pat: UPat, fxn: Callable[..., Any]) -> tuple[set[str], bool, bool]:
+    """Validate a rule at construction: the function may only require names the pattern binds."""
     names = {p.name for p in _walk(pat) if p.name is not None}
     params, takes_ctx, has_kw = _fxn_params(fxn)
-    required = {n for n, p in inspect.signature(fxn).parameters.items() if p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "ctx"} if not has_kw or params \
-        else set()  # fmt: skip
+    try:
+        sig_params = inspect.signature(fxn).parameters
+    except (TypeError, ValueError):
+        return params, takes_ctx, has_kw
+    required = {n for n, p in sig_params.items() if p.default is inspect.Parameter.empty and n != "ctx"
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}  # fmt: skip
     if missing := required - names:
         raise ValueError(f"rule function {fxn.__qualname__} needs {sorted(missing)} which the pattern never binds "
                          f"(pattern binds {sorted(names)}): {pat}")  # fmt: skip
+    return params, takes_ctx, has_kw
+
+
+def _emit_rule(c: _Compiler, pat: UPat, fxn: Callable[..., Any], known_op: Ops | None) -> None:
+    """Emit one rule's matching code into the function being built by `c` (falls through when it doesn't fire)."""
+    params, takes_ctx, has_kw = _check_rule(pat, fxn)
     if pat._has_repeat_names():
-        return _interpreted_rule(pat, fxn, params, takes_ctx, has_kw)
-    c = _Compiler()
+        m = c.const(_interpreted_rule(pat, fxn, params, takes_ctx, has_kw))
+        c.emit(1, f"r = {m}(u, ctx)")
+        c.emit(1, "if r is not None and r is not u: return r")
+        return
     f = c.const(fxn)
-    c.emit(0, "def match(u, ctx):")
 
     def cont(bound: dict[str, str], depth: int) -> None:
         args = [f"{k}={v}" for k, v in bound.items() if has_kw or k in params]
         if takes_ctx:
             args.append("ctx=ctx")
         c.emit(depth, f"r = {f}({', '.join(args)})")
-        c.emit(depth, "if r is not None: return r")
+        c.emit(depth, "if r is not None and r is not u: return r")
 
-    c.gen(pat, "u", {}, 1, cont)
+    c.gen(pat, "u", {}, 1, cont, known_op)
+
+
+def _build(c: _Compiler, name: str) -> Callable[[UOp, Any], Any] | None:
     c.emit(1, "return None")
     ns: dict[str, Any] = dict(c.consts)
     try:
         exec("\n".join(c.lines), ns)
     except (SyntaxError, RecursionError, MemoryError):
-        return _interpreted_rule(pat, fxn, params, takes_ctx, has_kw)
-    match = ns["match"]
-    match.__qualname__ = f"match<{fxn.__qualname__}>"
-    return match
+        return None
+    fn = ns["match"]
+    fn.__qualname__ = name
+    return fn
+
+
+def compile_rule(pat: UPat, fxn: Callable[..., Any]) -> Callable[[UOp, Any], Any]:
+    """Compile (pattern, function) into `match(uop, ctx) -> replacement | None`."""
+    c = _Compiler()
+    c.emit(0, "def match(u, ctx):")
+    _emit_rule(c, pat, fxn, None)
+    ret = _build(c, f"match<{getattr(fxn, '__qualname__', fxn)}>")
+    return ret if ret is not None else _interpreted_rule(pat, fxn, *_check_rule(pat, fxn))
+
+
+def compile_op_matcher(op: Ops, rules: Sequence[tuple[UPat, Callable[..., Any]]]) -> Callable[[UOp, Any], Any] | None:
+    """One function trying every rule for nodes of `op` in order (no per-rule call overhead)."""
+    c = _Compiler()
+    c.emit(0, "def match(u, ctx):")
+    for pat, fxn in rules:
+        _emit_rule(c, pat, fxn, op)
+    return _build(c, f"match<{op.name}>")
 
 
 def _interpreted_rule(pat: UPat, fxn: Callable[..., Any], params: set[str], takes_ctx: bool,
@@ -379,6 +413,16 @@ def rule_location(fxn: Callable[..., Any]) -> str:
     return f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code else repr(fxn)
 
 
+def _chain(matchers: list[Callable[[UOp, Any], Any]]) -> Callable[[UOp, Any], Any]:
+    def match(u: UOp, ctx: Any) -> Any:
+        for m in matchers:
+            if (r := m(u, ctx)) is not None and r is not u:
+                return r
+        return None
+
+    return match
+
+
 class PatternMatcher:
     """An ordered list of (UPat, function) rules, indexed by op. `pm1 + pm2` concatenates (pm1's rules first)."""
 
@@ -396,8 +440,10 @@ class PatternMatcher:
                 ops |= set(alt.op) if alt.op is not None else set(Ops)
             for op in ops:
                 self.pdict.setdefault(op, []).append((m, pat, fxn))
-        self._fast: dict[Ops, tuple[Callable[[UOp, Any], Any], ...]] = {
-            op: tuple(m for m, _, _ in rules) for op, rules in self.pdict.items()}  # fmt: skip
+        self._fast: dict[Ops, Callable[[UOp, Any], Any]] = {}
+        for op, rules in self.pdict.items():
+            fused = compile_op_matcher(op, [(p, f) for _, p, f in rules]) if compiled else None
+            self._fast[op] = fused if fused is not None else _chain([m for m, _, _ in rules])
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         if not isinstance(other, PatternMatcher):
@@ -409,10 +455,9 @@ class PatternMatcher:
 
     def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
         """Apply the first rule that matches `uop` and returns something other than None/uop."""
-        for m in self._fast.get(uop.op, ()):
-            if (r := m(uop, ctx)) is not None and r is not uop:
-                return r
-        return None
+        if (m := self._fast.get(uop.op)) is None:
+            return None
+        return m(uop, ctx)
 
     def rewrite_traced(self, uop: UOp, ctx: Any = None) -> UOp | None:
         """rewrite() that records which rule fired in the active trace and in `match_stats`."""
@@ -508,8 +553,7 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
         elif stage == 1:
             src = cur.src
             new_src = tuple([replace[s] for s in src])
-            changed = any(a is not b for a, b in zip(new_src, src, strict=True))
-            new_n = UOp(cur.op, cur.dtype, new_src, cur.arg, cur.tag) if changed else cur
+            new_n = cur if new_src == src else UOp(cur.op, cur.dtype, new_src, cur.arg, cur.tag)
             if bottom_up:
                 if new_n is cur:
                     replace[n] = cur

@@ -105,6 +105,22 @@ symbolic_simple = PatternMatcher([
 # ---- int algebra ---------------------------------------------------------------------------------------------------
 
 
+def split_add(x: UOp, limit: int = _MAX_TERMS) -> list[UOp] | None:
+    """The terms of a chain of ADDs, left to right (None if there are more than `limit`)."""
+    out: list[UOp] = []
+    stack = [x]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.ADD:
+            stack.append(u.src[1])
+            stack.append(u.src[0])
+        else:
+            out.append(u)
+            if len(out) > limit:
+                return None
+    return out
+
+
 def _term(u: UOp) -> tuple[UOp, int]:
     """A sum term as (base, coefficient)."""
     if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
@@ -123,12 +139,8 @@ def _usum(dtype_like: UOp, terms: list[UOp], const: int) -> UOp:
 
 def fold_like_terms(x: UOp) -> UOp | None:
     """Combine like terms of an int sum: x*2 + y + x*3 + 1 + 2 -> x*5 + y + 3."""
-    terms = []
-    for t in x.split_uop(Ops.ADD):
-        terms.append(t)
-        if len(terms) > _MAX_TERMS:
-            return None
-    if len(terms) < 3:
+    terms = split_add(x, 16)
+    if terms is None or len(terms) < 3:
         return None  # two-term sums are handled by the direct rules
     coef: dict[UOp, int] = {}
     const, nconst = 0, 0
@@ -157,8 +169,8 @@ def fold_divmod(x: UOp, c: UOp, d: UOp) -> UOp | None:
         return None
     if d.op is Ops.MOD and x.vmax < cv:
         return x
-    terms = list(x.split_uop(Ops.ADD))
-    if len(terms) > _MAX_TERMS:
+    terms = split_add(x)
+    if terms is None:
         return None
     quo: list[UOp] = []
     rem: list[UOp] = []
@@ -192,8 +204,8 @@ def lt_fold(x: UOp, c: UOp) -> UOp | None:
     """sum(a_i * g) + r < c with 0 <= r < g  ->  sum(a_i) < ceil(c / g)."""
     if c.arg <= 0 or x.vmin < 0:
         return None
-    terms = list(x.split_uop(Ops.ADD))
-    if len(terms) > _MAX_TERMS:
+    terms = split_add(x)
+    if terms is None:
         return None
     big = [t for t in terms if t.const_factor() != 1 and t.op is not Ops.CONST]
     small = [t for t in terms if t.const_factor() == 1 or t.op is Ops.CONST]
@@ -271,8 +283,9 @@ symbolic_int = PatternMatcher([
     (UPat(Ops.ADD, INTS, name="x"), fold_like_terms),
     # x//c*c + x%c -> x (C semantics make this an identity for every x)
     ((UPat.var("x", INTS) // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("x") % UPat.cvar("c"), _recombine),
-    # distribute constants over sums
-    ((UPat.var("x", INTS) + UPat.var("y")) * UPat.cvar("c", vec=False), lambda x, y, c: x * c + y * c),
+    # distribute a constant factor over a sum with a constant: (x + c0) * c -> x*c + c0*c
+    ((UPat.var("x", INTS) + UPat.cvar("c0", vec=False)) * UPat.cvar("c", vec=False),
+     lambda x, c0, c: x * c + c0.arg * c.arg),
     # move constants to the top of sums and products
     ((UPat.var("x", INTS) + UPat.cvar("c1", vec=False)) + UPat.var("y"), _move_const_up),
     ((UPat.var("x", INTS) * UPat.cvar("c1", vec=False)) * UPat.var("y"), _mul_const_up),
@@ -294,6 +307,7 @@ symbolic_int = PatternMatcher([
     ((UPat.cvar("c", vec=False) < UPat.var("x", INTS)).ne(True), lambda x, c: x < (c + 1)),
     # max
     (UPat.var("x", INTS).maximum(UPat.var("y")), _max_fold),
+    (UPat.var("x", INTS).maximum(UPat.var("x") + UPat.cvar("c", vec=False)), lambda x, c: x + c if c.arg >= 0 else x),
     # where
     (UPat.var("cond", dtypes.bool).ne(True).where(UPat.var("t"), UPat.var("f")), lambda cond, t, f: cond.where(f, t)),
     (UPat.var("a", dtypes.bool).where(UPat.var("b", dtypes.bool).where(UPat.var("c"), UPat.var("d")), UPat.var("d")),

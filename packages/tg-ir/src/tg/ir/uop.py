@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from tg.ir.alu import cdiv, cmod, exec_alu
 from tg.ir.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
-from tg.ir.helpers import argfix, prod
+from tg.ir.helpers import argfix, cached_property, prod
 from tg.ir.mathtrait import MathMixin
 from tg.ir.movement import MovementMixin
 from tg.ir.ops import AxisType, GroupOp, Ops
@@ -60,6 +60,7 @@ class UOpMetaClass(type):
         if op in GroupOp.ALU:
             _check_alu(op, dtype, src)
         ret = type.__call__(cls, op, dtype, src, arg, tag)
+        ret.__dict__["_ukey"] = key
         UOpMetaClass.ucache[key] = weakref.ref(ret)
         return ret
 
@@ -89,27 +90,15 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable (tried to set {name}); use .replace()")
 
-    def __del__(self) -> None:
-        try:
-            akey = ("-0.0",) if self.arg.__class__ is float and self.arg == 0.0 and math.copysign(1.0, self.arg) < 0 \
-                else self.arg  # fmt: skip
-            key = (self.op, self.dtype, self.src, akey, self.tag)
-            if (wr := UOpMetaClass.ucache.get(key)) is not None and wr() in (None, self):
-                del UOpMetaClass.ucache[key]
-        except (AttributeError, KeyError, TypeError):
-            pass
+    def __del__(self, _ucache: dict[tuple[Any, ...], Any] = UOpMetaClass.ucache) -> None:
+        # drop the cache entry unless it already belongs to a newer node with the same key (the default argument
+        # keeps the cache reachable during interpreter shutdown)
+        key = self.__dict__.get("_ukey")
+        if key is not None and (wr := _ucache.get(key)) is not None and ((o := wr()) is None or o is self):
+            del _ucache[key]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
 
     def __bool__(self) -> bool:
         v = self.simplify()
@@ -147,7 +136,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Same node with a different tag."""
         return self.replace(tag=tag)
 
-    @functools.cached_property
+    @cached_property
     def key(self) -> bytes:
         """A stable content hash (sha256) of the whole graph, equal across processes."""
         h = hashlib.sha256(str((self.op, self.dtype, self.arg, self.tag)).encode())
@@ -177,7 +166,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
                 ret[node] = None
         return ret
 
-    @functools.cached_property
+    @cached_property
     def backward_slice(self) -> dict[UOp, None]:
         """All nodes self depends on (excluding self)."""
         ret = self.toposort()
@@ -416,7 +405,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Upper bound of the value."""
         return self._min_max[1]
 
-    @functools.cached_property
+    @cached_property
     def _min_max(self) -> tuple[ConstType, ConstType]:
         from tg.ir.bounds import min_max
 

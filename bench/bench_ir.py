@@ -1,0 +1,142 @@
+"""Benchmark of tg.ir: UOp creation rate and graph_rewrite speed with the symbolic matcher.
+
+Builds a random integer index-expression DAG (~10k nodes) from a fixed recipe, then measures
+  1. UOp creation per second (building the DAG from scratch, fresh variable names so nothing is cached),
+  2. graph_rewrite with the symbolic matcher on it: input nodes processed per second.
+When tinygrad is importable (`tinygrad.uop.ops`), the same recipe is run through tinygrad in the same process and
+the ratios are printed. Run: `hatch run bench:ir`, or `/tmp/ref/bin/python bench/bench_ir.py` to include tinygrad.
+This is a benchmark, not a test: it prints numbers and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import tg.ir  # noqa: F401
+except ImportError:  # running from a venv without tg-ir installed: use the source tree
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "packages", "tg-ir", "src"))
+
+Recipe = list[tuple[str, int, Any]]
+
+
+def make_recipe(n_nodes: int, n_vars: int, seed: int) -> tuple[list[int], Recipe]:
+    """A library-independent list of instructions building an index-expression DAG."""
+    rng = random.Random(seed)
+    var_hi = [rng.randint(1, 1000) for _ in range(n_vars)]
+    recipe: Recipe = []
+    pool = n_vars
+    ops = ["add", "mul", "addc", "mulc", "idiv", "mod", "max", "sub", "where"]
+    weights = [4, 1, 3, 2, 2, 2, 1, 1, 1]
+    while len(recipe) < n_nodes:
+        op = rng.choices(ops, weights)[0]
+        a = pool - 1 - min(int(rng.expovariate(0.05)), pool - 1)  # favour recent nodes: deep expressions
+        b = rng.randrange(pool)
+        c = rng.choice([1, 2, 3, 4, 8, 16, 5, 7])
+        recipe.append((op, a, b if op in ("add", "mul", "max", "sub", "where") else c))
+        pool += 1
+    return var_hi, recipe
+
+
+def build(recipe: Recipe, var_hi: list[int], variable: Callable[[str, int, int], Any], tag: str) -> list[Any]:
+    nodes = [variable(f"v{i}_{tag}", 0, hi) for i, hi in enumerate(var_hi)]
+    for op, a, b in recipe:
+        x = nodes[a]
+        if op == "add":
+            r = x + nodes[b]
+        elif op == "mul":
+            r = x * nodes[b] if len(nodes) % 7 == 0 else x * 3  # keep products rare: bounded degree
+        elif op == "addc":
+            r = x + b
+        elif op == "mulc":
+            r = x * b
+        elif op == "idiv":
+            r = x // b
+        elif op == "mod":
+            r = x % b
+        elif op == "max":
+            r = x.maximum(nodes[b])
+        elif op == "sub":
+            r = x - nodes[b]
+        else:
+            r = (x < nodes[b]).where(x, nodes[b] + 1)
+        nodes.append(r)
+    return nodes
+
+
+def bench_lib(name: str, mod: dict[str, Any], var_hi: list[int], recipe: Recipe, reps: int) -> dict[str, float]:
+    UOp, graph_rewrite, symbolic = mod["UOp"], mod["graph_rewrite"], mod["symbolic"]
+    variable = mod["variable"]
+    counter = itertools.count()
+    create, rewrite = [], []
+    n_created = n_visited = 0
+    for _ in range(reps):
+        tag = f"{next(counter)}"
+        st = time.perf_counter()
+        nodes = build(recipe, var_hi, variable, tag)
+        sink = UOp.sink(*nodes)
+        create.append(time.perf_counter() - st)
+        n_created = len(sink.toposort())
+        st = time.perf_counter()
+        graph_rewrite(sink, symbolic)
+        rewrite.append(time.perf_counter() - st)
+        n_visited = n_created
+        del nodes, sink
+    c, r = statistics.median(create), statistics.median(rewrite)
+    print(
+        f"{name:9s} create: {n_created / c:10.0f} UOps/s ({c * 1e3:7.1f} ms for {n_created} nodes)   "
+        f"graph_rewrite(symbolic): {n_visited / r:9.0f} nodes/s ({r * 1e3:7.1f} ms)"
+    )
+    return {"create": n_created / c, "rewrite": n_visited / r}
+
+
+def load_tg() -> dict[str, Any]:
+    from tg.ir import UOp, graph_rewrite, symbolic
+
+    return {"UOp": UOp, "graph_rewrite": graph_rewrite, "symbolic": symbolic, "variable": UOp.variable}
+
+
+def load_tinygrad() -> dict[str, Any] | None:
+    try:
+        from tinygrad.uop.ops import UOp, graph_rewrite
+        from tinygrad.uop.symbolic import symbolic
+    except ImportError:
+        return None
+    return {"UOp": UOp, "graph_rewrite": graph_rewrite, "symbolic": symbolic, "variable": UOp.variable}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=10_000, help="recipe instructions (about the DAG size)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    sys.setrecursionlimit(100_000)
+    var_hi, recipe = make_recipe(args.nodes, 16, args.seed)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus"
+    py = platform.python_version()
+    print(f"bench_ir: {when}, {machine}, Python {py}, {args.nodes} instructions, seed {args.seed}")
+    ours = bench_lib("tg.ir", load_tg(), var_hi, recipe, args.reps)
+    tiny = load_tinygrad()
+    if tiny is None:
+        print("tinygrad not importable: no comparison (run with /tmp/ref/bin/python to compare)")
+        return
+    theirs = bench_lib("tinygrad", tiny, var_hi, recipe, args.reps)
+    print(
+        f"ratio tg.ir / tinygrad: create {ours['create'] / theirs['create']:.2f}x, "
+        f"rewrite {ours['rewrite'] / theirs['rewrite']:.2f}x (higher is better)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Symbolic simplification: canonical forms for known expressions and value preservation (hypothesis)."""
+
+import itertools
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tg.ir import Ops, UOp, Variable, cdiv, cmod, dtypes, simplify, symbolic
+from tg.ir.pattern import graph_rewrite
+
+x = Variable("x", 0, 100)
+y = Variable("y", 0, 10)
+n = Variable("n", -50, -1)
+r = UOp.range(16, 0)
+
+# (expression, expected simplified expression)
+CANONICAL: list[tuple[Any, Any]] = [
+    ((x * 4 + 3) // 4, x),
+    ((x + 8) % 4, x % 4),
+    ((x * 4 + 3) % 4, 3),
+    (x + 0, x),
+    (x * 1, x),
+    (x * 0, 0),
+    (x // 1, x),
+    (x - x, 0),
+    (x * 2 + x * 3, x * 5),
+    ((x + 1) * 4 - 4, x * 4),
+    ((x // 4) * 4 + x % 4, x),
+    ((x // 2) // 3, x // 6),
+    ((x % 12) % 4, x % 4),
+    (x * 3 < 7, x < 3),
+    (x // 4 < 3, x < 12),
+    ((x + y * 8) % 8, x % 8),
+    (x % 101, x),
+    (x // 101, 0),
+    (x < 101, True),
+    (x < 0, False),
+    ((x + 3) + (y + 2), (x + y) + 5),
+    ((x * 6 + y * 4) // 2, x * 3 + y * 2),
+    (r % 16, r),
+    (r // 16, 0),
+    (x.maximum(x + 1), x + 1),
+    (x.maximum(y - 20), x),
+    ((x < 5).where(y, y), y),
+    (x // -4, -(x // 4)),
+    (x % -4, x % 4),
+    ((y * 4 + 3) // 4 * 4, y * 4),
+]
+
+
+@pytest.mark.parametrize("expr,expected", CANONICAL, ids=[str(i) for i in range(len(CANONICAL))])
+def test_canonical_forms(expr: UOp, expected: Any) -> None:
+    got = expr.simplify()
+    if isinstance(expected, UOp):
+        assert got is expected.simplify(), f"{expr.render(False)} -> {got.render(False)}, want {expected.render()}"
+    else:
+        assert got.op is Ops.CONST and got.arg == expected, f"{expr.render(False)} -> {got.render(False)}"
+
+
+def test_simplify_is_cached_and_a_matcher() -> None:
+    e = (x * 4 + 3) // 4
+    assert simplify(e) is e.simplify() is x
+    assert graph_rewrite(e, symbolic) is x
+
+
+def test_division_is_c_style() -> None:
+    # // and % on UOps are C-style (truncate toward zero), unlike Python's floor semantics
+    assert (n // 4).sym_infer({"n": -7}) == -1 and -7 // 4 == -2
+    assert (n % 4).sym_infer({"n": -7}) == -3 and -7 % 4 == 1
+    assert UOp.const(dtypes.int32, -7).alu(Ops.IDIV, UOp.const(dtypes.int32, 2)).simplify().arg == -3
+    assert UOp.const(dtypes.int32, -7).alu(Ops.MOD, UOp.const(dtypes.int32, 2)).simplify().arg == -1
+    assert cdiv(-7, 2) == -3 and cmod(-7, 2) == -1 and cdiv(7, -2) == -3 and cmod(7, -2) == 1
+    # folding with a negative numerator keeps C semantics
+    e = (n * 4 + 3) // 4
+    for v in range(-50, 0):
+        assert simplify(e).sym_infer({"n": v}) == cdiv(v * 4 + 3, 4)
+
+
+# ---- property: simplify preserves value ----------------------------------------------------------------------------
+
+VARS = [Variable("a", 0, 20), Variable("b", -10, 10), Variable("c", 1, 8), Variable("d", -30, -1)]
+consts = st.integers(-12, 12)
+nonzero = st.integers(-9, 9).filter(lambda v: v != 0)
+
+
+def _leaf() -> st.SearchStrategy[UOp]:
+    return st.one_of(st.sampled_from(VARS), consts.map(lambda v: UOp.const(dtypes.int32, v)))
+
+
+def _extend(children: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+    return st.one_of(
+        st.tuples(children, children).map(lambda t: t[0] + t[1]),
+        st.tuples(children, children).map(lambda t: t[0] - t[1]),
+        st.tuples(children, consts).map(lambda t: t[0] * t[1]),
+        st.tuples(children, nonzero).map(lambda t: t[0] // t[1]),
+        st.tuples(children, nonzero).map(lambda t: t[0] % t[1]),
+        st.tuples(children, children).map(lambda t: t[0].maximum(t[1])),
+        st.tuples(children, children).map(lambda t: t[0].minimum(t[1])),
+        st.tuples(children, children, children).map(lambda t: (t[0] < t[1]).where(t[1], t[2])),
+        st.tuples(children, children, children).map(lambda t: (t[0].ne(t[1])).where(t[2], t[0])),
+        st.tuples(children).map(lambda t: t[0] // VARS[2]),
+        st.tuples(children).map(lambda t: t[0] % VARS[2]),
+    )
+
+
+exprs = st.recursive(_leaf(), _extend, max_leaves=12)
+values = st.fixed_dictionaries({v.expr: st.integers(v.vmin, v.vmax) for v in VARS})  # type: ignore[arg-type]
+
+
+N_EXAMPLES = int(os.environ.get("TG_HYP_N", "400"))  # raise it for a longer hunt
+
+
+@settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(exprs, values)
+def test_simplify_preserves_value(e: UOp, vals: dict[str, int]) -> None:
+    before = e.sym_infer(vals)
+    s = e.simplify()
+    assert s.sym_infer(vals) == before, f"{e.render(False)} -> {s.render(False)} at {vals}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(exprs)
+def test_bounds_are_sound(e: UOp) -> None:
+    # vmin/vmax must contain every value the expression takes (checked on a grid of the variable ranges)
+    grid = [sorted({int(v.vmin), int(v.vmax), 0 if v.vmin <= 0 <= v.vmax else int(v.vmin)}) for v in VARS]  # type: ignore[call-overload]
+    for combo in itertools.product(*grid):
+        val = e.sym_infer({v.expr: c for v, c in zip(VARS, combo, strict=True)})
+        assert e.vmin <= val <= e.vmax, f"{e.render(False)}={val} outside [{e.vmin}, {e.vmax}]"
+
+
+@settings(max_examples=150, deadline=None)
+@given(exprs)
+def test_simplify_is_idempotent(e: UOp) -> None:
+    s = e.simplify()
+    assert graph_rewrite(s, symbolic) is s

@@ -110,6 +110,14 @@ def test_dependent_ends_of_one_range_get_a_fresh_range() -> None:
     assert len(ranges) == 2 and len({r.arg[0] for r in ranges}) == 2
 
 
+def test_one_range_in_two_loop_nests_is_split() -> None:
+    ro, rr = UOp.range(3, 0), UOp.range(4, 1, AxisType.REDUCE)
+    total = UOp.param(1, f32, 4).index(rr).load().reduce(rr)
+    row = UOp.param(2, f32, 12).index(ro * 4 + rr).load().reduce(rr)
+    lowered = lower_kernel(UOp.sink(UOp.param(0, f32, 3).index(ro).store(total + row).end(ro)), ClangRenderer())
+    assert len({u.arg[0] for u in lowered.toposort() if u.op is Ops.RANGE}) == 3
+
+
 def test_kernel_names() -> None:
     assert kernel_name(row_sum_ast()) == "r_4_8"
     r0, r1 = UOp.range(3, 0), UOp.range(5, 1)

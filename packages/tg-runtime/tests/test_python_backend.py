@@ -92,6 +92,18 @@ def test_gated_padded_load(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_gated_store(device: str) -> None:
+    # only even positions are written; the others keep their (zeroed) contents
+    f = dtypes.float32
+    r = UOp.range(6, 0)
+    val = UOp.param(1, f, 6).index(r).load()
+    ast = UOp.sink(UOp.param(0, f, 6).index(r, valid=(r % 2).eq(0)).store(val).end(r))
+    x = np.arange(1, 7, dtype=np.float32)
+    (out,) = run(ast, device, [(f, 6)], [x])
+    np.testing.assert_array_equal(out, np.where(np.arange(6) % 2 == 0, x, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL])
 def test_row_reductions(device: str, op: Ops) -> None:
     f = dtypes.float32
@@ -143,6 +155,19 @@ def test_one_range_reused_by_dependent_reductions(device: str) -> None:
     x = np.array([1, 2, 3, 4, 10], dtype=np.float32)
     (out,) = run(ast, device, [(f, 1)], [x])
     np.testing.assert_allclose(out[0], np.maximum(x - x.mean(), 0).sum(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_range_reused_in_different_loop_nests(device: str) -> None:
+    # sum(x) does not depend on the output loop, sum(y[i, :]) does: one shared RANGE must become two loops
+    f = dtypes.float32
+    ro, rr = UOp.range(3, 0), UOp.range(4, 1, AxisType.REDUCE)
+    total = UOp.param(1, f, 4).index(rr).load().reduce(rr)
+    row = UOp.param(2, f, 12).index(ro * 4 + rr).load().reduce(rr)
+    ast = UOp.sink(UOp.param(0, f, 3).index(ro).store(total + row).end(ro))
+    x, y = np.arange(4, dtype=np.float32), np.arange(12, dtype=np.float32)
+    (out,) = run(ast, device, [(f, 3)], [x, y])
+    np.testing.assert_array_equal(out, x.sum() + y.reshape(3, 4).sum(1))
 
 
 @pytest.mark.parametrize("device", DEVICES)

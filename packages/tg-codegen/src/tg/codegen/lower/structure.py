@@ -7,7 +7,6 @@ value that crosses a loop boundary goes through memory (a DEFINE_REG accumulator
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
 
 from tg.ir.dtype import AddrSpace, ConstType, DType, dtypes
 from tg.ir.ops import Ops
@@ -132,29 +131,33 @@ def _ends_by_range(sink: UOp) -> dict[UOp, list[UOp]]:
 
 
 def unify_ends(sink: UOp) -> UOp:
-    """Make every RANGE closed by one END: independent ENDs of one range merge (their bodies become a GROUP), an END
-    that depends on another END of the same range gets a fresh copy of the range."""
+    """Make every RANGE closed by one END.
+
+    ENDs of one range that are independent and sit in the same loops merge (their bodies become a GROUP). An END
+    that depends on another END of the same range, or sits in different outer loops, gets a fresh copy of the range
+    (merging those would run one body too often or form a cycle).
+    """
     for _ in range(1000):
         shared = next(((r, es) for r, es in _ends_by_range(sink).items() if len(es) > 1), None)
         if shared is None:
             return sink
         r, ends = shared
-        first, second = ends[0], ends[1]
-        if first in set(second.toposort()) or second in set(first.toposort()):
-            later = second if first in set(second.toposort()) else first
-            next_axis = 1 + max((axis_id(u) for u in sink.toposort() if u.op is Ops.RANGE), default=-1)
-            arg = (next_axis, *r.arg[1:]) if isinstance(r.arg, tuple) else next_axis
-            fresh = UOp(Ops.RANGE, r.dtype, r.src, arg)
-            stop = {e for e in ends if e is not later}
-            sink = sink.substitute({later: _substitute_range(later, r, fresh, stop)})
-        else:
-            independent = [e for e in ends if not any(e in set(o.toposort()) for o in ends if o is not e)]
-            merged = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in independent)), r))
-            sink = sink.substitute({e: merged for e in independent})
+        deps = {e: set(e.toposort()) for e in ends}
+        later = next((e for e in ends if any(o in deps[e] for o in ends if o is not e)), None)
+        if later is None:
+            live = open_ranges(sink)
+            nests: dict[frozenset[UOp], list[UOp]] = {}
+            for e in ends:
+                nests.setdefault(live[e], []).append(e)
+            if len(nests) == 1:
+                body = UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends))
+                merged = UOp(Ops.END, dtypes.void, (body, r))
+                sink = sink.substitute({e: merged for e in ends})
+                continue
+            later = list(nests.values())[1][0]
+        next_axis = 1 + max((axis_id(u) for u in sink.toposort() if u.op is Ops.RANGE), default=-1)
+        arg = (next_axis, *r.arg[1:]) if isinstance(r.arg, tuple) else next_axis
+        fresh = UOp(Ops.RANGE, r.dtype, r.src, arg)
+        stop = {e for e in ends if e is not later}
+        sink = sink.substitute({later: _substitute_range(later, r, fresh, stop)})
     raise RuntimeError("unify_ends did not converge (ranges shared in a cycle?)")
-
-
-def ranges_of(nodes: Iterable[UOp]) -> list[UOp]:
-    """All RANGEs under `nodes`, sorted by axis id."""
-    found = {u for n in nodes for u in n.toposort() if u.op is Ops.RANGE}
-    return sorted(found, key=axis_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from amdflash import regs
-from amdflash.fwdump import dump_rom_aperture, fw_rom_reg_encode
+from amdflash.fwdump import dump_rom_aperture, fw_rom_reg_encode, validate_dump
 from amdflash.sim import ModelBar5, SimConfig, SimulatedNavi31, build_ifwi, build_mirrored
 from amdflash.util import bswap32
 
@@ -35,20 +35,23 @@ def test_encode_helper_is_a_byte_swap() -> None:
     assert all(fw_rom_reg_encode(p >> 8) == p for p in range(0, 0x200000, 0x10000))
 
 
-def test_wrong_magic() -> None:
-    board = SimulatedNavi31(SimConfig())
+def test_validation_rules() -> None:
+    image = build_ifwi(1)
+    assert validate_dump(image) == image
     with pytest.raises(RuntimeError, match=r"^invalid raw flash dump: size=0x200000 magic=ffffffff$"):
-        dump_rom_aperture(ModelBar5(board), progress=None)
-    assert board.regs[regs.ROM_CNTL] == bswap32(0x07000002)
+        validate_dump(b"\xff" * 0x200000)
+    with pytest.raises(RuntimeError, match=r"^invalid raw flash dump: size=0x1ffffc magic=aa55aa55$"):
+        validate_dump(image[:-4])
+    with pytest.raises(RuntimeError, match="ROM aperture contains mirrored 1 MiB halves; refusing"):
+        validate_dump(build_mirrored(1))
 
 
-def test_mirrored_aperture_and_mirrored_image() -> None:
+def test_mirrored_aperture_is_rejected_and_registers_restored() -> None:
     board = SimulatedNavi31(SimConfig(flash=build_ifwi(1), rom_aperture="mirror_1mib"))
     with pytest.raises(RuntimeError, match="ROM aperture contains mirrored 1 MiB halves"):
         dump_rom_aperture(ModelBar5(board), progress=None)
-    board = SimulatedNavi31(SimConfig(flash=build_mirrored(1)))
-    with pytest.raises(RuntimeError, match="mirrored 1 MiB halves"):
-        dump_rom_aperture(ModelBar5(board), progress=None)
+    assert board.regs[regs.ROM_CNTL] == bswap32(0x07000002)
+    assert board.regs[regs.ROM_INDEX] == bswap32(0x1234)
 
 
 def test_unavailable_touches_nothing_else() -> None:

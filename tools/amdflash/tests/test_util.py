@@ -46,3 +46,12 @@ def test_atomic_writer_removes_temp_on_error(tmp_path: Path, exc: type[BaseExcep
         f.write(b"half")
         raise exc()
     assert os.listdir(tmp_path) == []
+
+
+def test_atomic_write_uses_umask_mode(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "f", b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o644

@@ -195,6 +195,8 @@ def main(
                 sim_path = args.sim_state or default_state_path()
                 sim_board = load_board(sim_path)
                 opener = _sim_opener(sim_board)
+                # the simulated flash finishes erases and programs at once: no need to sleep between busy polls
+                settings = settings or Settings(busy_poll_interval=0.0)
             if args.group == "list":
                 return _list(args, out, err, sim=sim_board is not None)
             if opener is None:

@@ -78,6 +78,7 @@ def atomic_writer(
     base = os.path.basename(target)
     if tmp_path is None:
         fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=suffix, dir=directory)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the mode open() would have given it
     else:
         tmp = tmp_path
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
@@ -97,6 +98,12 @@ def atomic_writer(
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:

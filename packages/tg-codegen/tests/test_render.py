@@ -135,3 +135,13 @@ def test_renderer_capabilities() -> None:
     assert ren.device == "CPU" and ren.global_max is None and not ren.has_local
     assert {Ops.ADD, Ops.EXP2, Ops.MAX, Ops.WHERE} <= ren.supported_ops and Ops.THREEFRY not in ren.supported_ops
     assert PythonRenderer().device == "PYTHON"
+
+
+def test_subtraction_and_redundant_where_read_naturally() -> None:
+    r = UOp.range(6, 0)
+    a, b = UOp.param(1, f32, 6).index(r).load(), UOp.param(2, i32, 6)
+    valid = UOp.const(i32, 0) < r
+    padded = valid.where(b.index(r - 1, valid=valid).load(), UOp.const(i32, 0)).cast(f32)
+    src = c_source(UOp.sink(UOp.param(0, f32, 6).index(r).store((a - padded) * UOp.const(f32, -1.0)).end(r)))
+    assert "data2[ridx0-1]" in src and "-1.0f" not in src and "(-1)" not in src
+    assert "?val" not in src  # the WHERE that repeated the load's gate is gone

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import itertools
 
-from tg.codegen.lower.decompositions import float_emulation, op_decompositions, pm_cleanups, pm_gates
+from tg.codegen.lower.decompositions import (
+    float_emulation,
+    op_decompositions,
+    pm_cleanups,
+    pm_gates,
+    readable_forms,
+)
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
 from tg.codegen.lower.transcendental import transcendental_rules
 from tg.codegen.render.renderer import Renderer
@@ -70,4 +76,6 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     decompose = decompose + float_emulation(renderer.native_float_dtypes) + pm_cleanups
     if renderer.extra_matcher is not None:
         decompose = decompose + renderer.extra_matcher
-    return graph_rewrite(sink, decompose)
+    sink = graph_rewrite(sink, decompose)
+    # exact rewrites into forms that read better (x - y instead of x + y*-1)
+    return graph_rewrite(sink, readable_forms(supported))

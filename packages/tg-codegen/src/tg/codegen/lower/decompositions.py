@@ -6,6 +6,7 @@ target that has an op never sees its decomposition.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -160,6 +161,55 @@ def float_emulation(native: frozenset[DType]) -> PatternMatcher:
         (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), name="x"), compare_in_f32),
         (UPat(Ops.CAST, name="x"), cast_via_f32),
     ])  # fmt: skip
+
+
+# *** readable forms (exact rewrites): afterwards x + y*-1 is x - y, y*-1 is -y, x + (-c) is x - c, and a WHERE that
+# repeats the gate of the load in it is gone ***
+
+
+def _is_const(u: UOp, v: float) -> bool:
+    return u.op is Ops.CONST and u.arg == v and not isinstance(u.arg, bool)
+
+
+def _negated(u: UOp) -> UOp | None:
+    """y if u is -y or y*-1 (either order), else None."""
+    if u.op is Ops.NEG:
+        return u.src[0]
+    if u.op is Ops.MUL and not dtypes.is_unsigned(u.dtype):
+        for a, b in (u.src, u.src[::-1]):
+            if _is_const(b, -1):
+                return a
+    return None
+
+
+def _add_to_sub(x: UOp) -> UOp | None:
+    a, b = x.src
+    if (y := _negated(b)) is not None:
+        return UOp(Ops.SUB, x.dtype, (a, y))
+    if (y := _negated(a)) is not None:
+        return UOp(Ops.SUB, x.dtype, (b, y))
+    if b.op is Ops.CONST and not dtypes.is_unsigned(x.dtype) and x.dtype != dtypes.bool and b.arg < 0 and \
+            b.arg != x.dtype.min and not (isinstance(b.arg, float) and math.isinf(b.arg)):  # fmt: skip
+        return UOp(Ops.SUB, x.dtype, (a, UOp.const(x.dtype, -b.arg)))
+    return None
+
+
+def _where_of_gated_load(x: UOp) -> UOp | None:
+    gate, val, other = x.src
+    if val.op is Ops.LOAD and len(val.src) == 3 and val.src[2] is gate and val.src[1] is other:
+        return val
+    return None
+
+
+def readable_forms(supported: frozenset[Ops]) -> PatternMatcher:
+    """Exact rewrites that read better in source (only for targets that have SUB/NEG)."""
+    rules: list[tuple[UPat, Callable[..., Any]]] = [(UPat(Ops.WHERE, name="x"), _where_of_gated_load)]
+    if Ops.SUB in supported:
+        rules.append((UPat(Ops.ADD, name="x"), _add_to_sub))
+    if Ops.NEG in supported:
+        rules.append((UPat(Ops.MUL, name="x"), lambda x: None if (y := _negated(x)) is None else y.alu(Ops.NEG)))
+    # NEG(y) may have been made from y*-1 before the ADD above it was visited
+    return PatternMatcher(rules)
 
 
 # *** cleanups: afterwards no CAST is to its own dtype ***

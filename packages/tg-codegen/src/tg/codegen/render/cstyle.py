@@ -65,6 +65,8 @@ static inline unsigned short tg_f2bf(float f) {
 
 # results of these dtypes are cast back after every ALU op: C promotes them to int, the IR wraps per op
 _NARROW = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
+_KEEPS_RANGE = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.MAX})  # result is one of the operands or 0/1
+_BOOL_SAFE = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.MUL})  # 0/1 operands give 0/1
 
 
 def _float_literal(v: float, dt: DType) -> str:
@@ -287,7 +289,8 @@ class CStyleLanguage(Renderer):
                     if op is Ops.MOD and dtypes.is_float(u.dtype):
                         needs.add("math")
                     expr = self.code_for_op[op](*[r[s] for s in u.src], u.dtype)
-                    if u.dtype in _NARROW and op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE):
+                    bool_safe = u.dtype == dtypes.bool and op in _BOOL_SAFE
+                    if u.dtype in _NARROW and op not in _KEEPS_RANGE and not bool_safe:
                         expr = f"(({self.render_dtype(u.dtype)}){expr})"
                 if uses[u] == 1:
                     r[u] = expr

@@ -1,0 +1,58 @@
+import pytest
+
+from tg.ir import AxisType, KernelInfo, Ops, UOp, dtypes
+from tg.ir.spec import SpecError, kernel_spec, program_spec, tensor_spec, type_verify, verify
+
+
+def kernel() -> UOp:
+    out, inp = UOp.param(0, dtypes.float32, 16), UOp.param(1, dtypes.float32, 64)
+    i = UOp.range(16, 0, AxisType.LOOP)
+    j = UOp.range(4, 1, AxisType.REDUCE)
+    val = inp.index(i * 4 + j, valid=i < 15).load().reduce(j, arg=Ops.ADD)
+    return UOp.sink(out.index(i).store(val * 2.0).end(i), arg=KernelInfo(name="k"))
+
+
+def test_kernel_spec_accepts_ast() -> None:
+    assert verify(kernel(), kernel_spec) and type_verify(kernel())
+
+
+def test_kernel_spec_rejects_bad_store() -> None:
+    out = UOp.param(0, dtypes.float32, 16)
+    i = UOp.range(16, 0)
+    bad = UOp.sink(out.index(i).store(UOp.const(dtypes.int32, 1)).end(i))
+    with pytest.raises(SpecError, match=r"Ops\.STORE") as e:
+        verify(bad, kernel_spec)
+    assert "UOp(Ops.STORE" in str(e.value)  # the node is printed
+
+
+def test_kernel_spec_rejects_index_on_non_pointer() -> None:
+    i = UOp.range(16, 0)
+    bad = UOp(Ops.INDEX, dtypes.float32, (UOp.const(dtypes.float32, 1.0), i))
+    with pytest.raises(SpecError, match="INDEX"):
+        verify(UOp.sink(bad), kernel_spec)
+
+
+def test_program_spec_rejects_reduce_and_bad_order() -> None:
+    with pytest.raises(SpecError, match="REDUCE"):
+        verify(kernel(), program_spec)
+    a = UOp.const(dtypes.int32, 1)
+    b = a + UOp.const(dtypes.int32, 2)
+    with pytest.raises(SpecError, match="before it is defined"):
+        verify([b, a], program_spec)
+    c2 = UOp.const(dtypes.int32, 2)
+    assert verify([a, c2, b], program_spec)
+
+
+def test_tensor_spec() -> None:
+    b = UOp.new_buffer("CPU", 12, dtypes.float32)
+    t = (b.reshape((3, 4)) + 1.0).r(Ops.ADD, (1,)).contiguous()
+    assert verify(UOp.sink(t, b.reshape((3, 4)).assign(t.expand((3, 4)))), tensor_spec)
+    # a raw node with mismatched elementwise shapes is caught
+    bad = UOp(Ops.ADD, dtypes.float32, (b.reshape((3, 4)), b.reshape((4, 3))))
+    with pytest.raises(SpecError, match="different shapes"):
+        verify(UOp.sink(bad), tensor_spec)
+    bad_mop = UOp(Ops.PERMUTE, dtypes.float32, (b,), (1, 0))
+    with pytest.raises(SpecError):
+        verify(UOp.sink(bad_mop), tensor_spec)
+    with pytest.raises(SpecError, match="no spec rule"):
+        verify(UOp.sink(UOp.range(4, 0)), tensor_spec)

@@ -70,3 +70,11 @@ def test_bad_inputs() -> None:
         get_program(UOp.const(f32, 1.0), ClangRenderer())
     with pytest.raises(NotImplementedError, match="optimisations are not implemented"):
         get_program(matvec(), ClangRenderer(), opts=["UPCAST"])
+
+
+def test_bound_variables_become_kernel_arguments() -> None:
+    n = UOp.variable("n", 1, 8)
+    r = UOp.range(n.bind(3), 0)
+    p = get_program(UOp.sink(UOp.param(0, f32, 8).index(r).store(UOp.const(f32, 1.0)).end(r)), ClangRenderer())
+    assert [v.arg[0] for v in p.vars] == ["n"] and "const int n" in p.src
+    assert all(u.op is not Ops.BIND for u in p.uops)

@@ -15,7 +15,8 @@ from tg.ir.ops import Ops
 from tg.ir.pattern import PatternMatcher, UPat
 from tg.ir.uop import UOp
 
-# *** gates: afterwards a gated INDEX appears only as LOAD(INDEX(buf, idx), alt, gate) / STORE(INDEX, value, gate) ***
+# *** gates: afterwards a gated INDEX appears only as LOAD(INDEX(buf, idx), alt, gate) / STORE(INDEX, value, gate),
+# and no BIND remains ***
 
 
 def _gate_load(load: UOp) -> UOp | None:
@@ -39,6 +40,8 @@ def _gate_store(store: UOp) -> UOp | None:
 pm_gates = PatternMatcher([
     (UPat(Ops.LOAD, name="load"), _gate_load),
     (UPat(Ops.STORE, name="store"), _gate_store),
+    # a bound variable is passed at run time like any other: the kernel only sees the DEFINE_VAR
+    (UPat(Ops.BIND, name="b"), lambda b: b.src[0]),
 ])  # fmt: skip
 
 

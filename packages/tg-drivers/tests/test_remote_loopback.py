@@ -225,7 +225,10 @@ def test_slow_drip_is_cut_by_the_io_timeout() -> None:
                     break
                 time.sleep(0.05)
             if not closed:
-                assert sock.recv(1) == b""
+                try:
+                    assert sock.recv(1) == b""
+                except ConnectionResetError:  # our late bytes reached a closed socket: closed all the same
+                    pass
         ping(srv)
 
 

@@ -6,6 +6,9 @@ isolation and teardown, authentication, the allowlist, and a seeded in-process f
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import random
 import struct
 from collections.abc import Iterator
@@ -21,6 +24,7 @@ from tg.drivers.remote import Limits, RemoteCmd, RemoteServer, Session, StaticPr
 from tg.drivers.remote.protocol import (
     PAYLOAD_CMDS,
     RESPONSE_SIZE,
+    decode_addr_table,
     decode_paddrs,
     encode_probe_payload,
     pack_request,
@@ -64,6 +68,17 @@ class GuardedMemory:
     def guards_intact(self) -> bool:
         g, c = self.GUARD, bytes([self.CANARY]) * self.GUARD
         return self.mem[:g] == c and self.mem[g + self.size :] == c
+
+
+@contextlib.contextmanager
+def quiet_server_log() -> Iterator[None]:
+    logger = logging.getLogger("tg.drivers.remote.server")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class Rig:
@@ -389,17 +404,52 @@ def test_requests_after_a_closing_one_are_ignored(rig: Rig) -> None:
     assert close and len(replies) == 1
 
 
+class NoSharedMemoryGPU(MockPCIDevice):
+    alloc_sysmem_shared = None  # a device that cannot hand out its DMA memory as an fd
+
+
+class RefusingGPU(MockPCIDevice):
+    def alloc_sysmem_shared(self, size: int, contiguous: bool = False) -> Any:
+        raise NotImplementedError("no shared memory here")
+
+
 def test_map_sysmem_fd_needs_unix_and_device_support(rig: Rig) -> None:
     s = rig.session("tcp")
     probe(s)
     assert "MAP_SYSMEM_FD requires a unix socket" in err(s, RemoteCmd.MAP_SYSMEM_FD, 0, 0, 4096, 0)[0]
     s.close()
-    s = rig.session("unix")
+    plain = RemoteServer(StaticProvider([NoSharedMemoryGPU("SV", "mock:plain", lock=False)]))
+    s = plain.new_session("unix")
     probe(s)
     assert "not supported" in err(s, RemoteCmd.MAP_SYSMEM_FD, 0, 0, 4096, 0)[0]
     s.close()
+    refusing = RemoteServer(StaticProvider([RefusingGPU("SV", "mock:refusing", lock=False)]))
+    s = refusing.new_session("unix")
+    probe(s)
+    text, close = err(s, RemoteCmd.MAP_SYSMEM_FD, 0, 0, 4096, 0)
+    assert text == "MAP_SYSMEM_FD is not supported by device 0: no shared memory here" and not close
+    s.close()
     with pytest.raises(ValueError, match="transport"):
         rig.session("udp")
+
+
+def test_map_sysmem_fd_reply_carries_fd_and_address_table() -> None:
+    try:
+        dev = MockPCIDevice("SV", "mock:shared", lock=False, shared_sysmem=True)  # type: ignore[call-arg]
+    except TypeError:
+        pytest.skip("this MockPCIDevice cannot share its system memory")
+    s = RemoteServer(StaticProvider([dev])).new_session("unix")
+    probe(s)
+    replies, close = s.feed(pack_request(RemoteCmd.MAP_SYSMEM_FD, 0, 0, 5000, 1))
+    assert not close and len(replies) == 1 and replies[0].fd is not None
+    status, mapped, handle = unpack_response_header(replies[0].data)
+    assert (status, mapped, handle) == (0, 8192, 0)
+    table = os.pread(replies[0].fd, 48, 0)
+    os.close(replies[0].fd)
+    paddrs = decode_addr_table(table, 5000)
+    assert len(paddrs) == 2 and paddrs[1] == paddrs[0] + 4096  # contiguous: one (paddr, 8192) range
+    assert dev.dma_read(paddrs[0], 16) == table[:16]  # the device sees the same memory
+    s.close()
 
 
 def test_auth_flow() -> None:
@@ -558,6 +608,7 @@ def _recorded_session() -> bytes:
     )
 
 
+@quiet_server_log()  # thousands of expected error lines
 def test_fuzz_session_feed() -> None:
     """5 000 malformed or mixed request streams: no exception escapes, no out-of-bounds device access ever."""
     rig = Rig(limits=Limits(max_xfer=64 * 1024, max_alloc=64 * 1024, max_total=256 * 1024))
@@ -603,42 +654,43 @@ _reads = st.one_of(
 @given(st.lists(_reads, min_size=1, max_size=12), st.integers(1, 64))
 def test_reply_stream_matches_reference(requests: list[tuple[int, int, int, int]], chunk: int) -> None:
     """Mixed valid and invalid non-posted requests: the reply stream equals what a reference computes directly."""
-    ref = MockPCIDevice("REF", "mock:ref", bars={0: BarSpec(4096), 2: BarSpec(64 * 1024)}, lock=False)
-    ref.map_bar(2).write(0, bytes(range(256)) * 256)
-    server = RemoteServer(StaticProvider([ref]), limits=Limits(max_xfer=64 * 1024))
-    session = server.new_session()
-    stream = pack_request(RemoteCmd.PROBE, 0, 0, 0, 8, 0x1002, encode_probe_payload(NAVI31))
-    # each expected reply: None for an error, ("data", bytes) for trailing data, ("fields", resp0, resp1)
-    expected: list[tuple[Any, ...] | None] = [("data", b"mock:ref:0")]
-    for cmd, bar, off, size in requests:
-        stream += pack_request(cmd, 0, bar, off, size)
-        if cmd == RemoteCmd.MMIO_READ:
-            bar_size = ref.bar_info(bar)[1] if bar < 6 else 0
-            good = bar_size > 0 and size <= 64 * 1024 and off + size <= bar_size
-            expected.append(("data", ref.map_bar(bar).read(off, size)) if good else None)
-        elif cmd == RemoteCmd.CFG_READ:
-            good = size in (1, 2, 4) and off + size <= 4096
-            expected.append(("fields", ref.read_config(off, size), 0) if good else None)
-        elif cmd == RemoteCmd.MAP_BAR:
-            expected.append(("fields", *ref.bar_info(bar)) if bar < 6 else None)
-        else:
-            expected.append(("fields", 0, 0))
-    out = b""
-    for pos in range(0, len(stream), chunk):
-        replies, close = session.feed(stream[pos : pos + chunk])
-        assert not close
-        out += b"".join(r.data for r in replies)
-    for want in expected:  # parse the stream with the framing rules alone
-        status, resp0, resp1 = unpack_response_header(out[:RESPONSE_SIZE])
-        body, out = out[RESPONSE_SIZE:], b""
-        if want is None:
-            assert status == 1
-            out = body[resp0:]
-        elif want[0] == "data":
-            assert status == 0 and body[:resp0] == want[1]
-            out = body[resp0:]
-        else:
-            assert (status, resp0, resp1) == (0, want[1], want[2])
-            out = body
-    assert out == b""
-    session.close()
+    with quiet_server_log():  # the invalid requests log expected errors
+        ref = MockPCIDevice("REF", "mock:ref", bars={0: BarSpec(4096), 2: BarSpec(64 * 1024)}, lock=False)
+        ref.map_bar(2).write(0, bytes(range(256)) * 256)
+        server = RemoteServer(StaticProvider([ref]), limits=Limits(max_xfer=64 * 1024))
+        session = server.new_session()
+        stream = pack_request(RemoteCmd.PROBE, 0, 0, 0, 8, 0x1002, encode_probe_payload(NAVI31))
+        # each expected reply: None for an error, ("data", bytes) for trailing data, ("fields", resp0, resp1)
+        expected: list[tuple[Any, ...] | None] = [("data", b"mock:ref:0")]
+        for cmd, bar, off, size in requests:
+            stream += pack_request(cmd, 0, bar, off, size)
+            if cmd == RemoteCmd.MMIO_READ:
+                bar_size = ref.bar_info(bar)[1] if bar < 6 else 0
+                good = bar_size > 0 and size <= 64 * 1024 and off + size <= bar_size
+                expected.append(("data", ref.map_bar(bar).read(off, size)) if good else None)
+            elif cmd == RemoteCmd.CFG_READ:
+                good = size in (1, 2, 4) and off + size <= 4096
+                expected.append(("fields", ref.read_config(off, size), 0) if good else None)
+            elif cmd == RemoteCmd.MAP_BAR:
+                expected.append(("fields", *ref.bar_info(bar)) if bar < 6 else None)
+            else:
+                expected.append(("fields", 0, 0))
+        out = b""
+        for pos in range(0, len(stream), chunk):
+            replies, close = session.feed(stream[pos : pos + chunk])
+            assert not close
+            out += b"".join(r.data for r in replies)
+        for want in expected:  # parse the stream with the framing rules alone
+            status, resp0, resp1 = unpack_response_header(out[:RESPONSE_SIZE])
+            body, out = out[RESPONSE_SIZE:], b""
+            if want is None:
+                assert status == 1
+                out = body[resp0:]
+            elif want[0] == "data":
+                assert status == 0 and body[:resp0] == want[1]
+                out = body[resp0:]
+            else:
+                assert (status, resp0, resp1) == (0, want[1], want[2])
+                out = body
+        assert out == b""
+        session.close()

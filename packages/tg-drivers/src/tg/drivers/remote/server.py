@@ -426,7 +426,10 @@ class Session:
         shared = getattr(dev, "alloc_sysmem_shared", None)
         if shared is None:
             raise RequestError(f"MAP_SYSMEM_FD is not supported by device {req.dev_id} ({type(dev).__name__})")
-        fd, view, paddrs = shared(accounted, contiguous=contiguous)
+        try:
+            fd, view, paddrs = shared(accounted, contiguous=contiguous)
+        except NotImplementedError as e:  # the client falls back to MAP_SYSMEM on "not supported"
+            raise RequestError(f"MAP_SYSMEM_FD is not supported by device {req.dev_id}: {e}") from e
         try:
             ranges = _coalesce(paddrs)
             table = encode_addr_table(ranges)

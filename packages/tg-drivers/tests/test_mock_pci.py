@@ -161,3 +161,26 @@ def test_make_backend_factories_share_models() -> None:
     with factory("SV", name) as dev:
         assert dev.map_bar(5).read32(0) == 9
     assert backend(0x1002, ((0xFFFF, (0x744C,)),), 0x02) == []
+
+
+def test_shared_sysmem_is_visible_through_the_fd() -> None:
+    import mmap
+    import os
+
+    with pytest.raises(NotImplementedError, match="not supported"):
+        MockPCIDevice("T", "mock:noshare").alloc_sysmem_shared(4096)
+    dev = MockPCIDevice("T", shared_sysmem=True)
+    fd, view, paddrs = dev.alloc_sysmem_shared(5000)
+    try:
+        assert len(paddrs) == 2 and view.nbytes == 5000
+        other = mmap.mmap(fd, 8192)  # what a client process maps
+        view.write(0, b"from the device side")
+        assert other[:20] == b"from the device side"
+        other[4096:4100] = b"host"
+        assert dev.dma_read(paddrs[1], 4) == b"host"
+        other.close()
+    finally:
+        os.close(fd)
+    dev.free_sysmem(view)
+    with pytest.raises(MockAccessError):
+        dev.dma_read(paddrs[0], 1)

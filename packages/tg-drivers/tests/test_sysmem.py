@@ -127,3 +127,24 @@ def test_real_pagemap_gives_addresses_or_the_permission_error(fake_sysfs: Any, n
         assert len(paddrs) == 2 and all(p % 4096 == 0 and p > 0 for p in paddrs)
         view.write(0, b"dma!")
         assert view.read(0, 4) == b"dma!"
+
+
+def test_shared_alloc_with_fake_pagemap(fake_sysfs: Any, no_compaction: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    fake_sysfs.add_device(BUS)
+    monkeypatch.setattr(sysmem, "read_pagemap", lambda vaddr, npages: [PRESENT | (7 + i) for i in range(npages)])
+    with LinuxPCIDevice("AM", BUS) as dev:
+        fd, view, paddrs = dev.alloc_sysmem_shared(4096 + 1)
+        try:
+            page = mmap.PAGESIZE
+            assert paddrs[0] == 7 * page and len(paddrs) == 2
+            view.write(0, b"shared")
+            other = mmap.mmap(fd, page)
+            assert other[:6] == b"shared"
+            other.close()
+        finally:
+            os.close(fd)
+        dev.free_sysmem(view)
+        with pytest.raises(NotImplementedError, match="contiguous"):
+            dev.alloc_sysmem_shared(2 * mmap.PAGESIZE, contiguous=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import mmap
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -60,7 +61,8 @@ class MockPCIDevice(PCIDevice):
 
     ``bars`` maps BAR index to :class:`BarSpec`. ``rebar`` maps a BAR index to the sizes (bytes, powers of two >= 1 MiB)
     its Resizable BAR capability supports; the BAR's current size must be one of them. ``violations`` may be passed
-    in to share one list between several devices (e.g. every device a server opens).
+    in to share one list between several devices (e.g. every device a server opens). ``shared_sysmem=True`` enables
+    :meth:`alloc_sysmem_shared` (memfd-backed DMA memory, for the remote server's ``MAP_SYSMEM_FD``).
     """
 
     _paddr_counter = itertools.count(SYSMEM_PADDR_BASE // PAGE_SIZE_4K)
@@ -80,6 +82,7 @@ class MockPCIDevice(PCIDevice):
         cfg_size: int = 4096,
         lock: bool = True,
         violations: list[str] | None = None,
+        shared_sysmem: bool = False,
     ) -> None:
         super().__init__(devpref, pcibus)
         for value, what, limit in [
@@ -95,6 +98,7 @@ class MockPCIDevice(PCIDevice):
         self.vendor, self.device, self.class_code = vendor, device, class_code
         self.cfg_size = cfg_size
         self.violations: list[str] = violations if violations is not None else []
+        self.shared_sysmem = shared_sysmem
         self.reset_count = 0
         self.config_reads = 0
         self.config_writes = 0
@@ -384,8 +388,33 @@ class MockPCIDevice(PCIDevice):
         self._check_open()
         self._check_sysmem(size, contiguous)
         npages = -(-size // PAGE_SIZE_4K)
-        mem = mmap.mmap(-1, npages * PAGE_SIZE_4K)
-        paddrs = self._take_paddrs(npages, contiguous)
+        return self._register_sysmem(mmap.mmap(-1, npages * PAGE_SIZE_4K), size, contiguous)
+
+    def alloc_sysmem_shared(self, size: int, contiguous: bool = False) -> tuple[int, MMIOView, list[int]]:
+        """Like :meth:`alloc_sysmem`, backed by a memfd another process can map: ``(fd, view, paddrs)``.
+
+        The caller owns (and must close) ``fd``; the allocation itself is released by :meth:`free_sysmem`.
+        Used by the remote server's ``MAP_SYSMEM_FD``; only enabled with ``shared_sysmem=True`` (otherwise it raises
+        NotImplementedError, like a device without shareable DMA memory).
+        """
+        self._check_open()
+        if not self.shared_sysmem:
+            raise NotImplementedError(
+                f"shared system memory is not supported by {self.pcibus} (construct the mock with shared_sysmem=True)"
+            )
+        self._check_sysmem(size, contiguous)
+        length = -(-size // PAGE_SIZE_4K) * PAGE_SIZE_4K
+        fd = os.memfd_create("tg-mock-sysmem", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, length)
+            view, paddrs = self._register_sysmem(mmap.mmap(fd, length), size, contiguous)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, view, paddrs
+
+    def _register_sysmem(self, mem: mmap.mmap, size: int, contiguous: bool) -> tuple[MMIOView, list[int]]:
+        paddrs = self._take_paddrs(-(-size // PAGE_SIZE_4K), contiguous)
         view = BufferMMIO(memoryview(mem)[:size], on_violation=self._violation)
         alloc = _Allocation(mem, size, paddrs, view)
         self._allocs[id(view)] = alloc

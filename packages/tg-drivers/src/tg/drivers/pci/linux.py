@@ -20,7 +20,16 @@ from tg.drivers.errors import DeviceNotFoundError, DriverBoundError, NoPCIBusErr
 from tg.drivers.mmio import HostMMIO, MMIOView
 from tg.drivers.pci.base import PCIDevice
 from tg.drivers.pci.discovery import sysfs_root
-from tg.drivers.pci.sysmem import MADV_DONTFORK, MAP_FIXED, MAP_SHARED, PROT_READ, PROT_WRITE, alloc_locked_memory, libc
+from tg.drivers.pci.sysmem import (
+    MADV_DONTFORK,
+    MAP_FIXED,
+    MAP_SHARED,
+    PROT_READ,
+    PROT_WRITE,
+    alloc_locked_memory,
+    alloc_locked_shared,
+    libc,
+)
 
 __all__ = ["VFIO_DEV_ROOT", "LinuxPCIDevice"]
 
@@ -299,6 +308,22 @@ class LinuxPCIDevice(PCIDevice):
         view.owner = owner
         self._sysmem[id(view)] = (view.addr, length, owner)
         return view, paddrs
+
+    def alloc_sysmem_shared(self, size: int, contiguous: bool = False) -> tuple[int, MMIOView, list[int]]:
+        """Locked memfd-backed memory for the remote server's ``MAP_SYSMEM_FD``: ``(fd, view, paddrs)``.
+
+        The caller owns ``fd``; :meth:`free_sysmem` unmaps the view. Contiguous allocations larger than a page are
+        not supported here (use :meth:`alloc_sysmem`).
+        """
+        self._check_open()
+        self._check_sysmem(size, contiguous)
+        if contiguous and size > mmap.PAGESIZE:
+            raise NotImplementedError("contiguous shared system memory is not supported; use alloc_sysmem")
+        fd, view, paddrs, length = alloc_locked_shared(size)
+        owner = _Allocation(self)
+        view.owner = owner
+        self._sysmem[id(view)] = (view.addr, length, owner)
+        return fd, view, paddrs
 
     def free_sysmem(self, view: MMIOView) -> None:
         """Unmap memory returned by :meth:`alloc_sysmem`; the view must not be used afterwards."""

@@ -22,6 +22,7 @@ __all__ = [
     "PAGEMAP_PATH",
     "LibC",
     "alloc_locked_memory",
+    "alloc_locked_shared",
     "check_compact_unevictable",
     "expand_paddrs",
     "libc",
@@ -175,3 +176,36 @@ def alloc_locked_memory(size: int, vaddr: int = 0, contiguous: bool = False) -> 
         lib.unmap(addr, length)
         raise
     return HostMMIO(addr, size, "B"), paddrs, length
+
+
+def alloc_locked_shared(size: int) -> tuple[int, HostMMIO, list[int], int]:
+    """Locked memory backed by a memfd another process can map: ``(fd, view, paddrs, mapped_length)``.
+
+    The caller owns ``fd``. Physically contiguous shared memory is not supported.
+    """
+    if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"system memory size must be a positive int, got {size!r}")
+    check_compact_unevictable()
+    length = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    fd = os.memfd_create("tg-sysmem", os.MFD_CLOEXEC)
+    lib = libc()
+    try:
+        os.ftruncate(fd, length)
+        try:
+            addr = lib.map(0, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE | MAP_LOCKED, fd, 0)
+        except OSError as e:
+            hint = (
+                "; raise `ulimit -l` (locked memory) or grant cap_ipc_lock"
+                if e.errno in (errno.EAGAIN, errno.EPERM)
+                else ""
+            )
+            raise OSError(e.errno, f"{e.strerror}{hint}") from e
+        try:
+            paddrs = system_paddrs(addr, size)
+        except BaseException:
+            lib.unmap(addr, length)
+            raise
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, HostMMIO(addr, size, "B"), paddrs, length

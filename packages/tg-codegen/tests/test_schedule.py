@@ -181,3 +181,11 @@ def test_constants_fold():
     store = next(u for u in si.ast.toposort() if u.op is Ops.STORE)
     assert store.src[1].op is Ops.CONST and store.src[1].arg == 8.0
     assert len(si.bufs) == 1  # nothing to load
+
+
+def test_deep_graph_does_not_hit_the_recursion_limit():
+    a = buf(8)
+    x = a
+    for _ in range(3000):
+        x = x.alu(Ops.ADD, a)
+    assert kernels(x) == 1

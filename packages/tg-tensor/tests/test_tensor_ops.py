@@ -39,11 +39,10 @@ BINARY = {
 }
 
 
-@pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("op", list(BINARY))
+@pytest.mark.parametrize(
+    "op,dt", [(op, dt) for op in BINARY for dt in DTYPES if not (dt == "bool" and op in ("add", "sub", "mul"))]
+)
 def test_binary(op, dt, device, size, rng):
-    if dt == "bool" and op in ("add", "sub", "mul"):
-        pytest.skip("arithmetic on bool is not meaningful")
     a, b = data(rng, (size(7), size(9)), dt), data(rng, (size(7), size(9)), dt)
     close(BINARY[op](Tensor(a, device=device), Tensor(b, device=device)).numpy(), BINARY[op](a, b), dt)
 

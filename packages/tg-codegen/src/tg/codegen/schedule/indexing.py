@@ -15,11 +15,14 @@ and the scheduler stores that reduction in its own kernel first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from tg.codegen.schedule.item import KernelInfo
 from tg.ir import AxisType, DType, Ops, UOp, dtypes, exec_alu, prod
+
+# what a step of the walk asks for: the value of (node, index, valid gate)
+Request = tuple[UOp, tuple[UOp, ...], UOp | None]
 
 # dtype of all index arithmetic in kernel ASTs
 INDEX_DTYPE: DType = dtypes.int32
@@ -173,13 +176,29 @@ class KernelBuilder:
     # ---- the walk ---------------------------------------------------------------------------------------
 
     def value(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-        """The kernel-level value of tensor node `node` at index `idx` (gated by `valid`)."""
-        key = (node, idx, valid)
-        if (ret := self._cache.get(key)) is None:
-            ret = self._cache[key] = self._value(node, idx, valid)
-        return ret
+        """The kernel-level value of tensor node `node` at index `idx` (gated by `valid`).
 
-    def _value(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        The walk is driven by an explicit stack of generators (each yields the (node, idx, valid) values it
+        needs), so graphs thousands of ops deep do not hit Python's recursion limit.
+        """
+        root: Request = (node, idx, valid)
+        if (ret := self._cache.get(root)) is not None:
+            return ret
+        stack: list[tuple[Request, Generator[Request, UOp, UOp]]] = [(root, self._value(*root))]
+        sent: UOp | None = None
+        while stack:
+            key, gen = stack[-1]
+            try:
+                need = gen.send(sent)  # type: ignore[arg-type]  # None primes a fresh generator
+            except StopIteration as done:
+                self._cache[key] = sent = done.value
+                stack.pop()
+                continue
+            if (sent := self._cache.get(need)) is None:
+                stack.append((need, self._value(*need)))
+        return self._cache[root]
+
+    def _value(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> Generator[Request, UOp, UOp]:
         if (buf := self.realized.get(node)) is not None:
             self.loaded_nodes.add(node)
             return self.load(buf, [int(s) for s in node.shape], idx, valid)
@@ -192,57 +211,45 @@ class KernelBuilder:
         if node.op is Ops.DEFINE_VAR:
             return node
         if node.op in {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.PAD}:
-            return self._movement(node, idx, valid)
+            return (yield from self._movement(node, idx, valid))
         if node.op is Ops.REDUCE_AXIS:
-            return self._reduce(node, idx, valid)
+            return (yield from self._reduce(node, idx, valid))
         if node.op in {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}:
-            return self.value(node.src[0], idx, valid)
+            return (yield (node.src[0], idx, valid))
         if node.op in {Ops.CAST, Ops.BITCAST} or node.op in _ELEMENTWISE:
-            srcs = tuple(self.value(s, idx, valid) for s in node.src)
+            srcs = []
+            for src in node.src:
+                srcs.append((yield (src, idx, valid)))
             if all(s.op is Ops.CONST for s in srcs):
                 if (folded := fold_constant(node.op, node.dtype, srcs)) is not None:
                     return folded
-            return UOp(node.op, node.dtype, srcs, node.arg)
+            return UOp(node.op, node.dtype, tuple(srcs), node.arg)
         if node.op in {Ops.COPY, Ops.ASSIGN}:
             raise MustRealize(node, "copies and assigns are separate schedule steps")
         raise NotImplementedError(f"the scheduler cannot build a kernel from a {node.op} node: {node!r}")
 
-    def _movement(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    def _movement(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> Generator[Request, UOp, UOp]:
         src, arg = node.src[0], movement_arg(node)
         in_shape = [int(s) for s in src.shape]
         if node.op is Ops.RESHAPE:
-            return self.value(src, reshape_index(idx, [int(s) for s in node.shape], in_shape), valid)
+            return (yield (src, reshape_index(idx, [int(s) for s in node.shape], in_shape), valid))
         if node.op is Ops.PERMUTE:
             new_idx: list[UOp] = [index_const(0)] * len(in_shape)
             for i, axis in enumerate(arg):
                 new_idx[axis] = idx[i]
-            return self.value(src, tuple(new_idx), valid)
+            return (yield (src, tuple(new_idx), valid))
         if node.op is Ops.EXPAND:
             out_shape = [int(s) for s in node.shape]
-            return self.value(
-                src,
-                tuple(
-                    index_const(0) if s == 1 and o != 1 else i for i, s, o in zip(idx, in_shape, out_shape, strict=True)
-                ),
-                valid,
-            )
+            zipped = zip(idx, in_shape, out_shape, strict=True)
+            return (yield (src, tuple(index_const(0) if s == 1 and o != 1 else i for i, s, o in zipped), valid))
         if node.op is Ops.SHRINK:
-            return self.value(
-                src,
-                tuple(
-                    i if int(b) == 0 else _simplify(i + index_const(int(b))) for i, (b, _) in zip(idx, arg, strict=True)
-                ),
-                valid,
-            )
+            offsets = [int(b) for b, _ in arg]
+            shifted = tuple(i if b == 0 else _simplify(i + index_const(b)) for i, b in zip(idx, offsets, strict=True))
+            return (yield (src, shifted, valid))
         if node.op is Ops.FLIP:
-            flips = arg
-            return self.value(
-                src,
-                tuple(
-                    _simplify(index_const(s - 1) - i) if f else i for i, s, f in zip(idx, in_shape, flips, strict=True)
-                ),
-                valid,
-            )
+            zipped_flip = zip(idx, in_shape, arg, strict=True)
+            mirrored = tuple(_simplify(index_const(s - 1) - i) if f else i for i, s, f in zipped_flip)
+            return (yield (src, mirrored, valid))
         # PAD: shift the index and gate the padded area to zero
         gate: UOp | None = None
         pad_idx: list[UOp] = []
@@ -251,18 +258,18 @@ class KernelBuilder:
             if before == 0 and after == 0:
                 pad_idx.append(ix)
                 continue
-            shifted = ix if before == 0 else _simplify(ix - index_const(before))
-            pad_idx.append(shifted)
+            moved = ix if before == 0 else _simplify(ix - index_const(before))
+            pad_idx.append(moved)
             if before > 0:
                 gate = _and(gate, index_const(before - 1) < ix)
             if after > 0:
                 gate = _and(gate, ix < index_const(before + s))
         if gate is None:
-            return self.value(src, tuple(pad_idx), valid)
-        inner = self.value(src, tuple(pad_idx), _and(valid, gate))
+            return (yield (src, tuple(pad_idx), valid))
+        inner = yield (src, tuple(pad_idx), _and(valid, gate))
         return gate.where(inner, UOp.const(node.dtype, 0))
 
-    def _reduce(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    def _reduce(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> Generator[Request, UOp, UOp]:
         if self.reduce_depth > 0:
             raise MustRealize(node, "a reduction inside another reduction")
         if (site := self.reduce_sites.get(node)) is not None and site != (idx, valid):
@@ -284,7 +291,7 @@ class KernelBuilder:
                 src_idx[a] = r
         self.reduce_depth += 1
         try:
-            inner = self.value(src, tuple(src_idx), valid)
+            inner = yield (src, tuple(src_idx), valid)
         finally:
             self.reduce_depth -= 1
         if not ranges:

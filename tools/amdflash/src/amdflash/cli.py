@@ -182,9 +182,30 @@ def main(
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     verbose = bool(args.verbose) or os.environ.get("AMDFLASH_DEBUG") == "1"
+    handler: logging.Handler | None = None
+    logger = logging.getLogger("amdflash")
     if args.verbose:
-        logging.basicConfig(stream=stderr, level=logging.DEBUG, format="%(name)s: %(message)s")
+        handler = logging.StreamHandler(stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        return _run(args, opener, settings, out, err, verbose)
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
 
+
+def _run(
+    args: argparse.Namespace,
+    opener: Callable[[int, str], Any] | None,
+    settings: Settings | None,
+    out: Callable[[str], None],
+    err: Callable[[str], None],
+    verbose: bool,
+) -> int:
+    """Dispatch a parsed command and map its outcome to an exit code."""
     sim_board: Any = None
     sim_path: Any = None
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ IFWI_SIZE_MESSAGE = "Navi31 IFWI image must be exactly 2 MiB"
 MAX_IFWI_ITEMS = 19
 BLOCK = 0x10000
 
+log = logging.getLogger("amdflash")
+
 
 @dataclass
 class Context:
@@ -48,11 +51,14 @@ class Context:
     @contextlib.contextmanager
     def device(self, transport: str) -> Iterator[Any]:
         """Open the selected device for the duration of the command; always close it (releasing its lock)."""
+        log.debug("opening device %d over %s", self.args.device, transport)
         dev = self.opener(self.args.device, transport)
+        log.debug("opened %s (%s)", getattr(dev, "pcibus", "?"), type(dev).__name__)
         try:
             yield dev
         finally:
             dev.close()
+            log.debug("closed %s", getattr(dev, "pcibus", "?"))
 
     @contextlib.contextmanager
     def flash(self) -> Iterator[GD25LQ16E]:

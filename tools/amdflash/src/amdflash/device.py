@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from amdflash import regs
+
+log = logging.getLogger("amdflash")
 
 TRANSPORTS = ("auto", "usb", "pci", "remote")
 
@@ -42,7 +45,10 @@ class Candidate:
 
 
 def _usb_candidates() -> list[_Raw]:
-    usb = _drivers("usb")
+    try:
+        usb = _drivers("usb")
+    except ImportError as exc:  # the libusb1 binding is missing: report it like a missing libusb
+        raise OSError(f"USB support unavailable: {exc}") from exc
     found: list[_Raw] = []
     usb.USB3.cache_clear()  # a fresh enumeration per command: boards get re-plugged during recovery
     for vid, pid in regs.USB_BRIDGE_IDS:
@@ -88,7 +94,7 @@ def list_candidates(transport: str, *, warn: Callable[[str], None] | None = None
     if transport in ("auto", "usb"):
         try:
             raw += _usb_candidates()
-        except (OSError, ImportError) as exc:
+        except OSError as exc:
             if transport == "usb":
                 raise
             if warn is not None:
@@ -103,7 +109,9 @@ def list_candidates(transport: str, *, warn: Callable[[str], None] | None = None
                 warn(f"warning: PCI transport unavailable: {exc}")
     if transport == "remote":
         raw += _remote_candidates()
-    return [Candidate(i, t, ident, vid, pid, fn) for i, (t, ident, vid, pid, fn) in enumerate(raw)]
+    found = [Candidate(i, t, ident, vid, pid, fn) for i, (t, ident, vid, pid, fn) in enumerate(raw)]
+    log.debug("%s candidates: %s", transport, [c.ident for c in found])
+    return found
 
 
 def open_gpu(index: int, transport: str, *, warn: Callable[[str], None] | None = None) -> Any:

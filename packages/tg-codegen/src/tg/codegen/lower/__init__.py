@@ -6,6 +6,7 @@ modules beside this one. The kernel AST it accepts is described in the package R
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from tg.codegen.lower.decompositions import (
@@ -18,6 +19,7 @@ from tg.codegen.lower.decompositions import (
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
 from tg.codegen.lower.transcendental import transcendental_rules
 from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import DType
 from tg.ir.ops import Ops
 from tg.ir.pattern import PatternMatcher, graph_rewrite
 from tg.ir.uop import UOp
@@ -71,11 +73,17 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     # gated loads/stores take the gate as their own source
     sink = graph_rewrite(sink, pm_gates)
     # ops and dtypes the target lacks become ones it has (repeated to a fixed point by graph_rewrite)
-    supported = renderer.supported_ops
-    decompose: PatternMatcher = op_decompositions(supported) + transcendental_rules(supported)
-    decompose = decompose + float_emulation(renderer.native_float_dtypes) + pm_cleanups
-    if renderer.extra_matcher is not None:
-        decompose = decompose + renderer.extra_matcher
+    decompose, readable = _matchers(renderer.supported_ops, renderer.native_float_dtypes, renderer.extra_matcher)
     sink = graph_rewrite(sink, decompose)
     # exact rewrites into forms that read better (x - y instead of x + y*-1)
-    return graph_rewrite(sink, readable_forms(supported))
+    return graph_rewrite(sink, readable)
+
+
+@functools.lru_cache(maxsize=64)
+def _matchers(supported: frozenset[Ops], native: frozenset[DType], extra: PatternMatcher | None
+              ) -> tuple[PatternMatcher, PatternMatcher]:  # fmt: skip
+    # building (compiling) a matcher costs more than running it on a kernel: one set per renderer capability set
+    decompose = op_decompositions(supported) + transcendental_rules(supported) + float_emulation(native) + pm_cleanups
+    if extra is not None:
+        decompose = decompose + extra
+    return decompose, readable_forms(supported)

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tg.drivers.errors import RemoteError
+from tg.drivers.mmio import HostMMIO
 from tg.drivers.remote import RemoteCmd, RemotePCIDevice, remote_list
 from tg.drivers.remote.client import clear_connections
 from tg.drivers.remote.protocol import PAYLOAD_CMDS, RESPONSE_SIZE, encode_probe_payload, pack_request
@@ -67,8 +68,11 @@ class ServerProcess:
             text = out.read_text()
             if "listening on " in text:
                 self.address = text.split("listening on ", 1)[1].split()[0]
-                self.host, port = self.address.rsplit(":", 1)
-                self.port = int(port)
+                if self.address.startswith("/"):  # a unix socket
+                    self.address, self.host, self.port = f"unix:{self.address}", "", 0
+                else:
+                    self.host, port = self.address.rsplit(":", 1)
+                    self.port = int(port)
                 return
             if self.proc.poll() is not None:
                 break
@@ -238,6 +242,26 @@ def test_token_protected_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         dev.close()
     finally:
         assert srv.stop() == 0
+
+
+def test_unix_socket_server_shares_dma_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sock_path = tmp_path / "pci.sock"
+    srv = ServerProcess(tmp_path, "--backend", "mock", "--unix", str(sock_path))
+    try:
+        assert srv.address == f"unix:{sock_path}" and sock_path.stat().st_mode & 0o777 == 0o600
+        dev = open_device(srv.address, monkeypatch)
+        assert dev.pcibus == f"remote:unix:{sock_path}:mock:0:0"
+        mem, paddrs = dev.alloc_sysmem(64 * 1024)
+        assert isinstance(mem, HostMMIO) and len(paddrs) == 16  # MAP_SYSMEM_FD: the server's pages, mapped here
+        mem.write(100, b"shared pages")
+        assert mem.read(100, 12) == b"shared pages"
+        regs = dev.map_bar(5, fmt="I")
+        regs[3] = 0xFEEDF00D
+        assert regs[3] == 0xFEEDF00D
+        dev.close()
+    finally:
+        assert srv.stop() == 0, srv.log.read_text()
+    assert not sock_path.exists()
 
 
 # ---- fuzzing --------------------------------------------------------------------------------------------------------

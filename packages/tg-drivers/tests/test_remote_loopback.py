@@ -3,7 +3,6 @@ conformance suite over remote BAR and sysmem views, and socket-level server beha
 
 from __future__ import annotations
 
-import mmap
 import os
 import socket
 import struct
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 
 from tg.drivers.errors import ConnectionClosedError, DeviceBusyError, RemoteError
-from tg.drivers.mmio import BufferMMIO, MMIOView
+from tg.drivers.mmio import HostMMIO, MMIOView
 from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice, RemoteServerThread
 from tg.drivers.remote import Limits, RemoteCmd, RemotePCIDevice, remote_list
 from tg.drivers.remote.client import RemoteAddress, RemoteConnection, clear_connections
@@ -248,41 +247,29 @@ def test_fds_do_not_leak_across_sessions() -> None:
         assert srv.alive
 
 
-class SharedMemoryGPU(MockPCIDevice):
-    """A mock whose system memory can be handed to a unix-socket client as an fd (MAP_SYSMEM_FD)."""
-
-    next_page = 0x3_0000_0000
-
-    def alloc_sysmem_shared(self, size: int, contiguous: bool = False) -> tuple[int, MMIOView, list[int]]:
-        fd = os.memfd_create("tg-sysmem")
-        os.ftruncate(fd, size)
-        mem = mmap.mmap(fd, size)
-        paddrs = [SharedMemoryGPU.next_page + i * 4096 for i in range(size // 4096)]
-        SharedMemoryGPU.next_page += size + 0x10000
-        self.shared = mem
-        return fd, BufferMMIO(mem), paddrs
-
-    def free_sysmem(self, view: MMIOView) -> None:
-        self.freed = True
-
-
 def test_unix_socket_with_map_sysmem_fd(tmp_path: Any) -> None:
     path = str(tmp_path / "pci.sock")
-    device = SharedMemoryGPU("SV", "mock:shm", lock=False)
+    device = MockPCIDevice("SV", "mock:shm", lock=False, shared_sysmem=True)
     with RemoteServerThread(device=device, unix_path=path) as srv:
         assert srv.address == f"unix:{path}"
         assert os.stat(path).st_mode & 0o777 == 0o600
         dev = open_remote(srv)
         assert dev.pcibus == f"remote:unix:{path}:mock:shm:0"
-        view, paddrs = dev.alloc_sysmem(10000)
+        view, paddrs = dev.alloc_sysmem(10000, contiguous=True)
+        assert isinstance(view, HostMMIO)  # mapped locally: no RPC per access
         assert len(paddrs) == 3 and paddrs[1] == paddrs[0] + 4096
         view.write(4096, b"through shared memory")
-        assert device.shared[4096 : 4096 + 21] == b"through shared memory"  # no RPC: the same pages
+        assert device.dma_read(paddrs[1], 21) == b"through shared memory"  # the device sees the same pages
+        device.dma_write(paddrs[2], b"from the device")
+        assert view.read(8192, 15) == b"from the device"
+        scattered, pages = dev.alloc_sysmem(3 * 4096)
+        assert len(pages) == 3
+        scattered.write(3 * 4096 - 2, b"ok")
+        assert device.dma_read(pages[2] + 4094, 2) == b"ok"
         assert dev.read_config(0, 2) == 0x1002
         dev.connection.close()
         dev.close()
         ping_unix(path)
-        assert device.freed
     assert not os.path.exists(path)
 
 

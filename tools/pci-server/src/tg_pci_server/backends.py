@@ -31,6 +31,7 @@ def demo_devices() -> list[PCIDevice]:
             5: BarSpec(1 * MIB, backing=DwordRegisterFile(1 * MIB)),
         },
         rebar={0: [64 * MIB, 256 * MIB]},
+        shared_sysmem=True,  # DMA memory can be handed to unix-socket clients as an fd (MAP_SYSMEM_FD)
         lock=False,  # a simulation has no hardware to protect; parallel test servers must not collide
     )
     return [dev]

@@ -44,9 +44,8 @@ def _random_step(rs: random.Random, x: np.ndarray, t: Tensor) -> tuple[np.ndarra
     if kind == "expand" and 1 in x.shape:
         shape = tuple(rs.randint(1, 3) if s == 1 else s for s in x.shape)
         return np.broadcast_to(x, shape), t.expand(shape)
-    index = tuple(
-        slice(rs.choice([None, 0, 1, -1]), rs.choice([None, -1, 2]), rs.choice([None, 1, 2, -1, -2, 3])) for _ in x.shape
-    )
+    starts, stops, steps = [None, 0, 1, -1], [None, -1, 2], [None, 1, 2, -1, -2, 3]
+    index = tuple(slice(rs.choice(starts), rs.choice(stops), rs.choice(steps)) for _ in x.shape)
     return x[index], t[index]
 
 

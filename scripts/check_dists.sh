@@ -22,6 +22,9 @@ if bad:
 print(f"{len(wheels)} wheels built")
 PY
 
+# uv caches built wheels by name+version; our wheels keep their version while their contents change, so
+# they are always installed through an empty private cache (third-party deps come from the shared one).
+
 # Third-party requirements of the members and their tests (never a tg-* name: those come from dist/).
 THIRD_PARTY=("numpy>=1.24" "libusb1>=3.1" "pytest~=9.0" "hypothesis~=6.0")
 
@@ -42,7 +45,7 @@ for name in "${members[@]}"; do
   venv="$work/$name"
   uv venv -q -p python3 "$venv"
   VIRTUAL_ENV="$venv" uv pip install -q "${THIRD_PARTY[@]}"
-  VIRTUAL_ENV="$venv" uv pip install -q --no-index --find-links dist "$name"
+  VIRTUAL_ENV="$venv" UV_CACHE_DIR="$work/uv-cache" uv pip install -q --no-index --find-links dist "$name"
   (cd "$work" && "$venv/bin/python" -c "import $module; print('import ok:', '$name', $module.__version__)")
   if [ -d "$dir/tests" ]; then
     "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" "$dir/tests"
@@ -53,6 +56,6 @@ if [ "$#" -eq 0 ]; then
   venv="$work/_all"
   uv venv -q -p python3 "$venv"
   VIRTUAL_ENV="$venv" uv pip install -q "${THIRD_PARTY[@]}"
-  VIRTUAL_ENV="$venv" uv pip install -q --no-index --find-links dist dist/*.whl
+  VIRTUAL_ENV="$venv" UV_CACHE_DIR="$work/uv-cache" uv pip install -q --no-index --find-links dist dist/*.whl
   "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" tests
 fi

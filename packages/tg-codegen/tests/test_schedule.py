@@ -189,3 +189,14 @@ def test_deep_graph_does_not_hit_the_recursion_limit():
     for _ in range(3000):
         x = x.alu(Ops.ADD, a)
     assert kernels(x) == 1
+
+
+def test_work_after_a_broadcast_reduction_is_stored_with_it():
+    a = buf(4, 8)
+    s = a.r(Ops.ADD, (1,))
+    post = s.alu(Ops.ADD, UOp.full((4, 1), 1.0, dtypes.float32, "CPU")).alu(Ops.EXP2)
+    items = sched(a.alu(Ops.MUL, post.expand((4, 8))))
+    assert len(items) == 2
+    # the first kernel stores exp2(sum + 1), not just the sum
+    first_store = next(u for u in items[0].ast.toposort() if u.op is Ops.STORE)
+    assert first_store.src[1].op is Ops.EXP2

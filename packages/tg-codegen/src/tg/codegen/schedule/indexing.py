@@ -31,9 +31,9 @@ INDEX_DTYPE: DType = dtypes.int32
 class MustRealize(Exception):
     """Raised while building a kernel when `node` has to be stored in its own buffer first."""
 
-    def __init__(self, node: UOp, why: str) -> None:
+    def __init__(self, node: UOp, why: str, broadcast: bool = False) -> None:
         super().__init__(f"{node.op} must be realized: {why}")
-        self.node, self.why = node, why
+        self.node, self.why, self.broadcast = node, why, broadcast
 
 
 def index_const(v: int) -> UOp:
@@ -194,9 +194,29 @@ class KernelBuilder:
                 self._cache[key] = sent = done.value
                 stack.pop()
                 continue
+            except MustRealize as e:
+                if e.broadcast:
+                    raise MustRealize(self._broadcast_root([k for k, _ in stack]), e.why) from None
+                raise
             if (sent := self._cache.get(need)) is None:
                 stack.append((need, self._value(*need)))
         return self._cache[root]
+
+    def _broadcast_root(self, path: list[Request]) -> UOp:
+        """The node to store for a broadcast reduction at the end of `path` (root first).
+
+        That is the top of the run of nodes, ending at the reduction, whose index misses some loop of the
+        kernel: the value right under the EXPAND, so elementwise work after the reduction is stored once too.
+        Movement ops are skipped (storing them would only copy).
+        """
+        best = path[-1][0]
+        for node, idx, _ in reversed(path):
+            used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
+            if all(r in used for r in self.loop_ranges):
+                break
+            if node.op not in _MOVEMENT:
+                best = node
+        return best
 
     def _value(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> Generator[Request, UOp, UOp]:
         if (buf := self.realized.get(node)) is not None:
@@ -210,7 +230,7 @@ class KernelBuilder:
             return node.src[0]
         if node.op is Ops.DEFINE_VAR:
             return node
-        if node.op in {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.PAD}:
+        if node.op in _MOVEMENT:
             return (yield from self._movement(node, idx, valid))
         if node.op is Ops.REDUCE_AXIS:
             return (yield from self._reduce(node, idx, valid))
@@ -276,7 +296,7 @@ class KernelBuilder:
             raise MustRealize(node, "the reduction is used at two different indices")
         used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
         if any(r not in used for r in self.loop_ranges):
-            raise MustRealize(node, "the reduction is broadcast (expanded), it would be recomputed per element")
+            raise MustRealize(node, "the reduction is broadcast (expanded), it would be recomputed per element", True)
         self.reduce_sites[node] = (idx, valid)
         op, axes = node.arg
         src = node.src[0]
@@ -314,6 +334,8 @@ class KernelBuilder:
         name = ("r_" if self.has_reduce else "E_") + "_".join(str(s) for s in shape if s != 1)
         return UOp(Ops.SINK, dtypes.void, (body,), KernelInfo(name=name.rstrip("_") or "E"))
 
+
+_MOVEMENT = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.PAD})
 
 _ELEMENTWISE = frozenset(
     {

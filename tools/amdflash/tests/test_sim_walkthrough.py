@@ -101,3 +101,18 @@ def test_walkthrough_subprocesses(tmp_path: Path) -> None:
     assert p.stdout.strip() == f"verified 0x200000 bytes sha256={digest}"
     p = amdflash("fw", "probe")
     assert p.returncode == 0 and "transfer_type: error=0x0 response=0x1" in p.stdout
+
+
+def test_concurrent_sim_invocation_is_refused(tmp_path: Path) -> None:
+    import hashlib as _hashlib
+
+    from tg.drivers.lock import acquire_device_lock, lock_name
+
+    state = str(tmp_path / "board.bin")
+    tag = _hashlib.sha256(os.path.abspath(state).encode()).hexdigest()[:12]
+    with acquire_device_lock(lock_name("AM", f"sim-{tag}")):
+        r = run("--sim", "--sim-state", state, "romsw", "info")
+    assert r.code == 1
+    assert r.err.startswith("error: Failed to acquire lock file")
+    assert not os.path.exists(state)  # nothing was loaded, so nothing was saved
+    assert run("--sim", "--sim-state", state, "romsw", "info").code == 0

@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from amdflash import commands
+from amdflash import commands, regs
 from amdflash.__about__ import __version__
 from amdflash.device import TRANSPORTS, list_candidates, open_gpu
 from amdflash.romsw import DEFAULT_PRESCALE
@@ -206,32 +206,18 @@ def _run(
     verbose: bool,
 ) -> int:
     """Dispatch a parsed command and map its outcome to an exit code."""
-    sim_board: Any = None
-    sim_path: Any = None
     try:
-        try:
-            if args.sim and opener is None:
-                from amdflash.sim.state import default_state_path, load_board
+        if args.sim and opener is None:
+            return _run_sim(args, settings, out, err)
+        if args.group == "list":
+            return _list(args, out, err, sim=False)
+        if opener is None:
 
-                sim_path = args.sim_state or default_state_path()
-                sim_board = load_board(sim_path)
-                opener = _sim_opener(sim_board)
-                # the simulated flash finishes erases and programs at once: no need to sleep between busy polls
-                settings = settings or Settings(busy_poll_interval=0.0)
-            if args.group == "list":
-                return _list(args, out, err, sim=sim_board is not None)
-            if opener is None:
+            def opener(index: int, transport: str) -> Any:
+                return open_gpu(index, transport, warn=err)
 
-                def opener(index: int, transport: str) -> Any:
-                    return open_gpu(index, transport, warn=err)
-
-            ctx = commands.Context(args, out, err, opener, settings or Settings())
-            return int(args.func(ctx))
-        finally:
-            if sim_board is not None:
-                from amdflash.sim.state import save_board
-
-                save_board(sim_board, sim_path)
+        ctx = commands.Context(args, out, err, opener, settings or Settings())
+        return int(args.func(ctx))
     except KeyboardInterrupt:
         err("error: interrupted")
         return 130
@@ -247,15 +233,38 @@ def _run(
         return 3
 
 
-def _sim_opener(board: Any) -> Callable[[int, str], Any]:
+def _run_sim(
+    args: argparse.Namespace, settings: Settings | None, out: Callable[[str], None], err: Callable[[str], None]
+) -> int:
+    """Run a command against the simulated board of the `--sim-state` file.
+
+    The state file's lock is held from loading the state to saving it, so concurrent invocations cannot lose each
+    other's writes; the board is saved (atomically) even when the command fails or is interrupted.
+    """
+    import hashlib
+
     from amdflash.sim.device import make_sim_device
+    from amdflash.sim.state import default_state_path, load_board, save_board
+    from tg.drivers.lock import acquire_device_lock, lock_name
 
-    def open_sim(index: int, transport: str) -> Any:
-        if index != 0:
-            raise RuntimeError(f"device index {index} out of range (found 1)")
-        return make_sim_device(board)
+    if args.group == "list":
+        return _list(args, out, err, sim=True)
+    path = os.path.abspath(args.sim_state or default_state_path())
+    tag = hashlib.sha256(path.encode()).hexdigest()[:12]
+    with acquire_device_lock(lock_name(regs.LOCK_PREFIX, f"sim-{tag}")):
+        board = load_board(path)
 
-    return open_sim
+        def open_sim(index: int, transport: str) -> Any:
+            if index != 0:
+                raise RuntimeError(f"device index {index} out of range (found 1)")
+            return make_sim_device(board, lock=False)
+
+        # the simulated flash finishes erases and programs at once: no need to sleep between busy polls
+        ctx = commands.Context(args, out, err, open_sim, settings or Settings(busy_poll_interval=0.0))
+        try:
+            return int(args.func(ctx))
+        finally:
+            save_board(board, path)
 
 
 def console_main() -> None:

@@ -183,13 +183,15 @@ def test_gated_status_message() -> None:
         ({"address_len": -1}, "address_len must be 0..3"),
         ({"data_out": bytes(257)}, "transfer data must be <= 256 bytes"),
         ({"data_in": 257}, "transfer data must be <= 256 bytes"),
+        ({"opcode": 0xC7}, "1-byte destructive command"),
+        ({"opcode": 0x60}, "1-byte destructive command"),
     ],
 )
 def test_argument_validation_before_any_access(kwargs: dict[str, Any], message: str) -> None:
     rf = make_regfile()
     spi, _ = make_spi(rf)
     with pytest.raises(ValueError, match=message):
-        spi.transfer(0x03, **kwargs)
+        spi.transfer(**{"opcode": 0x03, **kwargs})
     assert len(rf.log) == 0
 
 

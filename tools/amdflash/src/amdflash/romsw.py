@@ -14,6 +14,10 @@ MAX_TRANSFER = 256
 DEFAULT_PRESCALE = 8
 TRANSACTION_TIMEOUT = 2.0
 
+# Chip-erase opcodes complete in one byte. Every ROM_SW_CNTL write re-sends the opcode left in ROM_SW_COMMAND as a
+# bare 1-byte command (the pre-clear and the restore of each transaction), so these must never be placed there.
+ONE_BYTE_DESTRUCTIVE_OPCODES = frozenset({0x60, 0xC7})
+
 GATED_HINT = "; the ROM_SW engine is gated — raw access only works while the PSP boot loader is stalled"
 
 
@@ -68,6 +72,10 @@ class Navi31SPI:
         """
         if data_out and data_in:
             raise ValueError("simultaneous TX and RX is unsupported")
+        if opcode & 0xFF in ONE_BYTE_DESTRUCTIVE_OPCODES:
+            raise ValueError(
+                f"opcode {opcode & 0xFF:#04x} is a 1-byte destructive command; stale ROM_SW triggers would repeat it"
+            )
         if address_len not in (0, 1, 2, 3):
             raise ValueError("address_len must be 0..3")
         count = len(data_out) or data_in

@@ -273,6 +273,7 @@ def test_cmp_requires_clear_cmp(cli: Runner, tmp_path: Path) -> None:
     assert r.lines[0] == "cleared SR2.CMP"
     assert board.sr2 & 0x40 == 0
     assert board.wrsr_count == 1
+    assert board.wrsr_log == [(0, 0x40, 0, 0)]
     assert board.flash[:0x2000] == image2[:0x2000]
     never_happen(board)
 

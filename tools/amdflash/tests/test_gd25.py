@@ -80,6 +80,7 @@ def test_clear_cmp_preserves_bp_bits() -> None:
     assert board.sr1 & 0x7C == 0x1C
     assert board.sr2 == 0x02
     assert board.wrsr_count == 1
+    assert board.wrsr_log == [(0x1C, 0x42, 0x1C, 0x02)]
     assert chip.clear_cmp() is False
     assert board.wrsr_count == 1
 

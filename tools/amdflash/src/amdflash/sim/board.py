@@ -125,6 +125,7 @@ class SimulatedNavi31:
     erase_count = property(lambda self: self.chip.erase_count)
     program_count = property(lambda self: self.chip.program_count)
     wrsr_count = property(lambda self: self.chip.wrsr_count)
+    wrsr_log = property(lambda self: self.chip.wrsr_log)
     psp_log = property(lambda self: self.psp.log)
     psp_received = property(lambda self: self.psp.received)
 

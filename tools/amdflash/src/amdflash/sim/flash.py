@@ -39,6 +39,7 @@ class GD25Model:
         self.erase_count = 0
         self.program_count = 0
         self.wrsr_count = 0
+        self.wrsr_log: list[tuple[int, int, int, int]] = []  # (sr1, sr2) before and after each applied WRSR
         self.drop_program: set[int] = set()
         self.abort_on: Callable[[tuple[Any, ...]], None] | None = None
 
@@ -97,10 +98,12 @@ class GD25Model:
         if opcode == 0x01:
             if self.wel and tx:
                 self._event("wrsr", bytes(tx))
+                before = (self.sr1, self.sr2)
                 self.sr1 = (self.sr1 & 0x03) | (tx[0] & 0xFC)
                 if len(tx) >= 2:
                     self.sr2 = (self.sr2 & ~0x43 & 0xFF) | (tx[1] & 0x43)
                 self.wrsr_count += 1
+                self.wrsr_log.append((*before, self.sr1, self.sr2))
                 self._start_busy()
             return ff
         if opcode == 0x20:

@@ -61,6 +61,7 @@ def never_happen(board: SimulatedNavi31, *, writes_allowed: bool = True) -> None
 
     * no simulator violation (which covers ROM_DATA block reads and unrestored ROM_SW-state triggers);
     * the first SPI commands are the two RDID captures of the JEDEC check, and nothing but bare triggers precede them;
+    * every WRSR changed nothing but SR2.CMP;
     * with `writes_allowed=False`: no erase, program or WRSR at all;
     * never a second END_TRANSFER without a START_TRANSFER in between.
     """
@@ -75,6 +76,9 @@ def never_happen(board: SimulatedNavi31, *, writes_allowed: bool = True) -> None
         if first_rdid is not None:  # before it: only the pre-clear trigger of whatever opcode was left in COMMAND
             assert all(t.control == 0 for t in session[:first_rdid]), session[:first_rdid]
     effective = [t for t in board.transactions if t.control != 0 and t.opcode >= 0]
+    for sr1_before, sr2_before, sr1_after, sr2_after in board.wrsr_log:
+        assert sr1_after == sr1_before, f"WRSR changed SR1 {sr1_before:#04x} -> {sr1_after:#04x}"
+        assert (sr2_before ^ sr2_after) & ~0x40 == 0, f"WRSR changed SR2 {sr2_before:#04x} -> {sr2_after:#04x}"
     if not writes_allowed:
         assert (board.erase_count, board.program_count, board.wrsr_count) == (0, 0, 0)
         assert not [t for t in effective if t.opcode in (0x01, 0x02, 0x20)]

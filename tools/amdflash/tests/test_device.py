@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,22 @@ def test_remote_is_never_part_of_auto(pci_backend: SimulatedNavi31, monkeypatch:
     assert called == []
     device.list_candidates("remote")
     assert called == ["remote"]
+
+
+def test_pci_ignores_remote_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With REMOTE set, tg-drivers' list_devices would return the remote devices; `pci` must stay native."""
+    dev = tmp_path / "bus" / "pci" / "devices" / "0000:03:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x1002\n")
+    (dev / "device").write_text("0x744c\n")
+    (dev / "class").write_text("0x030000\n")
+    other = tmp_path / "bus" / "pci" / "devices" / "0000:04:00.0"
+    other.mkdir(parents=True)
+    (other / "vendor").write_text("0x1002\n")
+    (other / "device").write_text("0x73bf\n")
+    (other / "class").write_text("0x030000\n")
+    monkeypatch.setenv("TG_DRIVERS_SYSFS_ROOT", str(tmp_path))
+    monkeypatch.setenv("REMOTE", "127.0.0.1:9")  # nothing listens there; it must not be contacted
+    monkeypatch.delenv("TG_DRIVERS_BACKEND", raising=False)
+    found = device.list_candidates("pci")
+    assert [c.describe() for c in found] == ["0 pci 0000:03:00.0 (0x1002:0x744c)"]

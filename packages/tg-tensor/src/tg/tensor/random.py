@@ -41,7 +41,7 @@ def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
 
 def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
     """Uniform random numbers in [0, 1): `Tensor.rand(2, 3)`."""
-    from tg.tensor.tensor import _shape_arg
+    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -63,7 +63,7 @@ def uniform(
 
 def randn(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
     """Standard normal random numbers (Box-Muller): `Tensor.randn(3, 4)`."""
-    from tg.tensor.tensor import _shape_arg
+    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float

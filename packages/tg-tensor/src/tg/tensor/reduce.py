@@ -19,7 +19,7 @@ AxisArg = int | Sequence[int] | None
 
 
 def _axes(t: Tensor, axis: AxisArg) -> tuple[int, ...]:
-    from tg.tensor.tensor import _canon_axis
+    from tg.tensor.shapes import canonical_axis as _canon_axis
 
     if axis is None:
         return tuple(range(t.ndim))
@@ -91,7 +91,8 @@ def mean(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
 
 def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index of the (first) maximum along `axis` (of the flattened tensor if None)."""
-    from tg.tensor.tensor import Tensor, _canon_axis
+    from tg.tensor.shapes import canonical_axis as _canon_axis
+    from tg.tensor.tensor import Tensor
 
     if axis is None:
         return argmax(self.flatten(), 0)

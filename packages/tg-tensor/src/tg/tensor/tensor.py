@@ -15,10 +15,12 @@ import numpy as np
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
 from tg.tensor import indexing as _indexing
+from tg.tensor import movement as _movement
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
 from tg.tensor.data import from_numpy_dtype, list_to_numpy, to_numpy_dtype
+from tg.tensor.shapes import broadcast_shape, shape_arg
 
 Scalar = bool | int | float
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.BUFFER})
@@ -36,31 +38,8 @@ def canonical_device(device: str | None) -> str:
     return name
 
 
-def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    """Accept both f(2, 3) and f((2, 3))."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    for s in shape:
-        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
-            raise TypeError(f"shape entries must be ints, got {s!r} in {shape}")
-    return tuple(int(s) for s in shape)
-
-
 def _to_dtype(dtype: DType | str | None) -> DType | None:
     return None if dtype is None else to_dtype(dtype)
-
-
-def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """The numpy broadcast of `shapes`; ValueError naming the shapes when they do not broadcast."""
-    ndim = max(len(s) for s in shapes)
-    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
-    out = []
-    for dims in zip(*padded, strict=True):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 class _DTypeShortcuts:
@@ -199,24 +178,24 @@ class Tensor(_DTypeShortcuts):
         shape: ShapeArg, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         """A tensor of `shape` filled with `fill_value`: `Tensor.full((2, 3), 7)`."""
-        shp = _shape_arg((shape,)) if not isinstance(shape, int) else (shape,)
+        shp = shape_arg((shape,)) if not isinstance(shape, int) else (shape,)
         dt = _to_dtype(dtype) or dtypes.from_py(fill_value)
         return Tensor(UOp.full(shp, _coerce(fill_value, dt), dt, canonical_device(device)))
 
     @staticmethod
     def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor of zeros: `Tensor.zeros(2, 3)`."""
-        return Tensor.full(_shape_arg(shape), 0.0, dtype or dtypes.default_float, device)
+        return Tensor.full(shape_arg(shape), 0.0, dtype or dtypes.default_float, device)
 
     @staticmethod
     def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor of ones: `Tensor.ones(2, 3)`."""
-        return Tensor.full(_shape_arg(shape), 1.0, dtype or dtypes.default_float, device)
+        return Tensor.full(shape_arg(shape), 1.0, dtype or dtypes.default_float, device)
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """An uninitialised tensor (a fresh buffer, no kernel): `Tensor.empty(4, 4)`."""
-        shp = _shape_arg(shape)
+        shp = shape_arg(shape)
         dt = _to_dtype(dtype) or dtypes.default_float
         return Tensor(UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp))
 
@@ -351,157 +330,27 @@ class Tensor(_DTypeShortcuts):
             )
         return self if dt is self.dtype else Tensor(self.uop.bitcast(dt))
 
-    # ---- movement ---------------------------------------------------------------------------------------
+    # ---- movement: see movement.py ---------------------------------------------------------------------
 
-    def reshape(self, *shape: Any) -> Tensor:
-        """Same data, new shape; one entry may be -1: `t.reshape(2, -1)`."""
-        new = list(_shape_arg(shape)) if shape else []
-        if new.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {tuple(new)}")
-        if any(s < -1 for s in new):
-            raise ValueError(f"reshape: negative dimension in {tuple(new)}")
-        if -1 in new:
-            rest = int(math.prod([s for s in new if s != -1]))
-            if rest == 0 or self.numel() % rest:
-                raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
-            new[new.index(-1)] = self.numel() // rest
-        if int(math.prod(new)) != self.numel():
-            raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
-        return self if tuple(new) == self.shape else Tensor(self.uop.reshape(tuple(new)))
-
-    def view(self, *shape: Any) -> Tensor:
-        """Alias of reshape."""
-        return self.reshape(*shape)
-
-    def permute(self, *order: Any) -> Tensor:
-        """Reorder the dimensions: `t.permute(2, 0, 1)`."""
-        perm = [_canon_axis(a, self.ndim) for a in _shape_arg(order)] if order else []
-        if sorted(perm) != list(range(self.ndim)):
-            raise ValueError(f"permute: {tuple(order)} is not a permutation of the {self.ndim} dims of {self.shape}")
-        return self if perm == list(range(self.ndim)) else Tensor(self.uop.permute(tuple(perm)))
-
-    def expand(self, *shape: Any) -> Tensor:
-        """Broadcast size-1 dims to `shape` (-1 keeps a dim): `t.expand(4, -1)`."""
-        new = _shape_arg(shape)
-        if len(new) < self.ndim:
-            raise ValueError(f"expand: cannot expand shape {self.shape} to {new} (fewer dims)")
-        old = (1,) * (len(new) - self.ndim) + self.shape
-        target = tuple(o if n == -1 else n for o, n in zip(old, new, strict=True))
-        for o, n in zip(old, target, strict=True):
-            if o != n and o != 1:
-                raise ValueError(f"expand: cannot expand shape {self.shape} to {new}")
-        x = self.reshape(old) if old != self.shape else self
-        return x if target == x.shape else Tensor(x.uop.expand(target))
-
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        if self.shape == shape:
-            return self
-        if len(shape) < self.ndim:
-            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
-        return self.expand(shape)
-
-    def pad(self, padding: Sequence[tuple[int, int] | None], value: Scalar = 0) -> Tensor:
-        """Pad each dim with (before, after) elements of `value` (negative amounts crop): `t.pad(((1, 1), None))`."""
-        if len(padding) != self.ndim:
-            raise ValueError(f"pad: need one (before, after) per dim of {self.shape}, got {tuple(padding)}")
-        pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
-        x = self
-        if any(b < 0 or a < 0 for b, a in pads):
-            x = x.shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True)])
-            pads = [(max(b, 0), max(a, 0)) for b, a in pads]
-        if all(b == 0 and a == 0 for b, a in pads):
-            return x
-        padded = Tensor(x.uop.pad(tuple(pads)))
-        if value == 0:
-            return padded
-        mask = Tensor(UOp.full(x.shape, True, dtypes.bool, x.device).pad(tuple(pads)))
-        return mask.where(padded, value)
-
-    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
-        """Keep [start, end) of each dim: `t.shrink(((1, 3), None))`."""
-        if len(arg) != self.ndim:
-            raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {tuple(arg)}")
-        bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
-        for (b, e), s in zip(bounds, self.shape, strict=True):
-            if not 0 <= b <= e <= s:
-                raise ValueError(f"shrink: bounds {bounds} out of range for shape {self.shape}")
-        if all(b == 0 and e == s for (b, e), s in zip(bounds, self.shape, strict=True)):
-            return self
-        return Tensor(self.uop.shrink(bounds))
-
-    def flip(self, axis: int | Sequence[int]) -> Tensor:
-        """Reverse the order along `axis`: `t.flip(0)`."""
-        axes = {_canon_axis(a, self.ndim) for a in ([axis] if isinstance(axis, int) else axis)}
-        if not axes:
-            return self
-        return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
-
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-        """Swap two dims (default: the first two)."""
-        order = list(range(self.ndim))
-        a, b = _canon_axis(dim0, self.ndim), _canon_axis(dim1, self.ndim)
-        order[a], order[b] = order[b], order[a]
-        return self.permute(order)
+    reshape = _movement.reshape
+    view = _movement.view
+    permute = _movement.permute
+    expand = _movement.expand
+    _broadcast_to = _movement.broadcast_to
+    pad = _movement.pad
+    shrink = _movement.shrink
+    flip = _movement.flip
+    transpose = _movement.transpose
+    flatten = _movement.flatten
+    squeeze = _movement.squeeze
+    unsqueeze = _movement.unsqueeze
+    cat = _movement.cat
+    stack = staticmethod(_movement.stack)
 
     @property
     def T(self) -> Tensor:
         """`transpose()`: swaps the first two dims (tinygrad semantics; equals numpy's .T for 2-D)."""
         return self.transpose()
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        """Merge dims start_dim..end_dim into one."""
-        if self.ndim == 0:
-            return self.reshape(1)
-        s, e = _canon_axis(start_dim, self.ndim), _canon_axis(end_dim, self.ndim)
-        return self.reshape(*self.shape[:s], int(math.prod(self.shape[s : e + 1])), *self.shape[e + 1 :])
-
-    def squeeze(self, dim: int | None = None) -> Tensor:
-        """Remove size-1 dims (all, or just `dim` if it has size 1)."""
-        if dim is None:
-            return self.reshape(tuple(s for s in self.shape if s != 1))
-        if self.ndim == 0:
-            return self
-        d = _canon_axis(dim, self.ndim)
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
-
-    def unsqueeze(self, dim: int) -> Tensor:
-        """Insert a size-1 dim at `dim`: `t.unsqueeze(0)`."""
-        d = _canon_axis(dim, self.ndim + 1)
-        return self.reshape((*self.shape[:d], 1, *self.shape[d:]))
-
-    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
-        """Concatenate along `dim`: `a.cat(b, dim=1)`; other dims must match."""
-        ts = [self, *others]
-        d = _canon_axis(dim, self.ndim)
-        for t in ts:
-            if t.ndim != self.ndim or any(
-                i != d and a != b for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=True))
-            ):
-                raise ValueError(f"cat: shapes {' and '.join(str(x.shape) for x in ts)} differ outside dim {d}")
-        dt = least_upper_dtype(*[t.dtype for t in ts])
-        ts = [t.cast(dt) for t in ts]
-        total, offset, out = sum(t.shape[d] for t in ts), 0, None
-        for t in ts:
-            pad = [(0, 0)] * self.ndim
-            pad[d] = (offset, total - offset - t.shape[d])
-            offset += t.shape[d]
-            piece = t.pad(pad)
-            out = piece if out is None else (out | piece if dt is dtypes.bool else out + piece)
-        assert out is not None
-        return out
-
-    @staticmethod
-    def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
-        """Stack same-shaped tensors along a new `dim`: `Tensor.stack(a, b)`."""
-        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-            tensors = tuple(tensors[0])
-        if not tensors:
-            raise ValueError("stack needs at least one tensor")
-        d = _canon_axis(dim, tensors[0].ndim + 1)
-        for t in tensors:
-            if t.shape != tensors[0].shape:
-                raise ValueError(f"stack: shapes {' and '.join(str(x.shape) for x in tensors)} differ")
-        return tensors[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in tensors[1:]], dim=d)
 
     # ---- elementwise ------------------------------------------------------------------------------------
 
@@ -800,16 +649,6 @@ class Tensor(_DTypeShortcuts):
     randint = staticmethod(_random.randint)
     uniform = staticmethod(_random.uniform)
     normal = staticmethod(_random.normal)
-
-
-def _canon_axis(axis: int, ndim: int) -> int:
-    """`axis` made non-negative; IndexError when out of range for `ndim` dims."""
-    if not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis must be an int, got {axis!r}")
-    n = ndim if ndim > 0 else 1
-    if not -n <= axis < n:
-        raise IndexError(f"dimension {axis} out of range for a {ndim}-d tensor")
-    return int(axis) % n
 
 
 def _coerce(value: Scalar, dt: DType) -> ConstType:

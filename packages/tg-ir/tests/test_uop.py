@@ -137,3 +137,42 @@ def test_range_and_kernel_helpers() -> None:
     assert s.op is Ops.SINK
     with pytest.raises(ValueError, match="reduce op"):
         ld.reduce(r, arg=Ops.SUB)
+
+
+def test_pyrender_and_print_uops() -> None:
+    from tg.ir import print_uops, pyrender
+    from tg.ir import __all__ as names
+
+    x = Variable("x", 0, 10)
+    e = (x * 4 + x) % 3
+    ns = {n: getattr(__import__("tg.ir", fromlist=["x"]), n) for n in names}
+    exec(pyrender(e), ns)
+    assert ns["ast"] is e
+    listing = print_uops(list(e.toposort()))
+    assert "DEFINE_VAR" in listing and "MOD" in listing
+
+
+def test_render_expr() -> None:
+    x, y = Variable("x", 0, 10), Variable("y", 0, 10)
+    assert ((x * 4 + 3) // 4).render(simplify=False) == "((x*4)+3)//4"
+    assert (x - y).render(simplify=False) == "x-y"
+    assert x.maximum(y).render() == "max(x, y)"
+    assert UOp.range(4, 0).render() == "ridx0"
+
+
+def test_deep_graph_is_iterative() -> None:
+    x = Variable("x", 0, 10)
+    e = x
+    for i in range(3000):
+        e = e * 2 if i % 2 else e + x
+    assert len(e.toposort()) > 3000
+    assert repr(e).count("\n") > 3000
+    assert e.simplify() is not None
+
+
+def test_const_vector_and_nan() -> None:
+    v = UOp.const(dtypes.float32.vec(2), (1.0, 2.0))
+    assert v.op is Ops.VCONST and v.arg == (1.0, 2.0)
+    assert UOp.const(dtypes.float32.vec(2), (3.0, 3.0)).op is Ops.CONST
+    assert UOp.const(dtypes.float32, math.nan) is UOp.const(dtypes.float32, float("nan"))
+    assert UOp.const(dtypes.int32, 2.7).arg == 2

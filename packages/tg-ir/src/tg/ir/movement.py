@@ -40,6 +40,18 @@ def _resolve_ge(a: sint, b: sint) -> bool:
     return resolve(sint_to_uop(a) >= b)
 
 
+def _fs(shape: Any) -> str:
+    """A shape (or pad/shrink arg) for error messages, symbolic entries rendered as expressions."""
+    from tg.ir.uop import UOp
+
+    if isinstance(shape, UOp):
+        return shape.render()
+    if isinstance(shape, tuple):
+        inner = ", ".join(_fs(x) for x in shape)
+        return f"({inner},)" if len(shape) == 1 else f"({inner})"
+    return repr(shape)
+
+
 def _simp(x: sint) -> sint:
     from tg.ir.uop import ssimplify
 
@@ -144,9 +156,9 @@ class MovementMixin:
         for s in shape:
             _check_sint("reshape", s)
             if _is_int(s) and s < 0:
-                raise ValueError(f"reshape: negative dimension in {shape}")
+                raise ValueError(f"reshape: negative dimension in {_fs(shape)}")
         if not _eq(prod(shape), prod(self.shape)):
-            raise ValueError(f"reshape: can't reshape {self.shape} to {shape} (sizes differ)")
+            raise ValueError(f"reshape: can't reshape {_fs(self.shape)} to {_fs(shape)} (sizes differ)")
         if shape == self.shape:
             return self  # type: ignore[return-value]
         return self._mop(Ops.RESHAPE, shape)
@@ -155,7 +167,7 @@ class MovementMixin:
         """Reorder axes; `order` must be a permutation of range(ndim)."""
         order = tuple(order)
         if sorted(order) != list(range(self.ndim)):
-            raise ValueError(f"permute: {order} is not a permutation of {self.ndim} axes (shape {self.shape})")
+            raise ValueError(f"permute: {order} is not a permutation of {self.ndim} axes (shape {_fs(self.shape)})")
         if order == tuple(range(self.ndim)):
             return self  # type: ignore[return-value]
         return self._mop(Ops.PERMUTE, order)
@@ -164,11 +176,11 @@ class MovementMixin:
         """Broadcast size-1 axes to `shape` (same ndim)."""
         shape = tuple(shape)
         if len(shape) != self.ndim:
-            raise ValueError(f"expand: {self.shape} to {shape} changes the number of dims")
+            raise ValueError(f"expand: {_fs(self.shape)} to {_fs(shape)} changes the number of dims")
         for s, n in zip(self.shape, shape, strict=True):
             _check_sint("expand", n)
             if not (_eq(s, n) or _eq(s, 1)):
-                raise ValueError(f"expand: can't expand {self.shape} to {shape} (only size-1 axes can grow)")
+                raise ValueError(f"expand: can't expand {_fs(self.shape)} to {_fs(shape)} (only size-1 axes can grow)")
         if shape == self.shape:
             return self  # type: ignore[return-value]
         return self._mop(Ops.EXPAND, shape)
@@ -177,12 +189,12 @@ class MovementMixin:
         """Pad each axis with (before, after) zeros; amounts must be non-negative."""
         padding = tuple((b, a) for b, a in padding)
         if len(padding) != self.ndim:
-            raise ValueError(f"pad: {len(padding)} pairs for shape {self.shape}")
+            raise ValueError(f"pad: {len(padding)} pairs for shape {_fs(self.shape)}")
         for b, a in padding:
             _check_sint("pad", b)
             _check_sint("pad", a)
             if not (_resolve_ge(b, 0) and _resolve_ge(a, 0)):
-                raise ValueError(f"pad: negative padding in {padding}")
+                raise ValueError(f"pad: negative padding in {_fs(padding)}")
         if all(_eq(b, 0) and _eq(a, 0) for b, a in padding):
             return self  # type: ignore[return-value]
         return self._mop(Ops.PAD, padding)
@@ -191,12 +203,12 @@ class MovementMixin:
         """Keep [start, end) of each axis; needs 0 <= start <= end <= size."""
         arg = tuple((s, e) for s, e in arg)
         if len(arg) != self.ndim:
-            raise ValueError(f"shrink: {len(arg)} pairs for shape {self.shape}")
+            raise ValueError(f"shrink: {len(arg)} pairs for shape {_fs(self.shape)}")
         for (s, e), n in zip(arg, self.shape, strict=True):
             _check_sint("shrink", s)
             _check_sint("shrink", e)
             if not (_resolve_ge(s, 0) and _resolve_ge(e, s) and _resolve_ge(n, e)):
-                raise ValueError(f"shrink: {arg} out of bounds for shape {self.shape}")
+                raise ValueError(f"shrink: {_fs(arg)} out of bounds for shape {_fs(self.shape)}")
         if all(_eq(s, 0) and _eq(e, n) for (s, e), n in zip(arg, self.shape, strict=True)):
             return self  # type: ignore[return-value]
         return self._mop(Ops.SHRINK, arg)
@@ -205,7 +217,7 @@ class MovementMixin:
         """Reverse the axes marked True (one bool per axis)."""
         axes = tuple(axes)
         if len(axes) != self.ndim or not all(isinstance(a, bool) for a in axes):
-            raise ValueError(f"flip: need {self.ndim} bools (one per axis of {self.shape}), got {axes}")
+            raise ValueError(f"flip: need {self.ndim} bools (one per axis of {_fs(self.shape)}), got {axes}")
         if not any(axes):
             return self  # type: ignore[return-value]
         return self._mop(Ops.FLIP, axes)
@@ -216,7 +228,7 @@ class MovementMixin:
             raise ValueError(f"r: reduce op must be ADD, MUL or MAX, got {op}")
         axes = tuple(sorted(set(axes)))
         if any(not 0 <= a < self.ndim for a in axes):
-            raise ValueError(f"r: axes {axes} out of range for shape {self.shape}")
+            raise ValueError(f"r: axes {axes} out of range for shape {_fs(self.shape)}")
         if not axes:
             return self  # type: ignore[return-value]
         return self._mop(Ops.REDUCE_AXIS, (op, axes))
@@ -250,5 +262,5 @@ class MovementMixin:
         if value.dtype is not self.dtype:  # type: ignore[attr-defined]
             raise TypeError(f"assign: dtype mismatch, target {self.dtype} vs value {value.dtype}")  # type: ignore[attr-defined]
         if self._shape != value._shape:
-            raise ValueError(f"assign: shape mismatch, target {self._shape} vs value {value._shape}")
+            raise ValueError(f"assign: shape mismatch, target {_fs(self._shape)} vs value {_fs(value._shape)}")
         return UOp(Ops.ASSIGN, self.dtype, (self, value))  # type: ignore[attr-defined,arg-type]

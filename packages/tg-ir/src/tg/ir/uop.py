@@ -14,7 +14,7 @@ from tg.ir.alu import cdiv, cmod, exec_alu
 from tg.ir.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
 from tg.ir.helpers import argfix, cached_property, prod
 from tg.ir.mathtrait import MathMixin
-from tg.ir.movement import MovementMixin
+from tg.ir.movement import MovementMixin, _fs
 from tg.ir.ops import AxisType, GroupOp, Ops
 
 _CMP = GroupOp.Comparison
@@ -305,7 +305,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if (s0 := self._shape) is not None or any(s._shape is not None for s in src):
             shapes = [s._shape for s in srcs if s._shape is not None]
             if len(set(shapes)) > 1:
-                raise ValueError(f"{op}: shape mismatch {' vs '.join(str(s) for s in shapes)} (no implicit broadcast)")
+                raise ValueError(f"{op}: shape mismatch {' vs '.join(_fs(s) for s in shapes)} (no implicit broadcast)")
             del s0
         return UOp(op, out_dtype, srcs)
 

@@ -45,7 +45,11 @@ def _toposort(sink: UOp) -> list[UOp]:
 
 
 def device_of(node: UOp) -> str | tuple[str, ...] | None:
-    """The device of a tensor-level node, found without recursion (graphs can be thousands of nodes deep)."""
+    """The device of a tensor-level node (also for graphs too deep for the recursive `UOp.device`)."""
+    try:
+        return node.device
+    except RecursionError:
+        pass
     stack, seen = [node], set()
     while stack:
         n = stack.pop()

@@ -78,7 +78,7 @@ def build(recipe: Recipe, var_hi: list[int], variable: Callable[[str, int, int],
 def make_index_recipe(n_exprs: int, seed: int) -> list[tuple[int, ...]]:
     """Many small kernel-style index expressions: strided sums of loop variables, div/mod splits and gates."""
     rng = random.Random(seed)
-    out = []
+    out: list[tuple[int, ...]] = []
     for _ in range(n_exprs):
         v0, v1, v2 = rng.sample(range(6), 3)
         s1 = rng.choice([1, 2, 4, 8, 16])

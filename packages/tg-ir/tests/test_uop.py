@@ -140,8 +140,8 @@ def test_range_and_kernel_helpers() -> None:
 
 
 def test_pyrender_and_print_uops() -> None:
-    from tg.ir import print_uops, pyrender
     from tg.ir import __all__ as names
+    from tg.ir import print_uops, pyrender
 
     x = Variable("x", 0, 10)
     e = (x * 4 + x) % 3

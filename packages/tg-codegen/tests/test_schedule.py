@@ -77,9 +77,14 @@ def test_reduce_used_twice_is_stored():
     assert kernels(s.alu(Ops.MUL, s), s.alu(Ops.ADD, s)) == 3
 
 
-def test_nested_reductions_split():
+def test_nested_reductions():
     a = buf(4, 8, 2)
-    assert kernels(a.r(Ops.ADD, (2,)).r(Ops.MAX, (1,))) == 2
+    # the inner sum depends on the outer max's range: one kernel with nested REDUCEs
+    (si,) = sched(a.r(Ops.ADD, (2,)).r(Ops.MAX, (1,)))
+    assert len([u for u in si.ast.toposort() if u.op is Ops.REDUCE]) == 2
+    # the inner sum broadcast inside the outer sum would be recomputed per element: stored first
+    inner = a.r(Ops.ADD, (2,)).expand((4, 8, 2))
+    assert kernels(inner.alu(Ops.MUL, a).r(Ops.ADD, (1,))) == 2
 
 
 def test_contiguous_forces_a_store():

@@ -144,7 +144,7 @@ class KernelBuilder:
         self.params: dict[UOp, UOp] = {}
         self.next_axis = 0
         self.loop_ranges: tuple[UOp, ...] = ()
-        self.reduce_depth = 0
+        self.scope_ranges: list[UOp] = []  # REDUCE ranges of the reductions being built
         self.reduce_sites: dict[UOp, tuple[tuple[UOp, ...], UOp | None]] = {}
         self.has_reduce = False
         self.out_index: UOp = index_const(0)
@@ -210,9 +210,10 @@ class KernelBuilder:
         Movement ops are skipped (storing them would only copy).
         """
         best = path[-1][0]
-        for node, idx, _ in reversed(path):
+        required = (*self.loop_ranges, *self.scope_ranges)
+        for node, idx, _ in reversed(path[:-1]):
             used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
-            if all(r in used for r in self.loop_ranges):
+            if node.op is Ops.REDUCE_AXIS or all(r in used for r in required):
                 break
             if node.op not in _MOVEMENT:
                 best = node
@@ -290,12 +291,10 @@ class KernelBuilder:
         return gate.where(inner, UOp.const(node.dtype, 0))
 
     def _reduce(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> Generator[Request, UOp, UOp]:
-        if self.reduce_depth > 0:
-            raise MustRealize(node, "a reduction inside another reduction")
         if (site := self.reduce_sites.get(node)) is not None and site != (idx, valid):
             raise MustRealize(node, "the reduction is used at two different indices")
         used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
-        if any(r not in used for r in self.loop_ranges):
+        if any(r not in used for r in (*self.loop_ranges, *self.scope_ranges)):
             raise MustRealize(node, "the reduction is broadcast (expanded), it would be recomputed per element", True)
         self.reduce_sites[node] = (idx, valid)
         op, axes = node.arg
@@ -309,11 +308,12 @@ class KernelBuilder:
                 r = self.new_range(in_shape[a], AxisType.REDUCE)
                 ranges.append(r)
                 src_idx[a] = r
-        self.reduce_depth += 1
+        # a reduction nested in this one is fine if it depends on these ranges too (checked above)
+        self.scope_ranges.extend(ranges)
         try:
             inner = yield (src, tuple(src_idx), valid)
         finally:
-            self.reduce_depth -= 1
+            del self.scope_ranges[len(self.scope_ranges) - len(ranges) :]
         if not ranges:
             return inner
         self.has_reduce = True

@@ -80,3 +80,27 @@ def test_assign_loop(device):
 def test_unknown_device_lists_available():
     with pytest.raises(ValueError, match=r"available devices:.*CPU"):
         Tensor([1.0], device="NOPE")
+
+
+@pytest.mark.parametrize(
+    "name,kernels",
+    [("sum_then_max", 1), ("mean_of_mean", 1), ("matmul_sum", 1), ("log_softmax", 3), ("argmax", 2), ("variance", 2)],
+)
+def test_reduction_patterns(name, kernels, device, rng):
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    cases = {
+        "sum_then_max": (lambda t: t.sum(2).max(1), lambda x: x.sum(2).max(1)),
+        "mean_of_mean": (lambda t: t.mean(2).mean(0), lambda x: x.mean(2).mean(0)),
+        "matmul_sum": (lambda t: (t[0] @ t[1].T).sum(), lambda x: (x[0] @ x[1].T).sum()),
+        "log_softmax": (
+            lambda t: t.log_softmax(2),
+            lambda x: x - x.max(2, keepdims=True) - np.log(np.exp(x - x.max(2, keepdims=True)).sum(2, keepdims=True)),
+        ),
+        "argmax": (lambda t: t.argmax(1), lambda x: x.argmax(1)),
+        "variance": (lambda t: ((t - t.mean(1, keepdim=True)) ** 2).mean(1), lambda x: x.var(1)),
+    }
+    ours, ref = cases[name]
+    t = Tensor(a, device=device).realize()
+    out, n = run_counted(ours(t))
+    np.testing.assert_allclose(out, ref(a), rtol=1e-4, atol=1e-5)
+    assert n == kernels

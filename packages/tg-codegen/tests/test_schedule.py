@@ -205,3 +205,9 @@ def test_work_after_a_broadcast_reduction_is_stored_with_it():
     # the first kernel stores exp2(sum + 1), not just the sum
     first_store = next(u for u in items[0].ast.toposort() if u.op is Ops.STORE)
     assert first_store.src[1].op is Ops.EXP2
+
+
+def test_huge_buffers_are_refused_clearly():
+    a = UOp.new_buffer("CPU", 2**31, dtypes.uint8)
+    with pytest.raises(NotImplementedError, match="64-bit"):
+        sched(a.alu(Ops.ADD, a))

@@ -24,8 +24,9 @@ from tg.ir import AxisType, DType, Ops, UOp, dtypes, exec_alu, prod
 # what a step of the walk asks for: the value of (node, index, valid gate)
 Request = tuple[UOp, tuple[UOp, ...], UOp | None]
 
-# dtype of all index arithmetic in kernel ASTs
+# dtype of all index arithmetic in kernel ASTs, and the largest buffer it can index
 INDEX_DTYPE: DType = dtypes.int32
+_MAX_INDEX = 2**31 - 1
 
 
 class MustRealize(Exception):
@@ -157,6 +158,8 @@ class KernelBuilder:
     def param(self, buf: UOp) -> UOp:
         """The PARAM uop of `buf` in this kernel (slots are handed out in first-use order)."""
         if (p := self.params.get(buf)) is None:
+            if int(buf.arg) > _MAX_INDEX:
+                raise NotImplementedError(f"a buffer of {buf.arg} elements needs 64-bit indexing (not supported yet)")
             p = self.params[buf] = UOp(Ops.PARAM, buf.dtype.ptr(int(buf.arg)), (), len(self.bufs))
             self.bufs.append(buf)
         return p

@@ -438,3 +438,87 @@ def test_alu_matches_constant_folding(device: str, dt: DType) -> None:
         ys_op = [b & 3 for b in y.tolist()] if op is Ops.SHR else y.tolist()
         expected = [exec_alu(op, odt, (a, b)) for a, b in zip(x.tolist(), ys_op, strict=True)]
         np.testing.assert_array_equal(out, np.array(expected, NP[odt]), err_msg=f"{op} {dt}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float_to_int_casts_wrap_and_trunc_keeps_sign(device: str) -> None:
+    # C leaves out-of-range float -> int undefined; the renderer goes through long long so it wraps like the IR
+    f, u8, i8 = dtypes.float32, dtypes.uint8, dtypes.int8
+    x = np.array([-1.0, 300.7, 255.9, -129.5, -0.5, 1e3], np.float32)
+    stores = [UOp.param(k, dt, 6).index(r).store(fn(UOp.param(3, f, 6).index(r).load())).end(r)
+              for k, dt, fn, r in [(0, u8, lambda v: v.cast(u8), UOp.range(6, 0)),
+                                   (1, i8, lambda v: v.cast(i8), UOp.range(6, 1)),
+                                   (2, f, lambda v: v.trunc(), UOp.range(6, 2))]]  # fmt: skip
+    to_u8, to_i8, trunc = run(UOp.sink(*stores), device, [(u8, 6), (i8, 6), (f, 6)], [x])
+    wrapped = [int(v) for v in np.trunc(x.astype(np.float64))]
+    assert to_u8.tolist() == [v % 256 for v in wrapped]
+    assert to_i8.tolist() == [(v + 128) % 256 - 128 for v in wrapped]
+    assert trunc.tobytes() == np.trunc(x).tobytes()  # trunc(-0.5) is -0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decomposed_max_and_trunc_follow_ieee(device: str) -> None:
+    f = dtypes.float32
+    x = np.array([np.nan, 1.0, -0.5, 2.0], np.float32)
+    y = np.array([1.0, np.nan, 3.0, -1.0], np.float32)
+    renderer = NoSugarClang() if device == "CPU" else None
+    outs = run(several_outputs(4, f, [lambda a, b: a.maximum(b), lambda a, b: a.alu(Ops.TRUNC)], f, f), device,
+               [(f, 4), (f, 4)], [x, y], renderer=renderer)  # fmt: skip
+    np.testing.assert_array_equal(outs[0], np.maximum(x, y))  # NaN on either side propagates
+    assert outs[1].tobytes() == np.trunc(x).tobytes()
+
+
+def test_bitcast_round_trip_keeps_nan_payloads() -> None:
+    i16, h = dtypes.int16, dtypes.float16
+    x = np.array([-9, -79, 0x7C01, 1], np.int16)  # NaN patterns when read as float16
+    (out,) = run(elementwise(4, i16, lambda v: v.bitcast(h).bitcast(i16), i16), "PYTHON", [(i16, 4)], [x])
+    np.testing.assert_array_equal(out, x)
+
+
+def random_expression(rng: np.random.Generator, leaves: list[UOp], dt: DType, depth: int) -> UOp:
+    """A random elementwise expression of dtype `dt` over `leaves` (no transcendentals: libm may differ)."""
+    same = [v for v in leaves if v.dtype == dt]
+    if depth == 0 or rng.random() < 0.2:
+        return same[int(rng.integers(len(same)))] if same else leaves[int(rng.integers(len(leaves)))].cast(dt)
+    sub = lambda d=dt: random_expression(rng, leaves, d, depth - 1)
+    r = rng.random()
+    if r < 0.15:
+        return sub(RANDOM_DTYPES[int(rng.integers(len(RANDOM_DTYPES)))]).cast(dt)
+    if r < 0.25:
+        return sub(dtypes.bool).where(sub(), sub())
+    if r < 0.35 and dt == dtypes.bool:
+        other = RANDOM_DTYPES[int(rng.integers(len(RANDOM_DTYPES)))]
+        return sub(other).alu([Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ][int(rng.integers(3))], sub(other))
+    if r < 0.45 and dtypes.is_int(dt):
+        divisor = (sub() & UOp.const(dt, 7)) + UOp.const(dt, 1)
+        return sub().alu([Ops.IDIV, Ops.MOD][int(rng.integers(2))], divisor)
+    if r < 0.5 and dtypes.is_float(dt):
+        return sub().alu([Ops.NEG, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC][int(rng.integers(4))])
+    ops = [Ops.ADD, Ops.MUL, Ops.MAX] + ([Ops.SUB] if dt != dtypes.bool else [])
+    ops += [Ops.XOR, Ops.AND, Ops.OR] if not dtypes.is_float(dt) else [Ops.FDIV]
+    return sub().alu(ops[int(rng.integers(len(ops)))], sub())
+
+
+RANDOM_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint32, dtypes.int64, dtypes.float16,
+                 dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.bool]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_kernels_cpu_matches_python(seed: int) -> None:
+    # differential check: random expressions over every dtype give the same bits on CPU and PYTHON
+    rng = np.random.default_rng(seed)
+    in_dts = [dtypes.float32, dtypes.int8, dtypes.uint8, dtypes.float16, dtypes.int16]
+    ins = [rng.uniform(-3, 3, 16).astype(np.float32), rng.integers(-128, 128, 16).astype(np.int8),
+           rng.integers(0, 256, 16).astype(np.uint8), rng.uniform(-50, 50, 16).astype(np.float16),
+           rng.integers(-300, 300, 16).astype(np.int16)]  # fmt: skip
+    out_dts = [RANDOM_DTYPES[int(rng.integers(len(RANDOM_DTYPES)))] for _ in range(4)]
+    stores = []
+    for k, odt in enumerate(out_dts):
+        r = UOp.range(16, k)
+        leaves = [UOp.param(len(out_dts) + i, dt, 16).index(r).load() for i, dt in enumerate(in_dts)]
+        stores.append(UOp.param(k, odt, 16).index(r).store(random_expression(rng, leaves, odt, 4)).end(r))
+    results = [run(UOp.sink(*stores), d, [(dt, 16) for dt in out_dts], list(zip(in_dts, ins, strict=True)))
+               for d in DEVICES]  # fmt: skip
+    for dt, cpu, py in zip(out_dts, *results, strict=True):
+        same = cpu.tobytes() == py.tobytes() or (dtypes.is_float(dt) and np.array_equal(cpu, py, equal_nan=True))
+        assert same, f"{dt}: CPU {cpu} vs PYTHON {py}"

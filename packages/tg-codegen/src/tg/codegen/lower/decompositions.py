@@ -79,15 +79,27 @@ def _neg(x: UOp) -> UOp:
 
 
 def _trunc(x: UOp) -> UOp:
-    # floats at or beyond 2**mantissa_bits are integers already; below it a round trip through an int truncates
+    # floats at or beyond 2**mantissa_bits are integers already (as are inf and nan, which stay as they are);
+    # below it a round trip through an int truncates, and a zero result takes x's sign (trunc(-0.5) is -0.0)
     mantissa = dtypes.finfo(x.dtype)[1]
     it = dtypes.int64 if x.dtype.itemsize > 4 else dtypes.int32
-    big = UOp(Ops.CMPLT, dtypes.bool, (UOp.const(x.dtype, 2.0**mantissa), _fabs(x)))
-    return UOp(Ops.WHERE, x.dtype, (big, x, x.cast(it).cast(x.dtype)))
+    small = UOp(Ops.CMPLT, dtypes.bool, (_fabs(x), UOp.const(x.dtype, 2.0**mantissa)))
+    t = x.cast(it).cast(x.dtype)
+    t = UOp(Ops.WHERE, x.dtype, (t.ne(UOp.const(x.dtype, 0.0)), t, x * UOp.const(x.dtype, 0.0)))
+    return UOp(Ops.WHERE, x.dtype, (small, t, x))
 
 
 def _fabs(x: UOp) -> UOp:
     return UOp(Ops.WHERE, x.dtype, (UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, 0.0))), _neg(x), x))
+
+
+def _max(x: UOp) -> UOp:
+    # b when a < b or b is NaN, else a: a NaN on either side comes out, like the MAX of tg.ir's constant folding
+    a, b = x.src
+    pick_b = a < b
+    if dtypes.is_float(x.dtype):
+        pick_b = pick_b | b.ne(b)
+    return pick_b.where(b, a)
 
 
 def op_decompositions(supported: frozenset[Ops]) -> PatternMatcher:
@@ -105,7 +117,7 @@ def op_decompositions(supported: frozenset[Ops]) -> PatternMatcher:
     add(Ops.FDIV, lambda x: x.src[0] * x.src[1].alu(Ops.RECIPROCAL) if Ops.RECIPROCAL in supported else None)
     add(Ops.RECIPROCAL, lambda x: UOp.const(x.dtype, 1.0).alu(Ops.FDIV, x.src[0]) if Ops.FDIV in supported else None)
     add(Ops.CMPEQ, lambda x: x.src[0].ne(x.src[1]).ne(True))
-    add(Ops.MAX, lambda x: (x.src[0] < x.src[1]).where(x.src[1], x.src[0]))
+    add(Ops.MAX, _max)
     add(Ops.TRUNC, lambda x: _trunc(x.src[0]) if dtypes.is_float(x.dtype) else x.src[0])
     add(Ops.POW, lambda x: x.src[0].log2().mul(x.src[1]).exp2())
     return PatternMatcher(rules)
@@ -215,8 +227,10 @@ def readable_forms(supported: frozenset[Ops]) -> PatternMatcher:
     return PatternMatcher(rules)
 
 
-# *** cleanups: afterwards no CAST is to its own dtype ***
+# *** cleanups: afterwards no CAST is to its own dtype and no BITCAST is of a BITCAST ***
 
 pm_cleanups = PatternMatcher([
     (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype is x.dtype else None),
+    # reinterpreting twice is reinterpreting once (and never passes the bits through a float register)
+    (UPat(Ops.BITCAST, name="x"), lambda x: x.src[0].src[0].bitcast(x.dtype) if x.src[0].op is Ops.BITCAST else None),
 ])  # fmt: skip

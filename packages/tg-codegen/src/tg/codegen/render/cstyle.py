@@ -169,6 +169,12 @@ class CStyleLanguage(Renderer):
             return f"{fn}({x})"
         if src in (dtypes.float16, dtypes.bfloat16) or dst in (dtypes.float16, dtypes.bfloat16):
             raise NotImplementedError(f"cast {src} -> {dst} must go through float32 (run lowering first)")
+        if dtypes.is_float(src) and dtypes.is_int(dst) and dst is not dtypes.int64:
+            # C leaves float -> int undefined outside the target's range; going through long long makes it wrap
+            # like the IR does (exact for |x| < 2**63)
+            if dst is dtypes.uint64:
+                return f"(({x})<0?(unsigned long long)(long long)({x}):(unsigned long long)({x}))"
+            return f"(({self.render_dtype(dst)})(long long)({x}))"
         return f"(({self.render_dtype(dst)})({x}))"
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:

@@ -83,12 +83,16 @@ def _typed_memory(name: str, mv: memoryview, dt: DType) -> _Memory:
 
 
 def python_cast(x: Any, src: DType, dst: DType) -> Any:
-    """Convert a scalar like C does: float -> int truncates toward zero (non-finite: undefined in C, 0 here)."""
+    """Convert a scalar like the C renderer's code does on x86-64.
+
+    float -> int truncates toward zero and wraps (the C goes through `long long`); NaN, inf and values beyond
+    int64 become int64's minimum first (what the hardware conversion yields), so 0 for narrower types.
+    """
     if dst == dtypes.bool:
         return bool(x)
     if dtypes.is_int(dst):
         if isinstance(x, float):
-            return truncate[dst](math.trunc(x)) if math.isfinite(x) else 0
+            return truncate[dst](math.trunc(x) if math.isfinite(x) and abs(x) < 2.0**63 else -(2**63))
         return truncate[dst](int(x))
     if dtypes.is_float(dst):
         return truncate[dst](float(x))
@@ -112,7 +116,14 @@ def _alu_impl(op: Ops, dt: DType) -> tuple[Callable[..., Any], Callable[[Any], A
     if op not in python_alu:
         raise NotImplementedError(f"the PYTHON device can't run {op}")
     tr = truncate.get(dt, lambda x: x)
+    if op is Ops.TRUNC and dtypes.is_float(dt):
+        return _trunc_float, tr
     return python_alu[op], (_int_result(tr) if dtypes.is_int(dt) else tr)
+
+
+def _trunc_float(x: float) -> float:
+    # IEEE trunc keeps the sign of zero (trunc(-0.5) is -0.0), as C's truncf does
+    return math.copysign(float(math.trunc(x)), x) if math.isfinite(x) else x
 
 
 # ops whose tg.ir.alu semantics are a plain Python operator on already-truncated operands: written inline

@@ -10,6 +10,7 @@ from tg.codegen.lower.structure import open_ranges
 from tg.codegen.render.cstyle import ClangRenderer
 from tg.ir.dtype import dtypes
 from tg.ir.ops import AxisType, Ops
+from tg.ir.spec import program_spec, verify
 from tg.ir.uop import UOp
 
 f32, i32 = dtypes.float32, dtypes.int32
@@ -38,6 +39,7 @@ def check_linear(uops: list[UOp]) -> None:
 def lin(ast: UOp) -> list[UOp]:
     uops = linearize(lower_kernel(ast, ClangRenderer()))
     check_linear(uops)
+    assert verify(uops, program_spec)
     return uops
 
 

@@ -150,9 +150,27 @@ def fold_like_terms(x: UOp) -> UOp | None:
             continue
         base, c = _term(t)
         coef[base] = coef.get(base, 0) + c
-    if len(coef) + nconst == len(terms) and (nconst == 0 or terms[-1].op is Ops.CONST) and nconst <= 1:
+    recombined = _recombine_terms(coef)
+    if not recombined and len(coef) + nconst == len(terms) and (nconst == 0 or terms[-1].op is Ops.CONST) \
+            and nconst <= 1:  # fmt: skip
         return None
     return _usum(x, [b * c if c != 1 else b for b, c in coef.items() if c != 0], const)
+
+
+def _recombine_terms(coef: dict[UOp, int]) -> bool:
+    """In place: m*(y % c) + m*c*(y // c) -> m*y. Returns True if anything changed."""
+    changed = False
+    for base in list(coef):
+        if base not in coef or base.op is not Ops.MOD or base.src[1].op is not Ops.CONST:
+            continue
+        y, cu = base.src
+        q = UOp(Ops.IDIV, y.dtype, (y, cu))
+        m = coef[base]
+        if q in coef and coef[q] == m * cu.arg:
+            del coef[base], coef[q]
+            coef[y] = coef.get(y, 0) + m
+            changed = True
+    return changed
 
 
 def fold_divmod(x: UOp, c: UOp, d: UOp) -> UOp | None:
@@ -283,6 +301,10 @@ symbolic_int = PatternMatcher([
     (UPat(Ops.ADD, INTS, name="x"), fold_like_terms),
     # x//c*c + x%c -> x (C semantics make this an identity for every x)
     ((UPat.var("x", INTS) // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("x") % UPat.cvar("c"), _recombine),
+    # ((x//c)%d)*c + x%c -> x % (c*d) for x >= 0
+    (((UPat.var("x", INTS) // UPat.cvar("c", vec=False)) % UPat.cvar("d", vec=False)) * UPat.cvar("c")
+     + UPat.var("x") % UPat.cvar("c"),
+     lambda x, c, d: x % (c.arg * d.arg) if x.vmin >= 0 and c.arg > 0 and d.arg > 0 else None),
     # distribute a constant factor over a sum with a constant: (x + c0) * c -> x*c + c0*c
     ((UPat.var("x", INTS) + UPat.cvar("c0", vec=False)) * UPat.cvar("c", vec=False),
      lambda x, c0, c: x * c + c0.arg * c.arg),

@@ -98,6 +98,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             del _ucache[key]
 
     def __reduce__(self) -> tuple[Any, ...]:
+        # a UNIQUE gets a fresh number when loaded, so unpickled buffers never alias buffers of the loading process
+        # (or of other loads); references inside one pickle still share it through the pickle memo
+        if self.op is Ops.UNIQUE:
+            return UOp.unique, ()
         return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
 
     def __bool__(self) -> bool:

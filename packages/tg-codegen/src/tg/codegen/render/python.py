@@ -1,8 +1,8 @@
 """`PythonRenderer`: serialises the linear program for the PYTHON backend, which interprets it exactly.
 
-The "source" is base64 of a pickled list of instructions `(op, dtype, source positions, arg)` in program order;
-`decode_program` turns it back. It keeps the dtypes and ops of the linear program unchanged, so the interpreter
-sees exactly what a C compiler would.
+The "source" is a readable listing (comment lines) followed by one line of base64 of the pickled list of
+instructions `(op, dtype, source positions, arg)` in program order; `decode_program` turns it back. It keeps the
+dtypes and ops of the linear program unchanged, so the interpreter sees exactly what a C compiler would.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class PythonRenderer(Renderer):
     native_float_dtypes = frozenset({dtypes.float32, dtypes.float64})
 
     def render(self, uops: list[UOp]) -> str:
-        """Serialise the linear program (base64 of a pickle)."""
+        """Serialise the linear program (a listing, then base64 of a pickle on the last line)."""
         if not uops or uops[-1].op is not Ops.SINK:
             raise ValueError("render needs a linear program ending in SINK (the output of linearize)")
         pos = {u: i for i, u in enumerate(uops)}
@@ -41,13 +41,19 @@ class PythonRenderer(Renderer):
             arg = (u.arg if isinstance(u.arg, str) else getattr(u.arg, "function_name", None)) if u.op is Ops.SINK \
                 else u.arg  # fmt: skip
             prog.append((u.op, u.dtype, tuple(pos[s] for s in u.src), arg))
-        return base64.b64encode(pickle.dumps(prog)).decode()
+        # a readable listing for DEBUG=4 (comment lines), then the payload on the last line
+        listing, depth = [], 0
+        for i, (op, dt, src, arg) in enumerate(prog):
+            depth -= op is Ops.END
+            listing.append(f"# {i:4d} {'  ' * depth}{op.name:<12} {dt!s:<34} {list(src)!s:<16} {arg!r}")
+            depth += op is Ops.RANGE
+        return "\n".join([*listing, base64.b64encode(pickle.dumps(prog)).decode()])
 
 
 def decode_program(src: str) -> list[Instruction]:
     """Inverse of `PythonRenderer.render`: the instruction list of a rendered program."""
     try:
-        prog = pickle.loads(base64.b64decode(src.encode()))
+        prog = pickle.loads(base64.b64decode(src.rsplit("\n", 1)[-1].encode(), validate=True))
     except Exception as e:
         raise ValueError(f"not a PythonRenderer program: {e}") from e
     if not isinstance(prog, list) or not prog or prog[-1][0] is not Ops.SINK:

@@ -68,18 +68,17 @@ def test_compose_and_trace() -> None:
 
 
 def test_bottom_up() -> None:
-    # bottom_up sees the parent before its children get rewritten
-    pm = PatternMatcher(
-        [
-            (UPat(Ops.MUL, src=(UPat(Ops.ADD, name="a"), UPat.cvar("c"))), lambda a, c: a.src[0] * c + a.src[1] * c),
-            (UPat.var("x") + UPat.const(None, 0), lambda x: x),
-        ]
-    )
+    # bottom_up applies rules to a node before its sources are rewritten; the default rewrites sources first
+    marker = UOp.const(dtypes.int32, 99)
+    pm = PatternMatcher([
+        (UPat(Ops.MUL, src=(UPat(Ops.ADD), UPat.cvar("c"))), lambda c: marker),
+        (UPat.var("x") + UPat.const(None, 0), lambda x: x),
+    ])  # fmt: skip
     x = Variable("x", 0, 10)
-    out_td = graph_rewrite((x + 0) * 2, pm)
-    assert out_td is x * 2
-    out_bu = graph_rewrite((x + 0) * 2, pm, bottom_up=True)
-    assert out_bu is not None
+    assert graph_rewrite((x + 0) * 2, pm) is x * 2
+    assert graph_rewrite((x + 0) * 2, pm, bottom_up=True) is marker
+    # bottom_up still reaches a fixed point below: sources get rewritten after the parent doesn't match
+    assert graph_rewrite(UOp.sink(x + 0), pm, bottom_up=True) is UOp.sink(x)
 
 
 def test_compiled_matches_interpreter() -> None:
@@ -89,3 +88,63 @@ def test_compiled_matches_interpreter() -> None:
     x, y = Variable("x", 0, 10), Variable("y", 0, 10)
     for e in [x * 3 + y, y + x * 3, x + y, 3 * x + y * 2]:
         assert pm_c.rewrite(e) is pm_i.rewrite(e)
+
+
+def test_three_way_permutation_and_repeat_with_names() -> None:
+    x, y, z = (Variable(n, 0, 10) for n in "xyz")
+    w = (x < 3).where(y, z)
+    pm = PatternMatcher([(UPat(Ops.WHERE, src=[UPat(Ops.DEFINE_VAR, arg=("z", 0, 10), name="a"), UPat.var("b"),
+                                              UPat.var("c")]), lambda a, b, c: a)])  # fmt: skip
+    assert pm.rewrite(w) is z
+    # names inside a repeated src: handled by the interpreter fallback, same semantics
+    pm2 = PatternMatcher([(UPat(Ops.SINK, src=UPat(Ops.DEFINE_VAR, name="v")), lambda v: v)])
+    assert pm2.rewrite(UOp.sink(x, x)) is x
+    assert pm2.rewrite(UOp.sink(x, y)) is None  # v must bind one node
+    assert pm2.rewrite(UOp.sink(x, x + 1)) is None
+
+
+def test_dtype_matching_includes_vector_lanes() -> None:
+    v = UOp.const(dtypes.float32.vec(4), (1.0, 2.0, 3.0, 4.0))
+    pm = PatternMatcher([(UPat(Ops.VCONST, dtypes.float32, name="c"), lambda c: UOp(Ops.NOOP))])
+    assert pm.rewrite(v) is UOp(Ops.NOOP)
+    assert PatternMatcher([(UPat(Ops.VCONST, dtypes.int32), lambda: UOp(Ops.NOOP))]).rewrite(v) is None
+
+
+def test_rule_returning_input_is_no_match_and_rewrite_is_memoised() -> None:
+    calls: list[UOp] = []
+
+    def f(x: UOp) -> UOp:
+        calls.append(x)
+        return x
+
+    pm = PatternMatcher([(UPat(Ops.ADD, name="x"), f), (UPat(Ops.ADD, name="x"), lambda x: x.src[0])])
+    a = Variable("a", 0, 1)
+    shared = a + 1
+    assert graph_rewrite(UOp.sink(shared * 2, shared * 3), pm) is UOp.sink(a * 2, a * 3)
+    assert len(calls) == 1  # the shared node was visited once
+
+
+def test_rewrite_cycle_raises() -> None:
+    import tg.ir.pattern as pattern_mod
+
+    a = Variable("a", 0, 1)
+    pm = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x.src[1] + x.src[0])])
+    old = pattern_mod.REWRITE_LIMIT
+    pattern_mod.REWRITE_LIMIT = 1000
+    try:
+        with pytest.raises(pattern_mod.RewriteError, match="fixed point"):
+            graph_rewrite(a + Variable("b", 0, 1), pm)
+    finally:
+        pattern_mod.REWRITE_LIMIT = old
+
+
+def test_upat_repr_and_stats() -> None:
+    import tg.ir.pattern as pattern_mod
+    from tg.ir import Context
+
+    assert "Ops.ADD" in repr(UPat.var("x") + 1)
+    x = Variable("x", 0, 10)
+    pm = PatternMatcher([(UPat.var("x") + 0, lambda x: x)])
+    with Context(TRACK_MATCH_STATS=1):
+        graph_rewrite(x + 0, pm)
+    assert any(v[0] >= 1 for k, v in pattern_mod.match_stats.items() if "test_pattern.py" in k)

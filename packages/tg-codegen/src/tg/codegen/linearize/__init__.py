@@ -45,9 +45,7 @@ def linearize(sink: UOp) -> list[UOp]:
     for r in (u for u in topo if u.op is Ops.RANGE):
         if r not in ends:
             raise LinearizeError(f"range {r.arg} is never closed by an END")
-        outer = live[ends[r]] | (live[r] - {r})
-        if r in outer:
-            raise LinearizeError(f"range {r.arg} is used after its END")
+        outer = live[ends[r]] | (live[r] - {r})  # open where it ends, or needed for its bound
         parent[r] = p = _innermost(outer, depth, parent, f"range {r.arg}")
         depth[r] = 0 if p is None else depth[p] + 1
 
@@ -89,7 +87,7 @@ def linearize(sink: UOp) -> list[UOp]:
                 continue  # s encloses u (its loop) or u is an END of a loop containing s
             if s.dtype != dtypes.void and s.op is not Ops.RANGE and ps[:-1] != pu[: len(ps) - 1]:
                 raise LinearizeError(f"{s.op} computed inside a loop is used outside it by {u.op}")
-            if pu[k] is not ps[k] and pu[k].op is not Ops.END:
+            if pu[k].op is not Ops.END:  # an END always comes last in its loop anyway
                 preds[pu[k]].add(ps[k])
 
     out: list[UOp] = []

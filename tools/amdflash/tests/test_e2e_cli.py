@@ -22,7 +22,7 @@ from amdflash.sim import (
     build_ifwi,
     make_sim_device,
 )
-from amdflash.sim.harness import Result, SimOpener, never_happen
+from amdflash.sim.harness import FAST_SETTINGS, Result, SimOpener, never_happen
 
 Runner = Callable[..., Result]
 
@@ -605,3 +605,29 @@ def test_device_closed_after_error(cli: Runner) -> None:
     assert cli(spy, "fw", "probe").code == 1
     assert cli(spy, "fw", "probe").code == 1  # the lock was released
     assert len(spy.devices) == 2
+
+
+def test_interrupt_while_reporting_a_verified_sector_resumes_after_it(tmp_path: Path) -> None:
+    """Ctrl-C landing while the OK line of a verified sector is printed must not send the user back to that sector."""
+
+    class Interrupting(io.StringIO):
+        def write(self, text: str) -> int:
+            if text.startswith("OK sector 001/511"):
+                raise KeyboardInterrupt
+            return super().write(text)
+
+    board = SimulatedNavi31()
+    out, err = Interrupting(), io.StringIO()
+    image = write(tmp_path / "b.bin", build_ifwi(2))
+    code = cli.main(
+        ["romsw", "flash", image, "--sector-count", "4", "--yes"],
+        opener=SimOpener(board),
+        stdout=out,
+        stderr=err,
+        settings=FAST_SETTINGS,
+    )
+    assert code == 130
+    assert err.getvalue().splitlines() == [
+        "hint: flash stopped at sector 2; resume with --start-sector 2 --sector-count 2 --yes",
+        "error: interrupted",
+    ]

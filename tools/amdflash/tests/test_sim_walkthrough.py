@@ -116,3 +116,45 @@ def test_concurrent_sim_invocation_is_refused(tmp_path: Path) -> None:
     assert r.err.startswith("error: Failed to acquire lock file")
     assert not os.path.exists(state)  # nothing was loaded, so nothing was saved
     assert run("--sim", "--sim-state", state, "romsw", "info").code == 0
+
+
+def test_ctrl_c_during_sim_flash_then_resume(tmp_path: Path) -> None:
+    """A real SIGINT in the middle of `romsw flash`: exit 130, resume hint, the state saved, no stray files."""
+    import signal
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    image = build_ifwi(8)
+    (tmp_path / "new.bin").write_bytes(image)
+    cmd = [sys.executable, "-m", "amdflash", "--sim", "romsw", "flash", str(tmp_path / "new.bin"), "--yes"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    done = [proc.stdout.readline() for _ in range(3)]
+    assert all(line.startswith("OK sector ") for line in done), done
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    hint, last = err.strip().splitlines()[-2:]
+    assert last == "error: interrupted"
+    assert hint.startswith("hint: flash stopped at sector ")
+    stopped = int(hint.split()[5].rstrip(";"))
+    assert stopped >= 3
+    assert hint.endswith(f"resume with --start-sector {stopped} --sector-count {512 - stopped} --yes")
+    state = tmp_path / "cache" / "amdflash" / "sim-board.bin"
+    board = load_board(state)
+    assert board.flash[: stopped * 0x1000] == image[: stopped * 0x1000]
+    assert sorted(os.listdir(state.parent)) == ["sim-board.bin"]
+    r = run(
+        "--sim",
+        "--sim-state",
+        str(state),
+        "romsw",
+        "flash",
+        str(tmp_path / "new.bin"),
+        "--start-sector",
+        str(stopped),
+        "--sector-count",
+        "2",
+        "--yes",
+    )
+    assert r.code == 0, r.err
+    assert load_board(state).flash[: (stopped + 2) * 0x1000] == image[: (stopped + 2) * 0x1000]

@@ -205,11 +205,11 @@ def romsw_flash(ctx: Context) -> int:
             chip.clear_cmp()
             ctx.out("cleared SR2.CMP")
         end = start + count
-        current, erased = start, False
+        current, erased = start, False  # `current`: the first sector not yet verified
         t0 = time.monotonic()
         try:
-            for current in range(start, end):
-                addr = current * SECTOR_SIZE
+            for sector in range(start, end):
+                addr = sector * SECTOR_SIZE
                 want = image[addr : addr + SECTOR_SIZE]
                 erased = True
                 chip.erase_sector(addr, timeout=s.erase_timeout)
@@ -220,9 +220,10 @@ def romsw_flash(ctx: Context) -> int:
                 got = chip.read(addr, SECTOR_SIZE)
                 if got != want:
                     raise mismatch(addr, got, want)
-                ctx.out(f"OK sector {current:03d}/511 @{addr:#07x} elapsed={time.monotonic() - t0:.1f}s")
+                current = sector + 1
+                ctx.out(f"OK sector {sector:03d}/511 @{addr:#07x} elapsed={time.monotonic() - t0:.1f}s")
         except BaseException:
-            if erased:
+            if erased and current < end:
                 ctx.err(
                     f"hint: flash stopped at sector {current}; resume with --start-sector {current} "
                     f"--sector-count {end - current} --yes"

@@ -266,3 +266,18 @@ def test_float64_polynomials(poly, ref) -> None:
     graph = poly(var)
     for x in [0.3, 1.7, 5.5, 20.25, 1e-5]:
         assert evaluate(graph, {var: x}) == pytest.approx(ref(x), rel=1e-14, abs=1e-300)
+
+
+def test_malformed_kernels_name_the_problem() -> None:
+    out = UOp.param(0, f32, 4)
+    bad_range = UOp(Ops.RANGE, i32, (UOp.const(i32, 4),), 0)
+    with pytest.raises(ValueError, match="RANGE arg must be"):
+        check_kernel_ast(UOp.sink(out.index(bad_range).store(UOp.const(f32, 0.0)).end(bad_range)))
+    with pytest.raises(ValueError, match="STORE must write through an INDEX"):
+        check_kernel_ast(UOp.sink(UOp(Ops.STORE, dtypes.void, (out, UOp.const(f32, 0.0)))))
+    rr = UOp.range(4, 0, AxisType.REDUCE)
+    bad_reduce = UOp(Ops.REDUCE, f32, (UOp.param(1, f32, 4).index(rr).load(), rr), Ops.SUB)
+    with pytest.raises(ValueError, match="REDUCE arg must be"):
+        lower_kernel(UOp.sink(out.index(UOp.const(i32, 0)).store(bad_reduce)), ClangRenderer())
+    with pytest.raises(ValueError, match="tensor-level"):
+        check_kernel_ast(UOp.sink(out.index(UOp.const(i32, 0)).store(UOp.new_buffer("CPU", 4, f32).reshape((2, 2)))))

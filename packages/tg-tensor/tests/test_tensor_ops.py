@@ -213,3 +213,18 @@ def test_bitwise_and_shifts(device):
     np.testing.assert_array_equal((a << 1).numpy(), [24, 20])
     np.testing.assert_array_equal((a >> 2).numpy(), [3, 2])
     np.testing.assert_array_equal((~Tensor([True, False], device=device)).numpy(), [False, True])
+
+
+@pytest.mark.parametrize("dt", ["int32", "int64", "float32"])
+def test_floordiv_mod_floor_ceil(dt, device):
+    a = np.array([-7, -6, -1, 0, 1, 6, 7], dtype=dt)
+    b = np.array([2, -4, 3, 5, -3, 4, -2], dtype=dt)
+    ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+    np.testing.assert_array_equal((ta // tb).numpy(), a // b)
+    np.testing.assert_array_equal((ta % tb).numpy(), a % b)
+    np.testing.assert_array_equal((ta // 3).numpy(), a // 3)
+    np.testing.assert_array_equal((ta % 3).numpy(), a % 3)
+    np.testing.assert_array_equal((10 // tb).numpy(), np.asarray(10, dt) // b)
+    f = Tensor([-1.5, -0.5, 0.0, 0.5, 1.5, 2.0], device=device)
+    np.testing.assert_array_equal(f.floor().numpy(), np.floor([-1.5, -0.5, 0.0, 0.5, 1.5, 2.0]).astype(np.float32))
+    np.testing.assert_array_equal(f.ceil().numpy(), np.ceil([-1.5, -0.5, 0.0, 0.5, 1.5, 2.0]).astype(np.float32))

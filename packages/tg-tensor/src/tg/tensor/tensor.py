@@ -403,6 +403,35 @@ class Tensor(_DTypeShortcuts):
         """Integer division truncating toward zero (C semantics)."""
         return self._binary(Ops.IDIV, x, reverse)
 
+    def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
+        """Division rounded toward minus infinity (Python's `//`): `Tensor([-7, 7]) // 2` is [-4, 3]."""
+        a, b = self._operands(x, reverse)
+        if dtypes.is_float(a.dtype):
+            return (a / b).floor()
+        q = Tensor(a.uop.alu(Ops.IDIV, b.uop))
+        r = Tensor(a.uop.alu(Ops.MOD, b.uop))
+        return ((r != 0) & ((r < 0) != (b < 0))).where(q - 1, q)
+
+    def mod(self, x: Any, reverse: bool = False) -> Tensor:
+        """Remainder with the sign of the divisor (Python's `%`): `Tensor([-7, 7]) % 3` is [2, 1]."""
+        a, b = self._operands(x, reverse)
+        if dtypes.is_float(a.dtype):
+            return a - (a / b).floor() * b
+        r = Tensor(a.uop.alu(Ops.MOD, b.uop))
+        return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+
+    def __floordiv__(self, x: Any) -> Tensor:
+        return self.floordiv(x)
+
+    def __rfloordiv__(self, x: Any) -> Tensor:
+        return self.floordiv(x, True)
+
+    def __mod__(self, x: Any) -> Tensor:
+        return self.mod(x)
+
+    def __rmod__(self, x: Any) -> Tensor:
+        return self.mod(x, True)
+
     def __neg__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
@@ -577,6 +606,16 @@ class Tensor(_DTypeShortcuts):
     def trunc(self) -> Tensor:
         """Round toward zero."""
         return self if not dtypes.is_float(self.dtype) else Tensor(self.uop.alu(Ops.TRUNC))
+
+    def floor(self) -> Tensor:
+        """Round toward minus infinity."""
+        t = self.trunc()
+        return t if not dtypes.is_float(self.dtype) else (self < t).where(t - 1, t)
+
+    def ceil(self) -> Tensor:
+        """Round toward plus infinity."""
+        t = self.trunc()
+        return t if not dtypes.is_float(self.dtype) else (self > t).where(t + 1, t)
 
     def relu(self) -> Tensor:
         """max(x, 0)."""

@@ -112,14 +112,15 @@ def bench_lib(name: str, mod: dict[str, Any], var_hi: list[int], recipe: Recipe,
         sink = UOp.sink(*nodes)
         n_index = len(sink.toposort())
         st = time.perf_counter()
-        graph_rewrite(sink, symbolic)
+        out = graph_rewrite(sink, symbolic)
         times.append(time.perf_counter() - st)
-        del nodes, sink
+        n_index_out = len(out.toposort())
+        del nodes, sink, out
     t = statistics.median(times)
     ret["index"] = n_index / t
     print(
         f"{name:9s} index exprs: graph_rewrite(symbolic) {n_index / t:9.0f} nodes/s ({t * 1e3:7.1f} ms for "
-        f"{n_index} nodes, {len(index_recipe)} expressions)"
+        f"{n_index} nodes, {len(index_recipe)} expressions -> {n_index_out} nodes)"
     )
     create, rewrite = [], []
     n_created = n_visited = 0
@@ -131,16 +132,16 @@ def bench_lib(name: str, mod: dict[str, Any], var_hi: list[int], recipe: Recipe,
         create.append(time.perf_counter() - st)
         n_created = len(sink.toposort())
         st = time.perf_counter()
-        graph_rewrite(sink, symbolic)
+        out = graph_rewrite(sink, symbolic)
         rewrite.append(time.perf_counter() - st)
-        n_visited = n_created
-        del nodes, sink
+        n_visited, n_out = n_created, len(out.toposort())
+        del nodes, sink, out
         if rewrite[0] > 20:  # pathologically slow: one repetition is enough
             break
     c, r = statistics.median(create), statistics.median(rewrite)
     print(
         f"{name:9s} random DAG: create {n_created / c:9.0f} UOps/s ({c * 1e3:7.1f} ms for {n_created} nodes), "
-        f"graph_rewrite(symbolic) {n_visited / r:8.0f} nodes/s ({r * 1e3:8.1f} ms)"
+        f"graph_rewrite(symbolic) {n_visited / r:8.0f} nodes/s ({r * 1e3:8.1f} ms, -> {n_out} nodes)"
     )
     ret.update(create=n_created / c, rewrite=n_visited / r)
     return ret

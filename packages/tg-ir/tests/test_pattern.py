@@ -148,3 +148,4 @@ def test_upat_repr_and_stats() -> None:
     with Context(TRACK_MATCH_STATS=1):
         graph_rewrite(x + 0, pm)
     assert any(v[0] >= 1 for k, v in pattern_mod.match_stats.items() if "test_pattern.py" in k)
+    assert "test_pattern.py" in pattern_mod.print_match_stats(1000)

@@ -103,6 +103,9 @@ def test_substitute_replace_toposort() -> None:
     assert e.substitute({x: y}) is y * 2 + y
     topo = list(e.toposort())
     assert topo[-1] is e and topo.index(x) < topo.index(x * 2)
+    assert e.substitute({e: y}) is y and e.substitute({}) is e
+    gated = e.toposort(gate=lambda u: u.op is not Ops.MUL)
+    assert x * 2 not in gated and UOp.const(dtypes.int32, 2) not in gated and x in gated
     assert e.replace(arg=None) is e
     assert e.replace(op=Ops.MUL).op is Ops.MUL
 

@@ -506,6 +506,16 @@ def track_rewrites() -> Iterator[list[RewriteEvent]]:
         _active_traces.remove(events)
 
 
+def print_match_stats(top: int = 20) -> str:
+    """A table of the rules that fired most (needs TRACK_MATCH_STATS=1 or a track_rewrites block); also printed."""
+    rows = sorted(match_stats.items(), key=lambda kv: -kv[1][2])[:top]
+    lines = [f"{'rule':40s} {'fired':>8s} {'tried':>8s} {'ms':>9s}"]
+    lines += [f"{loc:40s} {f:8d} {t:8d} {sec * 1e3:9.2f}" for loc, (f, t, sec) in rows]
+    out = "\n".join(lines)
+    print(out)
+    return out
+
+
 class RewriteError(RuntimeError):
     """graph_rewrite did not reach a fixed point (a rule cycle)."""
 

@@ -151,23 +151,21 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     # ---- graph traversal --------------------------------------------------------------------------------------
 
     def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
-        """Every node reachable from self, sources before users (self last). `gate(u)` False stops descending."""
+        """Every node reachable from self, sources before users (self last). Nodes where `gate(u)` is False are
+        left out together with everything reachable only through them (tinygrad's semantics)."""
         ret: dict[UOp, None] = {}
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:
             node, visited = stack.pop()
             if node in ret:
                 continue
-            if not visited:
-                if gate is None or gate(node):
-                    stack.append((node, True))
-                    for s in reversed(node.src):
-                        if s not in ret:
-                            stack.append((s, False))
-                else:
-                    ret[node] = None
-            else:
+            if visited:
                 ret[node] = None
+            elif gate is None or gate(node):
+                stack.append((node, True))
+                for s in reversed(node.src):
+                    if s not in ret:
+                        stack.append((s, False))
         return ret
 
     @cached_property
@@ -181,13 +179,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Replace nodes (keys) by other nodes (values) everywhere in the graph, rebuilding users."""
         if not dvars:
             return self
-        cache: dict[UOp, UOp] = {}
+        cache: dict[UOp, UOp] = dict(dvars)
         for u in self.toposort(gate=lambda u: u not in dvars):
-            if u in dvars:
-                cache[u] = dvars[u]
-                continue
-            new_src = tuple(cache[s] for s in u.src)
-            cache[u] = u if all(a is b for a, b in zip(new_src, u.src, strict=True)) else u.replace(src=new_src)
+            new_src = tuple([cache[s] for s in u.src])
+            cache[u] = u if new_src == u.src else u.replace(src=new_src)
         return cache[self]
 
     def variables(self) -> list[UOp]:

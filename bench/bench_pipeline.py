@@ -57,8 +57,8 @@ def best_of(fn: Callable[[], Any], repeat: int) -> float:
 # ---- time to first result (fresh processes) -------------------------------------------------------------------
 
 FIRST_RESULT = {
-    "tg": "from tg.tensor import Tensor\nprint(((Tensor.ones(16, 16, device='CPU') * 2 + 1).sum(1)).numpy()[0])",
-    "tinygrad": "from tinygrad import Tensor\nprint(((Tensor.ones(16, 16, device='CPU') * 2 + 1).sum(1)).numpy()[0])",
+    "tg": "from tg.tensor import Tensor\nprint(((Tensor.ones(16, 16, device='CPU') * 2 + 1).sum(1)).tolist()[0])",
+    "tinygrad": "from tinygrad import Tensor\nprint(((Tensor.ones(16, 16, device='CPU') * 2 + 1).sum(1)).tolist()[0])",
 }
 
 

@@ -89,3 +89,27 @@ def test_to_device_and_cast(device):
     assert t.to(device) is t
     np.testing.assert_array_equal(t.cast(dtypes.int32).numpy(), [1, -2])
     np.testing.assert_array_equal(Tensor([1.0], device=device).bitcast(dtypes.int32).numpy(), [0x3F800000])
+
+
+def test_host_data_without_numpy(device):
+    assert Tensor.zeros(2, 0, device=device).tolist() == [[], []]
+    assert Tensor.zeros(0, 2, device=device).tolist() == []
+    assert Tensor([1e10, -1e10], dtype=dtypes.float16, device=device).tolist() == [float("inf"), float("-inf")]
+    assert Tensor(b"\x00\x00\x80\x3f", dtype=dtypes.float32, device=device).tolist() == [1.0]
+    assert Tensor([[True, False]], device=device).tolist() == [[True, False]]
+    assert Tensor(3, device=device).tolist() == 3
+    assert Tensor([[1, 2], [3, 4]], device=device).T.tolist() == [[1, 3], [2, 4]]
+    with pytest.raises(ValueError, match="whole number"):
+        Tensor(b"\x00\x01\x02", dtype=dtypes.float32, device=device)
+
+
+def test_numpy_scalars_and_dtypes(device):
+    assert Tensor(np.array([1, 2], dtype=np.int64), device=device).dtype is dtypes.int64
+    assert Tensor(np.uint64(5), device=device).dtype is dtypes.uint64
+    assert Tensor(np.array(3.0), device=device).shape == ()
+    assert Tensor([np.float32(1), np.int64(2)], device=device).dtype is dtypes.float32
+    assert Tensor([np.True_], device=device).dtype is dtypes.bool
+    non_contiguous = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
+    np.testing.assert_array_equal(Tensor(non_contiguous, device=device).numpy(), non_contiguous)
+    with pytest.raises(TypeError, match="numpy dtype"):
+        Tensor(np.array(["a"]), device=device)

@@ -1,68 +1,127 @@
-"""Host data <-> tg: Python scalars, nested lists, numpy arrays and bytes, and the dtype mapping to numpy."""
+"""Host data <-> tg: Python scalars, nested lists, numpy arrays and bytes.
+
+numpy is imported only when numpy data is passed in or asked for (`Tensor.numpy()`), so `import tg.tensor`
+and list-based work stay free of its import cost.
+"""
 
 from __future__ import annotations
 
+import math
+import struct
+from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from tg.ir import DType, dtypes, to_dtype
 
-_NP_BY_FMT = {"?": np.bool_, "b": np.int8, "B": np.uint8, "h": np.int16, "H": np.uint16, "i": np.int32,
-              "I": np.uint32, "q": np.int64, "Q": np.uint64, "e": np.float16, "f": np.float32,
-              "d": np.float64}  # fmt: skip
+_NAME_BY_FMT = {"?": "bool", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32",
+                "q": "int64", "Q": "uint64", "e": "float16", "f": "float32", "d": "float64"}  # fmt: skip
 
 
-def to_numpy_dtype(dt: DType) -> np.dtype:
-    """The numpy dtype with the same memory layout as `dt` (ValueError for dtypes numpy lacks)."""
-    fmt = dt.fmt
-    if fmt is None or fmt not in _NP_BY_FMT:
-        raise ValueError(f"{dt} has no numpy equivalent; cast to float32 first")
-    return np.dtype(_NP_BY_FMT[fmt])
+def is_numpy(x: Any) -> bool:
+    """True for numpy arrays and numpy scalars (checked without importing numpy)."""
+    return type(x).__module__ == "numpy"
 
 
-def from_numpy_dtype(npdt: np.dtype) -> DType:
+def is_int(x: Any) -> bool:
+    """True for Python and numpy integers (not bools)."""
+    if isinstance(x, bool):
+        return False
+    return isinstance(x, int) or (is_numpy(x) and type(x).__name__.startswith(("int", "uint")))
+
+
+def struct_format(dt: DType) -> str:
+    """The struct/numpy format character of `dt` (ValueError for dtypes without one, e.g. bfloat16)."""
+    if dt.fmt is None or dt.fmt not in _NAME_BY_FMT:
+        raise ValueError(f"{dt.name} has no host representation; cast to float32 first")
+    return dt.fmt
+
+
+def to_numpy_dtype(dt: DType) -> Any:
+    """The numpy dtype with the same memory layout as `dt`."""
+    import numpy as np
+
+    return np.dtype(struct_format(dt))
+
+
+def from_numpy_dtype(npdt: Any) -> DType:
     """The tg dtype of a numpy dtype (TypeError for object/complex/string arrays)."""
-    for fmt, t in _NP_BY_FMT.items():
-        if np.dtype(t) == npdt:
-            return to_dtype(_FMT_NAMES[fmt])
+    if npdt.char in _NAME_BY_FMT and npdt.itemsize == to_dtype(_NAME_BY_FMT[npdt.char]).itemsize:
+        return to_dtype(_NAME_BY_FMT[npdt.char])
+    for fmt, name in _NAME_BY_FMT.items():  # platform aliases such as 'l' for int64
+        if npdt.kind in "biuf" and npdt.itemsize == to_dtype(name).itemsize and npdt.kind == _kind(fmt):
+            return to_dtype(name)
     raise TypeError(f"unsupported numpy dtype {npdt}")
 
 
-_FMT_NAMES = {"?": "bool", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32",
-              "q": "int64", "Q": "uint64", "e": "float16", "f": "float32", "d": "float64"}  # fmt: skip
+def _kind(fmt: str) -> str:
+    return "b" if fmt == "?" else "f" if fmt in "efd" else "u" if fmt.isupper() else "i"
 
 
-def _leaves(x: Any) -> list[Any]:
-    out: list[Any] = []
-    stack = [x]
-    while stack:
-        v = stack.pop()
+def _shape_and_leaves(data: Sequence[Any]) -> tuple[tuple[int, ...], list[Any]]:
+    """The shape of a rectangular nested list and its leaves in row-major order."""
+    shape: list[int] = []
+    probe: Any = data
+    while isinstance(probe, (list, tuple)):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    leaves: list[Any] = []
+    level: list[Any] = [data]
+    for depth, size in enumerate(shape):
+        nxt: list[Any] = []
+        for item in level:
+            if not isinstance(item, (list, tuple)) or len(item) != size:
+                raise ValueError(f"Tensor data is not rectangular (ragged nested lists) at depth {depth}")
+            nxt.extend(item)
+        level = nxt
+    for v in level:
         if isinstance(v, (list, tuple)):
-            stack.extend(v)
-        else:
-            out.append(v)
-    return out
+            raise ValueError("Tensor data is not rectangular (ragged nested lists)")
+        leaves.append(v)
+    return tuple(shape), leaves
 
 
-def list_to_numpy(data: list | tuple, dtype: DType | None) -> tuple[np.ndarray, DType]:
-    """A C-contiguous numpy array holding (nested) Python list `data`, and its tg dtype.
+def pack(values: Sequence[Any], dt: DType) -> bytes:
+    """`values` (Python numbers) as the bytes of a `dt` array."""
+    fmt = struct_format(dt)
+    if dt is dtypes.bool:
+        values = [bool(v) for v in values]
+    elif dtypes.is_int(dt):
+        values = [int(v) for v in values]
+    else:
+        values = [float(v) for v in values]
+        if fmt == "e":  # like numpy, out-of-range halves become infinities instead of failing
+            values = [v if abs(v) < 65520.0 or v != v else float("inf") if v > 0 else float("-inf") for v in values]
+    return struct.pack(f"<{len(values)}{fmt}", *values)
 
-    Without `dtype` the Python rules apply: all bools -> bool, ints -> default_int, any float -> default_float.
+
+def unpack(data: bytes | bytearray | memoryview, dt: DType, shape: tuple[int, ...]) -> Any:
+    """The bytes of a `dt` array as nested Python lists of `shape` (a scalar for shape ())."""
+    fmt = struct_format(dt)
+    flat: list[Any] = list(struct.unpack(f"<{len(data) // dt.itemsize}{fmt}", data))
+    if not shape:
+        return flat[0]
+    for d in range(len(shape) - 1, 0, -1):
+        size = shape[d]
+        flat = [flat[i * size : (i + 1) * size] for i in range(math.prod(shape[:d]))]
+    return flat
+
+
+def list_to_bytes(data: list | tuple, dtype: DType | None) -> tuple[bytes, tuple[int, ...], DType]:
+    """(bytes, shape, dtype) of (nested) Python list `data`.
+
+    Without `dtype` the Python rules apply: all bools -> bool, all ints -> default_int, any float -> default_float.
     """
-    leaves = _leaves(data)
+    shape, leaves = _shape_and_leaves(data)
     for v in leaves:
-        if not isinstance(v, (bool, int, float, np.generic)):
+        if not isinstance(v, (bool, int, float)) and not is_numpy(v):
             raise TypeError(f"Tensor data must be numbers, got {type(v).__name__}: {v!r}")
     if dtype is None:
-        if leaves and all(isinstance(v, (bool, np.bool_)) for v in leaves):
+        if leaves and all(isinstance(v, bool) or (is_numpy(v) and type(v).__name__.startswith("bool")) for v in leaves):
             dtype = dtypes.bool
-        elif all(isinstance(v, (bool, int, np.integer, np.bool_)) for v in leaves) and leaves:
+        elif leaves and all(is_int(v) or isinstance(v, bool) for v in leaves):
             dtype = dtypes.default_int
         else:
             dtype = dtypes.default_float
-    try:
-        arr = np.array(data, dtype=to_numpy_dtype(dtype))
-    except ValueError as e:
-        raise ValueError(f"Tensor data is not rectangular (ragged nested lists): {e}") from e
-    return np.ascontiguousarray(arr), dtype
+    return pack(leaves, dtype), shape, dtype

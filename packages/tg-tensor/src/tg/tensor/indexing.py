@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from tg.tensor.data import is_int
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -14,7 +14,7 @@ def _normalize(index: Any, ndim: int) -> list[Any]:
     """The index as a list with Ellipsis expanded to full slices."""
     items = list(index) if isinstance(index, tuple) else [index]
     for it in items:
-        if not (it is None or it is Ellipsis or isinstance(it, (slice, int, np.integer))) or isinstance(it, bool):
+        if not (it is None or it is Ellipsis or isinstance(it, slice) or is_int(it)) or isinstance(it, bool):
             raise TypeError(f"unsupported index {it!r}: only ints, slices, None and ... are supported")
     if sum(it is Ellipsis for it in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -46,7 +46,7 @@ def __getitem__(self: Tensor, index: Any) -> Tensor:
             out_shape.append(-2)  # placeholder for a new axis
             continue
         n = self.shape[dim]
-        if isinstance(it, (int, np.integer)):
+        if is_int(it):
             i = int(it)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")

@@ -8,9 +8,8 @@ on how the graph is split into kernels, so the same seed gives the same numbers 
 from __future__ import annotations
 
 import math
+from array import array
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from tg.ir import DType, Ops, UOp, dtypes, to_dtype
 
@@ -27,13 +26,13 @@ def manual_seed(seed: int = 0) -> None:
 
 def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
     """uint32 random bits of `shape` (one threefry evaluation per element)."""
-    from tg.tensor.tensor import Tensor, canonical_device
+    from tg.tensor.tensor import Tensor, _from_bytes, canonical_device
 
     dev = canonical_device(device)
-    num = int(np.prod(shape, dtype=np.int64))
+    num = math.prod(shape)
     start = Tensor._rng_counter
     Tensor._rng_counter += num
-    counters = Tensor(np.arange(start, start + num, dtype=np.uint64), device=dev)
+    counters = Tensor(_from_bytes(array("Q", range(start, start + num)).tobytes(), (num,), dtypes.uint64, dev))
     key = Tensor(UOp.full((num,), Tensor._seed & 0xFFFFFFFFFFFFFFFF, dtypes.uint64, dev))
     bits = Tensor(counters.uop.alu(Ops.THREEFRY, key.uop))
     return (bits & 0xFFFFFFFF).cast(dtypes.uint32).reshape(shape)

@@ -5,11 +5,10 @@ The runtime is imported inside the functions so that `import tg.tensor` stays fr
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tg.ir import Ops, UOp
 from tg.tensor.data import to_numpy_dtype
@@ -26,7 +25,7 @@ def buffer_of(uop: UOp) -> UOp | None:
     base = uop
     while base.op is Ops.RESHAPE:
         base = base.src[0]
-    if base.op is Ops.BUFFER and int(base.arg) == int(np.prod([int(s) for s in uop.shape])):
+    if base.op is Ops.BUFFER and int(base.arg) == math.prod(int(s) for s in uop.shape):
         return base
     return None
 
@@ -69,27 +68,31 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             t.uop = new
 
 
-def to_numpy(t: Tensor) -> np.ndarray:
-    """The values of realized tensor `t` as a fresh numpy array."""
+def host_bytes(t: Tensor) -> bytearray:
+    """The raw bytes of tensor `t` (realizes it)."""
     from tg.runtime.engine import buffer_for
 
-    npdt = to_numpy_dtype(t.dtype)
-    shape = tuple(int(s) for s in t.shape)
-    if int(np.prod(shape)) == 0:
-        return np.zeros(shape, dtype=npdt)
+    data = bytearray(t.numel() * t.dtype.itemsize)
+    if not data:
+        return data
     t.realize()
     buf = buffer_of(t.uop)
     if buf is None:
         raise RuntimeError(f"tensor was not realized into a buffer: {t.uop.op}")
-    data = bytearray(int(buf.arg) * t.dtype.itemsize)
     buffer_for(buf).copyout(memoryview(data))
-    return np.frombuffer(data, dtype=npdt).reshape(shape)
+    return data
 
 
-def upload(device: str, arr: np.ndarray, dtype_uop_buffer: UOp) -> None:
-    """Copy host array `arr` into the device buffer behind BUFFER uop `dtype_uop_buffer`."""
+def to_numpy(t: Tensor) -> Any:
+    """The values of `t` as a fresh numpy array (realizes it; imports numpy)."""
+    import numpy as np
+
+    return np.frombuffer(host_bytes(t), dtype=to_numpy_dtype(t.dtype)).reshape(t.shape)
+
+
+def upload(data: bytes, buffer: UOp) -> None:
+    """Copy host bytes into the device buffer behind BUFFER uop `buffer`."""
     from tg.runtime.engine import buffer_for
 
-    del device
-    if arr.size:
-        buffer_for(dtype_uop_buffer).copyin(np.ascontiguousarray(arr).tobytes())
+    if data:
+        buffer_for(buffer).copyin(data)

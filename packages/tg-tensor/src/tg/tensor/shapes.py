@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from tg.tensor.data import is_int
 
 
 def shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
@@ -12,7 +12,7 @@ def shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     for s in shape:
-        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+        if not is_int(s):
             raise TypeError(f"shape entries must be ints, got {s!r} in {shape}")
     return tuple(int(s) for s in shape)
 
@@ -32,7 +32,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 def canonical_axis(axis: int, ndim: int) -> int:
     """`axis` made non-negative; IndexError when out of range for `ndim` dims."""
-    if not isinstance(axis, (int, np.integer)):
+    if not is_int(axis):
         raise TypeError(f"axis must be an int, got {axis!r}")
     n = ndim if ndim > 0 else 1
     if not -n <= axis < n:

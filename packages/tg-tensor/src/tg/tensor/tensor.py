@@ -11,15 +11,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
 from tg.tensor import indexing as _indexing
 from tg.tensor import movement as _movement
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
-from tg.tensor.data import from_numpy_dtype, list_to_numpy, to_numpy_dtype
+from tg.tensor.data import from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
 from tg.tensor.shapes import broadcast_shape, shape_arg
 
 Scalar = bool | int | float
@@ -94,24 +92,27 @@ class Tensor(_DTypeShortcuts):
             self.uop = data
         elif isinstance(data, Tensor):
             self.uop = data.uop if dt is None else data.uop.cast(dt)
-        elif isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
-            value = data.item() if isinstance(data, np.generic) else data
-            dt = dt or (from_numpy_dtype(data.dtype) if isinstance(data, np.generic) else dtypes.from_py(value))
-            self.uop = UOp.full((), _coerce(value, dt), dt, canonical_device(device))
+        elif isinstance(data, (bool, int, float)):
+            dt = dt or dtypes.from_py(data)
+            self.uop = UOp.full((), _coerce(data, dt), dt, canonical_device(device))
         elif isinstance(data, (list, tuple)):
-            arr, dt = list_to_numpy(data, dt)
-            self.uop = _from_numpy(arr, dt, canonical_device(device))
-        elif isinstance(data, np.ndarray):
-            if data.dtype == np.float64 and dt is None:
-                dt = dtypes.float64
-            dt = dt or from_numpy_dtype(data.dtype)
-            self.uop = _from_numpy(
-                np.ascontiguousarray(data.astype(to_numpy_dtype(dt), copy=False)), dt, canonical_device(device)
-            )
+            raw, shape, dt = list_to_bytes(data, dt)
+            self.uop = _from_bytes(raw, shape, dt, canonical_device(device))
+        elif is_numpy(data) and hasattr(data, "dtype"):
+            if data.ndim == 0 and type(data).__name__ != "ndarray":  # a numpy scalar
+                dt = dt or from_numpy_dtype(data.dtype)
+                self.uop = UOp.full((), _coerce(data.item(), dt), dt, canonical_device(device))
+            else:
+                dt = dt or from_numpy_dtype(data.dtype)
+                arr = data.astype(to_numpy_dtype(dt), copy=False).reshape(data.shape)
+                raw = arr.tobytes(order="C")
+                self.uop = _from_bytes(raw, tuple(int(x) for x in data.shape), dt, canonical_device(device))
         elif isinstance(data, (bytes, bytearray, memoryview)):
-            arr = np.frombuffer(bytes(data), dtype=np.uint8)
-            self.uop = _from_numpy(arr, dt or dtypes.uint8, canonical_device(device)) if dt in (None, dtypes.uint8) \
-                else _from_numpy(arr.view(to_numpy_dtype(dt)), dt, canonical_device(device))  # fmt: skip
+            raw = bytes(data)
+            dt = dt or dtypes.uint8
+            if len(raw) % dt.itemsize:
+                raise ValueError(f"{len(raw)} bytes are not a whole number of {dt.name} elements")
+            self.uop = _from_bytes(raw, (len(raw) // dt.itemsize,), dt, canonical_device(device))
         else:
             raise TypeError(f"cannot create a Tensor from {type(data).__name__}: {data!r}")
         _realize.all_tensors.add(self)
@@ -216,8 +217,10 @@ class Tensor(_DTypeShortcuts):
             dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float
         )
         n = max(0, math.ceil((stop - start) / step))
-        values = np.asarray(start, dtype=np.float64) + np.arange(n, dtype=np.float64) * step
-        return Tensor(values.astype(to_numpy_dtype(dt)), device=device, dtype=dt)
+        values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(
+            isinstance(v, int) for v in (start, step)
+        ) else [start + i * step for i in range(n)]  # fmt: skip
+        return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)))
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -258,23 +261,23 @@ class Tensor(_DTypeShortcuts):
         _realize.realize_tensors([self, *lst])
         return self
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self) -> Any:
         """The values as a numpy array (realizes): `Tensor([1, 2]).numpy()`."""
         return _realize.to_numpy(self)
 
     def tolist(self) -> Any:
-        """The values as (nested) Python lists."""
-        return self.numpy().tolist()
+        """The values as (nested) Python lists (realizes; a scalar for a 0-d tensor)."""
+        return unpack(_realize.host_bytes(self), self.dtype, self.shape)
 
     def item(self) -> ConstType:
         """The single value of a one-element tensor."""
         if self.numel() != 1:
             raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
-        return self.numpy().reshape(()).item()
+        return unpack(_realize.host_bytes(self), self.dtype, ())
 
     def data(self) -> memoryview:
-        """The values as a memoryview."""
-        return memoryview(self.numpy().tobytes())
+        """The raw bytes of the values (realizes)."""
+        return memoryview(bytes(_realize.host_bytes(self)))
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (a COPY when the device differs): `t.to("PYTHON")`."""
@@ -701,8 +704,8 @@ def _coerce(value: Scalar, dt: DType) -> ConstType:
     return float(value)
 
 
-def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
-    """A realized BUFFER holding `arr`, reshaped to its shape."""
-    buf = UOp.new_buffer(device, int(arr.size), dt)
-    _realize.upload(device, arr, buf)
-    return buf.reshape(tuple(int(s) for s in arr.shape))
+def _from_bytes(raw: bytes, shape: tuple[int, ...], dt: DType, device: str) -> UOp:
+    """A realized BUFFER holding `raw` (the row-major bytes of a `dt` array), reshaped to `shape`."""
+    buf = UOp.new_buffer(device, math.prod(shape), dt)
+    _realize.upload(raw, buf)
+    return buf.reshape(shape)

@@ -179,3 +179,14 @@ def test_const_vector_and_nan() -> None:
     assert UOp.const(dtypes.float32.vec(2), (3.0, 3.0)).op is Ops.CONST
     assert UOp.const(dtypes.float32, math.nan) is UOp.const(dtypes.float32, float("nan"))
     assert UOp.const(dtypes.int32, 2.7).arg == 2
+
+
+def test_op_groups() -> None:
+    from tg.ir import GroupOp
+
+    assert GroupOp.ALU == GroupOp.Unary | GroupOp.Binary | GroupOp.Ternary
+    assert Ops.ADD in GroupOp.Commutative and Ops.IDIV not in GroupOp.Commutative
+    assert GroupOp.Movement == {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+    assert Ops.STORE in GroupOp.Ordering and Ops.COPY in GroupOp.Markers and Ops.GEP in GroupOp.CodegenOnly
+    assert repr(AxisType.REDUCE) == "AxisType.REDUCE" and repr(Ops.ADD) == "Ops.ADD"
+    assert len(AxisType) == 10

@@ -131,6 +131,14 @@ class GroupOp:
     Reduce = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
     # ops whose result is unsafe to compute on values that are masked off (division by zero, ...)
     UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW})
+    # the roles of DESIGN.md
+    Sources = frozenset({Ops.CONST, Ops.VCONST, Ops.BUFFER, Ops.BUFFER_VIEW, Ops.PARAM, Ops.DEFINE_VAR, Ops.BIND,
+                         Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.UNIQUE, Ops.DEVICE})  # fmt: skip
+    Ordering = frozenset({Ops.STORE, Ops.AFTER, Ops.SINK, Ops.GROUP, Ops.RANGE, Ops.END, Ops.LINEAR, Ops.CALL,
+                          Ops.KERNEL})  # fmt: skip
+    Markers = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY})
+    CodegenOnly = frozenset({Ops.INDEX, Ops.LOAD, Ops.SPECIAL, Ops.BARRIER, Ops.IF, Ops.ENDIF, Ops.WMMA, Ops.VECTORIZE,
+                             Ops.GEP, Ops.PROGRAM, Ops.SOURCE, Ops.BINARY, Ops.CUSTOM, Ops.CUSTOMI})  # fmt: skip
     All = frozenset(Ops)
 
 

@@ -120,3 +120,20 @@ def test_colored_and_names() -> None:
         colored("hi", "purple")
     assert to_function_name(colored("r_4_4", "green")) == "r_4_4"
     assert to_function_name("a-b") == "a2Db"
+
+
+def test_cached_property() -> None:
+    from tg.ir.helpers import cached_property
+
+    calls: list[int] = []
+
+    class A:
+        @cached_property
+        def v(self) -> int:
+            """doc"""
+            calls.append(1)
+            return 42
+
+    a = A()
+    assert a.v == 42 and a.v == 42 and len(calls) == 1
+    assert isinstance(A.v, cached_property) and A.v.__doc__ == "doc"

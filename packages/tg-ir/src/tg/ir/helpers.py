@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import pathlib
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
 T = TypeVar("T")
@@ -302,39 +301,6 @@ def get_single_element(x: Sequence[T]) -> T:
 def is_pow2(x: int) -> bool:
     """True for 1, 2, 4, 8, ..."""
     return x > 0 and (x & (x - 1)) == 0
-
-
-def fully_flatten(x: Any) -> list[Any]:
-    """Flatten arbitrarily nested lists/tuples."""
-    if isinstance(x, (list, tuple)):
-        return [y for e in x for y in fully_flatten(e)]
-    return [x]
-
-
-def polyN(x: T, p: Sequence[float]) -> T:
-    """Evaluate the polynomial with coefficients `p` (highest degree first) at `x` (Horner)."""
-    return functools.reduce(lambda acc, c: acc * x + c, p, 0.0)  # type: ignore[operator,return-value]
-
-
-def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
-    """Broadcast an int to a `cnt`-tuple, or convert a sequence to a tuple."""
-    return (x,) * cnt if isinstance(x, int) else tuple(x)
-
-
-@contextlib.contextmanager
-def cpu_time() -> Iterator[list[float]]:
-    """Context manager yielding a one-element list that receives the elapsed wall time in seconds."""
-    out = [0.0]
-    st = time.perf_counter()
-    try:
-        yield out
-    finally:
-        out[0] = time.perf_counter() - st
-
-
-def isinf(x: float) -> bool:
-    """math.isinf that tolerates ints."""
-    return math.isinf(x) if isinstance(x, float) else False
 
 
 class cached_property(Generic[T]):

@@ -522,3 +522,21 @@ def test_random_kernels_cpu_matches_python(seed: int) -> None:
     for dt, cpu, py in zip(out_dts, *results, strict=True):
         same = cpu.tobytes() == py.tobytes() or (dtypes.is_float(dt) and np.array_equal(cpu, py, equal_nan=True))
         assert same, f"{dt}: CPU {cpu} vs PYTHON {py}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_long_chain_of_ops(device: str) -> None:
+    # long programs: every instruction gets its own helper names in the PYTHON translation
+    f = dtypes.float32
+    x = np.linspace(-3, 3, 8, dtype=np.float32)
+
+    def chain(v: UOp) -> UOp:
+        for k in range(40):
+            v = v / UOp.const(f, 1.25) if k % 2 else v.maximum(UOp.const(f, -1.0)) + UOp.const(f, 0.5)
+        return v
+
+    (out,) = run(elementwise(8, f, chain, f), device, [(f, 8)], [x])
+    expected = x.copy()
+    for k in range(40):
+        expected = expected / np.float32(1.25) if k % 2 else np.maximum(expected, np.float32(-1.0)) + np.float32(0.5)
+    np.testing.assert_array_equal(out, expected)

@@ -204,6 +204,9 @@ class CStyleLanguage(Renderer):
         sink = uops[-1]
         name = sink.arg if isinstance(sink.arg, str) else getattr(sink.arg, "function_name", "kernel")
         uses = Counter(s for u in uops for s in u.src)
+        for u in uops:  # spellings that repeat an operand: give it a variable, or nested ones grow exponentially
+            if (u.op is Ops.MAX and dtypes.is_float(u.dtype)) or (u.op is Ops.CAST and u.dtype is dtypes.uint64):
+                uses.update({s: 2 for s in u.src})
         r: dict[UOp, str] = {}
         body: list[str] = []
         needs: set[str] = set()

@@ -9,6 +9,7 @@ bfloat16 live in memory as 16-bit patterns and as correctly rounded Python float
 
 from __future__ import annotations
 
+import array
 import math
 import struct
 import time
@@ -134,6 +135,26 @@ _INLINE = {
 }  # fmt: skip
 
 
+def _wrap_int(expr: str, dt: DType) -> str:
+    """Python for `truncate[dt](expr)` on an int result (two's complement wrap), without a call."""
+    bits = 8 * dt.itemsize
+    if dtypes.is_unsigned(dt):
+        return f"({expr}) & {(1 << bits) - 1}"
+    half = 1 << (bits - 1)
+    return f"((({expr}) + {half}) & {(1 << bits) - 1}) - {half}"
+
+
+def _float32_rounder() -> Callable[[float], float]:
+    """A function equal to `truncate[float32]` (round to nearest even, overflow to inf), through a 1-float array."""
+    cell = array.array("f", [0.0])
+
+    def round_f32(x: float) -> float:
+        cell[0] = x
+        return cell[0]
+
+    return round_f32
+
+
 class PythonProgram(Program):
     """Runs a program rendered by `PythonRenderer`; called with byte memoryviews and variable values.
 
@@ -155,7 +176,8 @@ class PythonProgram(Program):
 
     def _translate(self) -> tuple[str, Callable[[list[_Memory], tuple[int, ...]], None]]:
         prog, name = self.prog, self.name
-        env: dict[str, Any] = {"_Memory": _Memory, "_cast": python_cast, "_bitcast": bitcast_scalar}
+        env: dict[str, Any] = {"_Memory": _Memory, "_cast": python_cast, "_bitcast": bitcast_scalar,
+                               "_round_f32": _float32_rounder()}  # fmt: skip
         lines = ["def _kernel(_mem, _vals):"]
         depth, open_loops = 1, []
 
@@ -173,8 +195,12 @@ class PythonProgram(Program):
                 emit(f"v{i} = _c{i}")
             elif op in _INLINE and dt.count == 1:
                 expr = _INLINE[op].format(*v)
-                if op in GroupOp.Comparison:
-                    emit(f"v{i} = {expr}")  # already a bool, as truncate[bool] would make it
+                if op in GroupOp.Comparison or dt is dtypes.float64:
+                    emit(f"v{i} = {expr}")  # already what truncate[bool] / truncate[float64] would give
+                elif dtypes.is_int(dt):
+                    emit(f"v{i} = {_wrap_int(expr, dt)}")
+                elif dt is dtypes.float32:
+                    emit(f"v{i} = _round_f32({expr})")
                 else:
                     env[f"_t{i}"] = truncate[dt]
                     emit(f"v{i} = _t{i}({expr})")

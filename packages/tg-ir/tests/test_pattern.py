@@ -149,3 +149,13 @@ def test_upat_repr_and_stats() -> None:
         graph_rewrite(x + 0, pm)
     assert any(v[0] >= 1 for k, v in pattern_mod.match_stats.items() if "test_pattern.py" in k)
     assert "test_pattern.py" in pattern_mod.print_match_stats(1000)
+
+
+def test_debug_prints_rewrite_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    from tg.ir import Context
+
+    x = Variable("x", 0, 10)
+    with Context(DEBUG=7):
+        graph_rewrite(x + 0, PatternMatcher([(UPat.var("x") + 0, lambda x: x)]), name="mine")
+    out = capsys.readouterr().out
+    assert "graph_rewrite mine" in out and "fired" in out

@@ -538,7 +538,9 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
     """Like graph_rewrite, returning the map from every visited original node to its rewritten node."""
     if not isinstance(root, UOp):
         raise TypeError(f"graph_rewrite needs a UOp, got {type(root).__name__}")
-    rewrite = pm.rewrite_traced if (_active_traces or TRACK_MATCH_STATS) else pm.rewrite
+    verbose = DEBUG >= 6
+    rewrite = pm.rewrite_traced if (_active_traces or TRACK_MATCH_STATS or DEBUG >= 7) else pm.rewrite
+    st = time.perf_counter() if verbose else 0.0
     replace: dict[UOp, UOp] = {}
     stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
     steps = 0
@@ -584,4 +586,7 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
                 stack.append((r, 0, r))
         else:
             replace[n] = replace[cur]
+    if verbose:
+        print(f"graph_rewrite {name or ''}: {len(replace)} nodes, {steps} rewrites, "
+              f"{(time.perf_counter() - st) * 1e3:.2f} ms")  # fmt: skip
     return replace

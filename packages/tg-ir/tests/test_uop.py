@@ -190,3 +190,17 @@ def test_op_groups() -> None:
     assert Ops.STORE in GroupOp.Ordering and Ops.COPY in GroupOp.Markers and Ops.GEP in GroupOp.CodegenOnly
     assert repr(AxisType.REDUCE) == "AxisType.REDUCE" and repr(Ops.ADD) == "Ops.ADD"
     assert len(AxisType) == 10
+
+
+def test_pickle_deep_graph() -> None:
+    x = Variable("x", 0, 10)
+    e = x
+    for i in range(5000):
+        e = e + x if i % 2 else e * 2
+    assert pickle.loads(pickle.dumps(e)) is e
+    b = UOp.new_buffer("CPU", 4, dtypes.float32)
+    t = b.reshape((2, 2))
+    for _ in range(300):
+        t = t + 1.0
+    t2, b2 = pickle.loads(pickle.dumps((t, b)))
+    assert t2.buf_uop is b2 and b2 is not b  # the buffer is shared inside one load, fresh against the original

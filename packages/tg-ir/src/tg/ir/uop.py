@@ -102,7 +102,22 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         # (or of other loads); references inside one pickle still share it through the pickle memo
         if self.op is Ops.UNIQUE:
             return UOp.unique, ()
-        return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+        if self._depth < _PICKLE_FLAT_DEPTH:
+            return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+        # deep graphs: a flat table in toposort order, so pickle doesn't recurse once per level
+        topo = list(self.toposort())
+        index = {u: i for i, u in enumerate(topo)}
+        table = [u if u.op is Ops.UNIQUE else (u.op, u.dtype, tuple(index[s] for s in u.src), u.arg, u.tag)
+                 for u in topo]  # fmt: skip
+        return _uop_from_table, (table,)
+
+    @cached_property
+    def _depth(self) -> int:
+        """Longest path to a leaf (computed iteratively, so deep graphs are fine)."""
+        for u in self.toposort():
+            if "_depth" not in u.__dict__:
+                u.__dict__["_depth"] = 1 + max((s.__dict__["_depth"] for s in u.src), default=0)
+        return self.__dict__["_depth"]
 
     def __bool__(self) -> bool:
         v = self.simplify()
@@ -498,6 +513,19 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
 
 _unique_counter = itertools.count()
+_PICKLE_FLAT_DEPTH = 200
+
+
+def _uop_from_table(table: list[Any]) -> UOp:
+    built: list[UOp] = []
+    for entry in table:
+        if isinstance(entry, UOp):
+            built.append(entry)
+        else:
+            op, dtype, src_idx, arg, tag = entry
+            built.append(UOp(op, dtype, tuple(built[i] for i in src_idx), arg, tag))
+    return built[-1]
+
 
 sint = int | UOp
 

@@ -207,3 +207,13 @@ def test_index_math_preserves_value(s1: int, mult: int, off: int, d: int, m: int
     for e in [(idx // d) % m + (idx % d) * m, ((idx // s1) % mult) * s1 + idx % s1, (idx // s1) * s1 + idx % s1,
               (idx < s0).where(idx // d, idx % m), (idx * d + 1) // d, (idx + d * 3) % d]:  # fmt: skip
         assert ref_eval(e.simplify(), vals) == ref_eval(e, vals), f"{e.render(False)} -> {e.simplify().render()}"
+
+
+def test_kernel_index_patterns() -> None:
+    r0, r1, r2 = UOp.range(6, 0), UOp.range(3, 1), UOp.range(4, 2)
+    flat = r0 * 12 + r1 * 4 + r2  # a (6, 3, 4) contiguous index
+    assert ((flat // 4) % 3).simplify() is r1
+    assert (flat // 12).simplify() is r0
+    assert (((r0 * 3 + r1) * 4 + r2) // 4).simplify().render() == "(ridx0*3)+ridx1"
+    assert (r0 * 4 + r2 < 24).simplify().arg is True
+    assert ((r0 + -1) * 4 + r2).render() == "((ridx0*4)+ridx2)-4"

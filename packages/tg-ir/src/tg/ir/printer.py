@@ -126,6 +126,8 @@ def render_expr(root: UOp) -> str:
         elif u.op is Ops.ADD and u.src[1].op is Ops.MUL and u.src[1].src[1].op is Ops.CONST and \
                 u.src[1].src[1].arg == -1:  # fmt: skip
             r = f"({s[0]}-{cache[u.src[1].src[0]]})"
+        elif u.op is Ops.ADD and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int) and u.src[1].arg < 0:
+            r = f"({s[0]}-{-u.src[1].arg})"
         elif u.op in _INFIX:
             r = f"({s[0]}{_INFIX[u.op]}{s[1]})"
         elif u.op is Ops.MAX:

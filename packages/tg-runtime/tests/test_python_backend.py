@@ -44,6 +44,10 @@ def run(ast: UOp, device: str, outs: list[tuple[DType, int]], ins: list[np.ndarr
         raw = bytes(b.as_memoryview())
         if dt == dtypes.bfloat16:
             ret.append((np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32))
+        elif dt in dtypes.fp8s:
+            from tg.ir.floats import fp8_to_float
+
+            ret.append(np.array([fp8_to_float(c, dt) for c in raw], np.float32))
         else:
             ret.append(np.frombuffer(raw, NP[dt]).copy())
     return ret
@@ -499,7 +503,7 @@ def random_expression(rng: np.random.Generator, leaves: list[UOp], dt: DType, de
     return sub().alu(ops[int(rng.integers(len(ops)))], sub())
 
 
-RANDOM_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint32, dtypes.int64, dtypes.float16,
+RANDOM_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.fp8e4m3,
                  dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.bool]  # fmt: skip
 
 
@@ -540,3 +544,35 @@ def test_long_chain_of_ops(device: str) -> None:
     for k in range(40):
         expected = expected / np.float32(1.25) if k % 2 else np.maximum(expected, np.float32(-1.0)) + np.float32(0.5)
     np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_round_trips_match_tg_ir(device: str) -> None:
+    from tg.ir.floats import float_to_fp8, fp8_to_float
+
+    f, u8 = dtypes.float32, dtypes.uint8
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 448.0, 449.0, 464.0, 500.0, 57344.0, 61440.0]
+    special += [1e6, 240.0, 0.5, 0.0625, 2.0**-9, 2.0**-10, 1.5 * 2.0**-10, 2.0**-16, 3 * 2.0**-18, -(2.0**-17)]
+    special += [1.125, 1.0625]
+    x = np.concatenate([np.array(special, np.float32),
+                        np.random.default_rng(5).standard_normal(103).astype(np.float32) * 8])  # fmt: skip
+    n = len(x)
+    stores = []
+    for k, fp8 in enumerate(dtypes.fp8s):
+        r = UOp.range(n, k)
+        code = UOp.param(4, f, n).index(r).load().cast(fp8).bitcast(u8)
+        stores.append(UOp.param(k, u8, n).index(r).store(code).end(r))
+    codes = run(UOp.sink(*stores), device, [(u8, n)] * 4, [x])
+    for fp8, got in zip(dtypes.fp8s, codes, strict=True):
+        assert got.tolist() == [float_to_fp8(float(v), fp8) for v in x], fp8
+    # and back: every code decodes like tg.ir decodes it (NaN as NaN)
+    allcodes = np.arange(256, dtype=np.uint8)
+    stores = []
+    for k, fp8 in enumerate(dtypes.fp8s):
+        r = UOp.range(256, k)
+        stores.append(UOp.param(k, f, 256).index(r).store(UOp.param(4, u8, 256).index(r).load().bitcast(fp8).cast(f))
+                      .end(r))  # fmt: skip
+    values = run(UOp.sink(*stores), device, [(f, 256)] * 4, [allcodes])
+    for fp8, got in zip(dtypes.fp8s, values, strict=True):
+        expected = np.array([fp8_to_float(c, fp8) for c in range(256)], np.float32)
+        np.testing.assert_array_equal(got, expected, err_msg=str(fp8))

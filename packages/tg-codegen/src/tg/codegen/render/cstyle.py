@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
-from tg.ir.floats import f32_to_bf16_bits, truncate
+from tg.ir.floats import f32_to_bf16_bits, float_to_fp8, truncate
 from tg.ir.ops import Ops
 from tg.ir.uop import UOp
 
@@ -63,6 +63,43 @@ static inline unsigned short tg_f2bf(float f) {
   return (unsigned short)(u >> 16);
 }"""
 
+# fp8 <-> float for the four formats (mantissa bits, exponent bits, bias, IEEE inf/nan, fnuz); rounding to nearest
+# even and saturating like tg.ir.floats.float_to_fp8
+_FP8_FUNCS = r"""static inline float tg_pow2f(int k) { unsigned int u = (unsigned int)(k + 127) << 23; float f;
+  __builtin_memcpy(&f, &u, 4); return f; }
+static inline float tg_fp82f(unsigned char c, int mb, int eb, int bias, int ieee, int fnuz) {
+  float sign = (c & 0x80) ? -1.0f : 1.0f;
+  int ex = (c >> mb) & ((1 << eb) - 1), mant = c & ((1 << mb) - 1);
+  if (fnuz && c == 0x80) return __builtin_nanf("");
+  float nan = __builtin_copysignf(__builtin_nanf(""), sign);
+  if (ieee && ex == (1 << eb) - 1) return mant == 0 ? sign * __builtin_inff() : nan;
+  if (!ieee && !fnuz && ex == (1 << eb) - 1 && mant == (1 << mb) - 1) return nan;
+  if (ex == 0) return sign * (float)mant * tg_pow2f(1 - bias - mb);
+  return sign * (float)((1 << mb) | mant) * tg_pow2f(ex - bias - mb);
+}
+static inline unsigned char tg_f2fp8(float x, int mb, int bias, int ieee, int fnuz) {
+  unsigned int u; __builtin_memcpy(&u, &x, 4);
+  unsigned int sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu, maxc = fnuz ? 0x7fu : (ieee ? 0x7bu : 0x7eu);
+  if (a > 0x7f800000u) return (unsigned char)(fnuz ? 0x80u : (sign | 0x7fu));
+  if (a == 0x7f800000u) return (unsigned char)(fnuz ? 0x80u : (sign | (ieee ? 0x7cu : 0x7fu)));
+  if ((a >> 23) == 0) return (unsigned char)(fnuz ? 0u : sign);
+  int ae = (int)(a >> 23) - 127, e = ae < 1 - bias ? 1 - bias : ae;
+  unsigned int m = (a & 0x7fffffu) | 0x800000u, n = 0;
+  int shift = 23 - mb + e - ae;
+  if (shift < 32) {
+    unsigned int rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    n = m >> shift;
+    if (rem > half || (rem == half && (n & 1u))) n++;
+  }
+  if (n >= (2u << mb)) { n >>= 1; e += 1; }
+  if (n == 0) return (unsigned char)(fnuz ? 0u : sign);
+  unsigned int code = n < (1u << mb) ? n : (((unsigned int)(e + bias) << mb) | (n - (1u << mb)));
+  return (unsigned char)(sign | (code > maxc ? maxc : code));
+}"""
+# (mantissa bits, exponent bits, bias, ieee, fnuz) of each fp8 format
+_FP8_ARGS = {dtypes.fp8e4m3: (3, 4, 7, 0, 0), dtypes.fp8e5m2: (2, 5, 15, 1, 0), dtypes.fp8e4m3fnuz: (3, 4, 8, 0, 1),
+             dtypes.fp8e5m2fnuz: (2, 5, 16, 0, 1)}  # fmt: skip
+
 # results of these dtypes are cast back after every ALU op: C promotes them to int, the IR wraps per op
 _NARROW = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
 _KEEPS_RANGE = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.MAX})  # result is one of the operands or 0/1
@@ -96,6 +133,7 @@ class CStyleLanguage(Renderer):
         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
         dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float32: "float",
         dtypes.float64: "double", dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short",
+        **{fp8: "unsigned char" for fp8 in dtypes.fp8s},
     }  # fmt: skip
     # C spelling of math functions by dtype (float32, float64)
     math_funcs: dict[Ops, tuple[str, str]] = {
@@ -142,6 +180,8 @@ class CStyleLanguage(Renderer):
             bits = (f32_to_bf16_bits(float(v)) if dt is dtypes.bfloat16  # type: ignore[arg-type]
                     else struct.unpack("<H", struct.pack("<e", truncate[dt](v)))[0])  # fmt: skip
             return f"((unsigned short){bits:#06x})"
+        if dt in dtypes.fp8s:
+            return f"((unsigned char){float_to_fp8(float(v), dt):#04x})"  # type: ignore[arg-type]
         if dtypes.is_float(dt):
             f = float(truncate[dt](v))
             if math.isnan(f):
@@ -167,7 +207,12 @@ class CStyleLanguage(Renderer):
                 (dtypes.bfloat16, dtypes.float32): "tg_bf2f", (dtypes.float32, dtypes.bfloat16): "tg_f2bf"}  # fmt: skip
         if (fn := conv.get((src, dst))) is not None:
             return f"{fn}({x})"
-        if src in (dtypes.float16, dtypes.bfloat16) or dst in (dtypes.float16, dtypes.bfloat16):
+        if src in _FP8_ARGS and dst is dtypes.float32:
+            return f"tg_fp82f({x}, {', '.join(map(str, _FP8_ARGS[src]))})"
+        if dst in _FP8_ARGS and src is dtypes.float32:
+            mb, _, bias, ieee, fnuz = _FP8_ARGS[dst]
+            return f"tg_f2fp8({x}, {mb}, {bias}, {ieee}, {fnuz})"
+        if src in (dtypes.float16, dtypes.bfloat16, *_FP8_ARGS) or dst in (dtypes.float16, dtypes.bfloat16, *_FP8_ARGS):
             raise NotImplementedError(f"cast {src} -> {dst} must go through float32 (run lowering first)")
         if dtypes.is_float(src) and dtypes.is_int(dst) and dst is not dtypes.int64:
             # C leaves float -> int undefined outside the target's range; going through long long makes it wrap
@@ -287,13 +332,15 @@ class CStyleLanguage(Renderer):
                         needs.add("half")
                     if {src_dt, u.dtype} & {dtypes.bfloat16}:
                         needs.add("bf16")
+                    if {src_dt, u.dtype} & set(_FP8_ARGS):
+                        needs.add("fp8")
                 elif op is Ops.BITCAST:
                     expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, u.dtype)
                 elif op in self.math_funcs:
                     expr = self.render_math(op, [_strip(r[s]) for s in u.src], u.dtype)
                     needs.add("math")
                 else:
-                    if u.dtype in (dtypes.float16, dtypes.bfloat16) and op is not Ops.WHERE:
+                    if u.dtype in (dtypes.float16, dtypes.bfloat16, *_FP8_ARGS) and op is not Ops.WHERE:
                         raise NotImplementedError(f"{op} on {u.dtype} must be computed in float32 (run lowering first)")
                     if op is Ops.MOD and dtypes.is_float(u.dtype):
                         needs.add("math")
@@ -315,6 +362,8 @@ class CStyleLanguage(Renderer):
             prefix.append(_HALF_FUNCS)
         if "bf16" in needs:
             prefix.append(_BF16_FUNCS)
+        if "fp8" in needs:
+            prefix.append(_FP8_FUNCS)
         return self.render_kernel(name, signature, body, prefix)
 
 

@@ -39,7 +39,7 @@ class Renderer:
 
     def supported_dtypes(self) -> set[DType]:
         """The scalar dtypes kernels for this target may use (storage and arithmetic, emulated or native)."""
-        return {*dtypes.ints, dtypes.bool, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+        return {*dtypes.ints, dtypes.bool, *dtypes.fp8s, *dtypes.floats}
 
     def render(self, uops: list[UOp]) -> str:
         """Render a linear program (the output of `linearize`) to source code."""

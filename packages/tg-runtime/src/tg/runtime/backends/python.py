@@ -18,7 +18,15 @@ from typing import Any
 
 from tg.ir.alu import python_alu
 from tg.ir.dtype import DType, PtrDType, dtypes
-from tg.ir.floats import bf16_bits_to_float, bitcast_scalar, f32_to_bf16_bits, storage_fmt, truncate
+from tg.ir.floats import (
+    bf16_bits_to_float,
+    bitcast_scalar,
+    f32_to_bf16_bits,
+    float_to_fp8,
+    fp8_to_float,
+    storage_fmt,
+    truncate,
+)
 from tg.ir.ops import GroupOp, Ops
 from tg.runtime.device import BufferSpec, Compiled, Compiler, LRUAllocator, Program, check_device_index
 
@@ -76,7 +84,7 @@ def _typed_memory(name: str, mv: memoryview, dt: DType) -> _Memory:
     if dt == dtypes.bfloat16:
         return _Memory(name, mv.cast("H"), bf16_bits_to_float, f32_to_bf16_bits)
     if dt in dtypes.fp8s:
-        raise NotImplementedError(f"the PYTHON device does not support {dt} buffers")
+        return _Memory(name, mv.cast("B"), lambda c: fp8_to_float(c, dt), lambda v: float_to_fp8(v, dt))
     fmt = storage_fmt(dt)
     if mv.nbytes % dt.itemsize:
         raise ValueError(f"{name}: {mv.nbytes} bytes is not a whole number of {dt} elements")

@@ -217,3 +217,23 @@ def test_kernel_index_patterns() -> None:
     assert (((r0 * 3 + r1) * 4 + r2) // 4).simplify().render() == "(ridx0*3)+ridx1"
     assert (r0 * 4 + r2 < 24).simplify().arg is True
     assert ((r0 + -1) * 4 + r2).render() == "((ridx0*4)+ridx2)-4"
+
+
+def test_overflow_makes_bounds_the_dtype_range() -> None:
+    # x * 2**30 can wrap in int32, so its bounds (and the folds that rely on them) must not assume it doesn't
+    big = x * 2**30
+    assert (big.vmin, big.vmax) == (dtypes.int32.min, dtypes.int32.max)
+    e = big // 2**30
+    for v in (0, 1, 2, 3, 7, 100):
+        assert ref_eval_wrapped(e.simplify(), v) == ref_eval_wrapped(e, v)
+
+
+def ref_eval_wrapped(e: UOp, v: int) -> int:
+    return int(e.sym_infer({"x": v}))  # exec_alu wraps each step to int32, like the C code
+
+
+def test_unsigned_constants_and_minimum() -> None:
+    a = Variable("a", 0, 10, dtypes.uint32)
+    assert UOp.const(dtypes.uint32, -1).arg == 2**32 - 1 and UOp.const(dtypes.int8, 200).arg == -56
+    assert a.minimum(0).sym_infer({"a": 5}) == 0 and a.minimum(7).sym_infer({"a": 9}) == 7
+    assert a.minimum(7).simplify().sym_infer({"a": 3}) == 3

@@ -27,7 +27,15 @@ def _mod_bounds(a0: int, a1: int, b0: int, b1: int) -> tuple[int, int] | None:
 
 
 def min_max(u: UOp) -> tuple[ConstType, ConstType]:
-    """(vmin, vmax) of `u`; falls back to the dtype's range when nothing better is known."""
+    """(vmin, vmax) of `u`; falls back to the dtype's range when nothing better is known or the value may wrap."""
+    lo, hi = _min_max(u)
+    dt = u.dtype
+    if dtypes.is_int(dt) and dt.count == 1 and (lo < dt.min or hi > dt.max):
+        return dt.min, dt.max  # the computation may overflow and wrap: only the dtype's range is certain
+    return lo, hi
+
+
+def _min_max(u: UOp) -> tuple[ConstType, ConstType]:
     op, src = u.op, u.src
     dt = u.dtype
     if op is Ops.CONST:

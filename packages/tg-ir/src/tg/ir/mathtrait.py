@@ -164,7 +164,10 @@ class MathMixin:
         return self._binop(Ops.MAX, x, False)
 
     def minimum(self, x: Any) -> Self:
-        """Elementwise min, as -max(-a, -b)."""
+        """Elementwise min: -max(-a, -b) (a form the symbolic engine folds), or a select for unsigned ints."""
+        if dtypes.is_unsigned(self.dtype):
+            y = self.ufix(x)
+            return (self < y).where(self, y)
         return -((-self).maximum(-self.ufix(x)))
 
     def where(self, x: Any, y: Any) -> Self:

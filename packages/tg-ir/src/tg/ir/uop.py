@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from tg.ir.alu import cdiv, cmod, exec_alu
 from tg.ir.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
+from tg.ir.floats import truncate
 from tg.ir.helpers import argfix, cached_property, prod
 from tg.ir.mathtrait import MathMixin
 from tg.ir.movement import MovementMixin, _fs
@@ -220,6 +221,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if isinstance(b, float) and math.isnan(b):
             b = math.nan
         arg = dtypes.as_const(b, dtype if isinstance(b, tuple) else dtype.scalar())
+        if arg.__class__ is int and dtypes.is_int(dtype) and not dtype.min <= arg <= dtype.max:
+            arg = truncate[dtype.scalar()](arg)  # ints wrap like C (e.g. -1 as uint32 is 0xFFFFFFFF)
         src = (UOp(Ops.DEVICE, arg=device),) if device is not None else ()
         ret = UOp(Ops.VCONST if isinstance(b, tuple) else Ops.CONST, dtype, src, arg)
         if shape is not None:

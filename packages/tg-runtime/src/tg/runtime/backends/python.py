@@ -1,10 +1,11 @@
-"""The PYTHON device: a reference emulator that interprets the linear program exactly, element by element.
+"""The PYTHON device: a reference emulator that runs the linear program exactly, element by element.
 
 It is the correctness oracle: every kernel that runs on CPU must give the same bits here (up to libm's last-ulp
-differences in EXP2/LOG2/SIN, which this device computes with Python's correctly rounded double math then rounds).
+differences in EXP2/LOG2/SIN, which this device computes with Python's double math then rounds, and NaN bits).
 ALU semantics come from `tg.ir.alu` (what `exec_alu`, and so constant folding, uses): ints wrap to their dtype,
-floats round to their dtype after every op, IDIV/MOD truncate toward zero. Buffers are bytearrays; float16 and
-bfloat16 live in memory as 16-bit patterns and as correctly rounded Python floats in registers.
+floats round to their dtype after every op, IDIV/MOD truncate toward zero. The program is translated once into a
+Python function (loops become `for` loops). Buffers are bytearrays, every access is bounds-checked; float16,
+bfloat16 and fp8 live in memory as their bit patterns and in registers as correctly rounded Python floats.
 """
 
 from __future__ import annotations

@@ -134,6 +134,8 @@ def test_rewrite_cycle_raises() -> None:
     try:
         with pytest.raises(pattern_mod.RewriteError, match="fixed point"):
             graph_rewrite(a + Variable("b", 0, 1), pm)
+        with pytest.raises(pattern_mod.RewriteError, match="cycle"):
+            graph_rewrite(a + Variable("b", 0, 1), pm, bottom_up=True)
     finally:
         pattern_mod.REWRITE_LIMIT = old
 

@@ -550,10 +550,12 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
             if n in replace:
                 continue
             if bottom_up:
+                seen = {cur}
                 while (r := rewrite(cur, ctx)) is not None:
                     steps += 1
-                    if steps > REWRITE_LIMIT:
-                        raise RewriteError(f"graph_rewrite {name or ''}: no fixed point, last node {r.op}")
+                    if r in seen or steps > REWRITE_LIMIT:
+                        raise RewriteError(f"graph_rewrite {name or ''}: no fixed point (rules cycle), node {r.op}")
+                    seen.add(r)
                     cur = r
                 if cur is not n and cur in replace:
                     replace[n] = replace[cur]

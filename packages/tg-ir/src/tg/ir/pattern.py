@@ -520,7 +520,7 @@ class RewriteError(RuntimeError):
     """graph_rewrite did not reach a fixed point (a rule cycle)."""
 
 
-REWRITE_LIMIT = 5_000_000
+REWRITE_LIMIT = 1_000_000  # rule firings per graph_rewrite call before we call it a cycle
 
 
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None

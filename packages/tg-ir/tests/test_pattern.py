@@ -161,3 +161,12 @@ def test_debug_prints_rewrite_summary(capsys: pytest.CaptureFixture[str]) -> Non
         graph_rewrite(x + 0, PatternMatcher([(UPat.var("x") + 0, lambda x: x)]), name="mine")
     out = capsys.readouterr().out
     assert "graph_rewrite mine" in out and "fired" in out
+
+
+def test_matchers_compile_lazily_per_op() -> None:
+    pm = PatternMatcher([(UPat.var("x") + 0, lambda x: x), (UPat.var("x") * 1, lambda x: x)])
+    assert pm._fast == {}
+    x = Variable("x", 0, 10)
+    assert pm.rewrite(x + 0) is x
+    assert Ops.ADD in pm._fast and Ops.MUL not in pm._fast
+    assert pm.rewrite(UOp.sink(x)) is None and pm._fast[Ops.SINK] is None

@@ -413,6 +413,10 @@ def rule_location(fxn: Callable[..., Any]) -> str:
     return f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code else repr(fxn)
 
 
+def _unbuilt(u: UOp, ctx: Any) -> Any:  # a sentinel for "not compiled yet"
+    raise AssertionError("unreachable")
+
+
 def _chain(matchers: list[Callable[[UOp, Any], Any]]) -> Callable[[UOp, Any], Any]:
     def match(u: UOp, ctx: Any) -> Any:
         for m in matchers:
@@ -430,20 +434,20 @@ class PatternMatcher:
         for i, rule in enumerate(patterns):
             if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], UPat) and callable(rule[1])):
                 raise TypeError(f"PatternMatcher rule {i} must be a (UPat, callable) pair, got {rule!r}")
+            _check_rule(*rule)  # malformed rules fail here, not at match time
         self.patterns: list[tuple[UPat, Callable[..., Any]]] = list(patterns)
         self.compiled = compiled
-        self.pdict: dict[Ops, list[tuple[Callable[[UOp, Any], Any], UPat, Callable[..., Any]]]] = {}
-        for pat, fxn in self.patterns:
-            m = compile_rule(pat, fxn) if compiled else _interpreted_rule(pat, fxn, *_fxn_params(fxn))
+        # op -> indices of the rules that can match it, in order
+        self.pdict: dict[Ops, list[int]] = {}
+        for idx, (pat, _) in enumerate(self.patterns):
             ops: set[Ops] = set()
             for alt in pat._alts if pat._alts is not None else (pat,):
                 ops |= set(alt.op) if alt.op is not None else set(Ops)
             for op in ops:
-                self.pdict.setdefault(op, []).append((m, pat, fxn))
-        self._fast: dict[Ops, Callable[[UOp, Any], Any]] = {}
-        for op, rules in self.pdict.items():
-            fused = compile_op_matcher(op, [(p, f) for _, p, f in rules]) if compiled else None
-            self._fast[op] = fused if fused is not None else _chain([m for m, _, _ in rules])
+                self.pdict.setdefault(op, []).append(idx)
+        # compiled lazily, per op, on first use (keeps import time low)
+        self._fast: dict[Ops, Callable[[UOp, Any], Any] | None] = {}
+        self._rule_fns: dict[int, Callable[[UOp, Any], Any]] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         if not isinstance(other, PatternMatcher):
@@ -453,15 +457,35 @@ class PatternMatcher:
     def __len__(self) -> int:
         return len(self.patterns)
 
+    def _rule_fn(self, idx: int) -> Callable[[UOp, Any], Any]:
+        if (m := self._rule_fns.get(idx)) is None:
+            pat, fxn = self.patterns[idx]
+            m = compile_rule(pat, fxn) if self.compiled else _interpreted_rule(pat, fxn, *_check_rule(pat, fxn))
+            self._rule_fns[idx] = m
+        return m
+
+    def _build(self, op: Ops) -> Callable[[UOp, Any], Any] | None:
+        idxs = self.pdict.get(op)
+        fn: Callable[[UOp, Any], Any] | None = None
+        if idxs:
+            if self.compiled:
+                fn = compile_op_matcher(op, [self.patterns[i] for i in idxs])
+            if fn is None:
+                fn = _chain([self._rule_fn(i) for i in idxs])
+        self._fast[op] = fn
+        return fn
+
     def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
         """Apply the first rule that matches `uop` and returns something other than None/uop."""
-        if (m := self._fast.get(uop.op)) is None:
-            return None
-        return m(uop, ctx)
+        m = self._fast.get(uop.op, _unbuilt)
+        if m is _unbuilt:
+            m = self._build(uop.op)
+        return None if m is None else m(uop, ctx)
 
     def rewrite_traced(self, uop: UOp, ctx: Any = None) -> UOp | None:
         """rewrite() that records which rule fired in the active trace and in `match_stats`."""
-        for m, _pat, fxn in self.pdict.get(uop.op, ()):
+        for idx in self.pdict.get(uop.op, ()):
+            m, fxn = self._rule_fn(idx), self.patterns[idx][1]
             st = time.perf_counter()
             r = m(uop, ctx)
             loc = rule_location(fxn)

@@ -211,3 +211,18 @@ def test_huge_buffers_are_refused_clearly():
     a = UOp.new_buffer("CPU", 2**31, dtypes.uint8)
     with pytest.raises(NotImplementedError, match="64-bit"):
         sched(a.alu(Ops.ADD, a))
+
+
+def test_reshaped_output_of_a_stored_value_gets_its_buffer():
+    a = buf(4, 8)
+    s = a.r(Ops.ADD, (1,))
+    flat = s.reshape((4,))
+    items, becomes = create_schedule(UOp(Ops.SINK, src=(s, flat)))
+    assert len(items) == 1
+
+    def base(u: UOp) -> UOp:
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        return u
+
+    assert becomes[flat].shape == (4,) and base(becomes[flat]) is base(becomes[s]) is items[0].bufs[0]

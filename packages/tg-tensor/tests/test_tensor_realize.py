@@ -136,3 +136,12 @@ def test_randn_statistics(device):
     assert abs(n.mean()) < 0.15 and abs(n.std() - 1) < 0.15
     r = Tensor.randint(100, low=3, high=6, device=device).numpy()
     assert r.min() >= 3 and r.max() < 6
+
+
+def test_realize_with_a_reshape_of_another_output(device):
+    a = Tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
+    s = a.sum(1, keepdim=True)
+    flat = s.reshape(2)
+    assert kernels_for(s, flat) == 1
+    assert kernels_for(flat) == 0
+    assert flat.tolist() == [3.0, 7.0]

@@ -259,4 +259,8 @@ def create_schedule(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     becomes: dict[UOp, UOp] = {}
     for node, buf in [*sched.stored.items(), *sched.aliases.items()]:
         becomes[node] = buf.reshape(tuple(node.shape))
+    # outputs that are reshapes of stored values need no kernel, but still get their buffer
+    for out in sink.src:
+        if out not in becomes and (out_buf := sched.storage(out)) is not None:
+            becomes[out] = out_buf.reshape(tuple(out.shape))
     return schedule, becomes

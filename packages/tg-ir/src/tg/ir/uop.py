@@ -15,7 +15,7 @@ from tg.ir.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
 from tg.ir.floats import truncate
 from tg.ir.helpers import argfix, cached_property, prod
 from tg.ir.mathtrait import MathMixin
-from tg.ir.movement import MovementMixin, _fs
+from tg.ir.movement import MovementMixin, _eq, _fs
 from tg.ir.ops import AxisType, GroupOp, Ops
 
 _CMP = GroupOp.Comparison
@@ -319,11 +319,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         srcs = (self, *src)
         out_dtype = dtypes.bool.vec(self.dtype.count) if op in _CMP else srcs[-1].dtype if op is Ops.WHERE \
             else self.dtype  # fmt: skip
-        if (s0 := self._shape) is not None or any(s._shape is not None for s in src):
+        if self._shape is not None or any(s._shape is not None for s in src):
             shapes = [s._shape for s in srcs if s._shape is not None]
-            if len(set(shapes)) > 1:
+            if len(set(shapes)) > 1 and not all(_same_shape(shapes[0], sh) for sh in shapes[1:]):
                 raise ValueError(f"{op}: shape mismatch {' vs '.join(_fs(s) for s in shapes)} (no implicit broadcast)")
-            del s0
         return UOp(op, out_dtype, srcs)
 
     def cast(self, dtype: DType) -> UOp:
@@ -513,6 +512,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         from tg.ir.printer import pretty_print
 
         return pretty_print(self)
+
+
+def _same_shape(a: tuple[sint, ...], b: tuple[sint, ...]) -> bool:
+    return len(a) == len(b) and all(_eq(x, y) for x, y in zip(a, b, strict=True))
 
 
 _unique_counter = itertools.count()

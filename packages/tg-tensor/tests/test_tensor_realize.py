@@ -145,3 +145,12 @@ def test_realize_with_a_reshape_of_another_output(device):
     assert kernels_for(s, flat) == 1
     assert kernels_for(flat) == 0
     assert flat.tolist() == [3.0, 7.0]
+
+
+def test_lazy_tensors_reuse_values_stored_by_an_earlier_realize(device):
+    x = Tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], device=device)
+    e = (x - x.max(1, keepdim=True)).exp()
+    out = e / e.sum(1, keepdim=True)
+    assert kernels_for(out) == 3
+    assert kernels_for(e) == 1  # the max was stored by the first realize and is read, not recomputed
+    np.testing.assert_allclose(out.numpy().sum(1), [1.0, 1.0], rtol=1e-6)

@@ -66,6 +66,9 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:
             t.uop = new
+        elif buffer_of(t.uop) is None:
+            # a lazy graph that reads values stored just now: read the buffers instead of recomputing later
+            t.uop = t.uop.substitute(becomes)
 
 
 def host_bytes(t: Tensor) -> bytearray:

@@ -237,3 +237,17 @@ def test_unsigned_constants_and_minimum() -> None:
     assert UOp.const(dtypes.uint32, -1).arg == 2**32 - 1 and UOp.const(dtypes.int8, 200).arg == -56
     assert a.minimum(0).sym_infer({"a": 5}) == 0 and a.minimum(7).sym_infer({"a": 9}) == 7
     assert a.minimum(7).simplify().sym_infer({"a": 3}) == 3
+
+
+def test_dead_range_removal() -> None:
+    from tg.ir import AxisType, pm_dead_ranges
+
+    buf = UOp.param(0, dtypes.float32, 16)
+    r1, r16 = UOp.range(1, 0, AxisType.LOOP), UOp.range(16, 1, AxisType.REDUCE)
+    val = buf.index(r1 * 16 + r16).load()
+    ast = UOp.sink(buf.index(r1).store(val.reduce(r16, arg=Ops.ADD)).end(r1))
+    out = graph_rewrite(ast, symbolic + pm_dead_ranges)
+    assert not any(u.op is Ops.RANGE and u.src[0].arg == 1 for u in out.toposort())
+    st = out.src[0]
+    assert st.op is Ops.STORE and st.src[1].op is Ops.REDUCE and st.src[1].src[1] is r16
+    assert graph_rewrite(val.reduce(r1, arg=Ops.ADD), symbolic + pm_dead_ranges).op is Ops.LOAD

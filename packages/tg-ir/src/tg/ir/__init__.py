@@ -56,7 +56,7 @@ from tg.ir.helpers import (
 from tg.ir.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg.ir.pattern import PatternMatcher, RewriteError, UPat, graph_rewrite, graph_rewrite_map, track_rewrites
 from tg.ir.printer import pretty_print, print_uops, pyrender, render_expr
-from tg.ir.symbolic import simplify, symbolic, symbolic_simple
+from tg.ir.symbolic import pm_dead_ranges, simplify, symbolic, symbolic_simple
 from tg.ir.uop import UOp, Variable, resolve, sint, sint_to_uop, smax, smin, ssimplify, sym_infer
 
 __all__ = [
@@ -111,7 +111,7 @@ __all__ = [
     "graph_rewrite_map",
     "least_upper_dtype",
     "least_upper_float",
-    "partition",
+    "partition", "pm_dead_ranges",
     "pretty_print",
     "print_uops",
     "prod",

@@ -342,6 +342,21 @@ symbolic_int = PatternMatcher([
 symbolic = symbolic_simple + symbolic_int
 
 
+def _drop_dead(x: UOp) -> UOp | None:
+    live = tuple(r for r in x.src[1:] if r.op is Ops.RANGE)
+    if len(live) == len(x.src) - 1:
+        return None
+    return x.replace(src=(x.src[0], *live)) if live else x.src[0]
+
+
+# dead-range removal: a loop that runs once is its index 0; END/REDUCE forget ranges that became constants.
+# Not part of `symbolic` (stages decide when loops may disappear): use `symbolic + pm_dead_ranges`.
+pm_dead_ranges = PatternMatcher([
+    (UPat(Ops.RANGE, name="r", src=(UPat(Ops.CONST),)), lambda r: r.const_like(0) if r.src[0].arg <= 1 else None),
+    (UPat((Ops.END, Ops.REDUCE), name="x", src=(UPat(),), allow_any_len=True), _drop_dead),
+])  # fmt: skip
+
+
 def simplify(u: UOp) -> UOp:
     """Run the `symbolic` rules on `u` to a fixed point (cached per node)."""
     cached: Any = u.__dict__.get("_simplified")

@@ -15,7 +15,7 @@ and the scheduler stores that reduction in its own kernel first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from tg.codegen.schedule.item import KernelInfo
@@ -44,7 +44,7 @@ def index_const(v: int) -> UOp:
 
 def movement_arg(node: UOp) -> Any:
     """The argument of a movement op (new shape, order, padding, ...)."""
-    return node.marg if hasattr(node, "marg") else node.arg
+    return node.arg
 
 
 def strides_of(shape: Sequence[int]) -> tuple[int, ...]:
@@ -138,9 +138,8 @@ class KernelBuilder:
     schedule) a buffer to that BUFFER uop; those nodes are loaded, not recomputed.
     """
 
-    def __init__(self, realized: Mapping[UOp, UOp], storage: Callable[[UOp], UOp | None]) -> None:
+    def __init__(self, realized: Mapping[UOp, UOp]) -> None:
         self.realized = realized
-        self.storage = storage
         self.bufs: list[UOp] = []
         self.params: dict[UOp, UOp] = {}
         self.next_axis = 0

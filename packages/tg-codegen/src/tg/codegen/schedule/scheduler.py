@@ -161,7 +161,7 @@ class _Scheduler:
                 )
                 continue
             realized = {n: b for n, b in self.stored.items() if n is not node}
-            builder = KernelBuilder(realized, self.storage)
+            builder = KernelBuilder(realized)
             value = node.src[1] if node.op is Ops.ASSIGN else node
             if node.op is Ops.CONTIGUOUS:
                 value = node.src[0]

@@ -14,6 +14,10 @@ from tg.ir.ops import GroupOp, Ops
 if TYPE_CHECKING:
     from tg.ir.uop import UOp, sint
 
+_ALU = GroupOp.ALU
+_NO_SHAPE = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.PARAM, Ops.INDEX, Ops.LOAD, Ops.STORE,
+                       Ops.END, Ops.SINK, Ops.GROUP, Ops.DEVICE, Ops.UNIQUE, Ops.REDUCE, Ops.VECTORIZE,
+                       Ops.GEP})  # fmt: skip
 _PASS_SHAPE = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.ASSIGN, Ops.AFTER,
                          Ops.MSELECT, Ops.MSTACK})  # fmt: skip
 
@@ -77,6 +81,13 @@ class MovementMixin:
     @cached_property
     def _shape(self) -> tuple[sint, ...] | None:
         op, src = self.op, self.src
+        if op in _ALU:  # the common case first: kernel-level math has no shape
+            for x in src:
+                if (sh := x._shape) is not None:
+                    return sh
+            return None
+        if op in _NO_SHAPE:
+            return None
         if op is Ops.BUFFER:
             return (self.arg,)
         if op is Ops.BUFFER_VIEW:

@@ -214,6 +214,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
               shape: tuple[sint, ...] | None = None) -> UOp:  # fmt: skip
         """A constant. Vector dtypes take a tuple (VCONST) or broadcast a scalar. With `device` it is a tensor-level
         constant (shape ()), reshaped and expanded to `shape` if given."""
+        if device is None and ((b.__class__ is int and dtype in _INT_SCALARS) or (b.__class__ is float and dtype in
+                               _FLOAT_SCALARS and b == b)):  # fmt: skip
+            if dtype.min <= b <= dtype.max:  # fast path: an in-range Python scalar of the right kind
+                return UOp(Ops.CONST, dtype, (), b)
         if isinstance(b, UOp):
             return b.cast(dtype) if b.dtype is not dtype else b
         if isinstance(b, tuple) and len(set(b)) == 1:
@@ -518,6 +522,8 @@ def _same_shape(a: tuple[sint, ...], b: tuple[sint, ...]) -> bool:
     return len(a) == len(b) and all(_eq(x, y) for x, y in zip(a, b, strict=True))
 
 
+_INT_SCALARS = frozenset(dtypes.ints)
+_FLOAT_SCALARS = frozenset(dtypes.floats)
 _unique_counter = itertools.count()
 _PICKLE_FLAT_DEPTH = 200
 

@@ -104,3 +104,14 @@ def test_reduction_patterns(name, kernels, device, rng):
     out, n = run_counted(ours(t))
     np.testing.assert_allclose(out, ref(a), rtol=1e-4, atol=1e-5)
     assert n == kernels
+
+
+def test_long_elementwise_chain_is_one_kernel(device):
+    # 600 fused adds once nested deeper than the C compiler's bracket limit; the renderer names deep values.
+    x = Tensor(np.arange(8, dtype=np.float32), device=device).realize()
+    y = x
+    for i in range(600):
+        y = y + 1 if i % 2 else y * 1.0
+    out, n = run_counted(y)
+    assert n == 1
+    np.testing.assert_array_equal(out, np.arange(8, dtype=np.float32) + 300)

@@ -253,6 +253,7 @@ class CStyleLanguage(Renderer):
             if (u.op is Ops.MAX and dtypes.is_float(u.dtype)) or (u.op is Ops.CAST and u.dtype is dtypes.uint64):
                 uses.update({s: 2 for s in u.src})
         r: dict[UOp, str] = {}
+        nesting: dict[UOp, int] = {}  # how deep an inlined expression nests (named values are 0)
         body: list[str] = []
         needs: set[str] = set()
         counters: Counter[str] = Counter()
@@ -348,9 +349,11 @@ class CStyleLanguage(Renderer):
                     bool_safe = u.dtype == dtypes.bool and op in _BOOL_SAFE
                     if u.dtype in _NARROW and op not in _KEEPS_RANGE and not bool_safe:
                         expr = f"(({self.render_dtype(u.dtype)}){expr})"
-                if uses[u] == 1:
+                nesting[u] = 1 + max((nesting.get(s, 0) for s in u.src), default=0)
+                if uses[u] == 1 and nesting[u] <= MAX_INLINE_NESTING:
                     r[u] = expr
                 else:
+                    nesting[u] = 0
                     r[u] = fresh("alu" if op not in (Ops.CAST, Ops.BITCAST) else "cast")
                     line(f"{self.render_dtype(u.dtype)} {r[u]} = {_strip(expr)};")
             else:
@@ -365,6 +368,11 @@ class CStyleLanguage(Renderer):
         if "fp8" in needs:
             prefix.append(_FP8_FUNCS)
         return self.render_kernel(name, signature, body, prefix)
+
+
+# Single-use values are inlined into their user up to this depth; deeper chains get a variable, so a long
+# elementwise chain never exceeds the compiler's bracket-nesting limit (clang stops at 256).
+MAX_INLINE_NESTING = 24
 
 
 def _strip(s: str) -> str:

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
-from tg.codegen.schedule.item import KernelInfo
-from tg.ir import AxisType, DType, Ops, UOp, dtypes, exec_alu, prod
+from tg.ir import AxisType, DType, KernelInfo, Ops, UOp, dtypes, exec_alu, prod
 
 # what a step of the walk asks for: the value of (node, index, valid gate)
 Request = tuple[UOp, tuple[UOp, ...], UOp | None]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tg.ir import KernelInfo, UOp
+from tg.ir import UOp
 
-__all__ = ["KernelInfo", "ScheduleItem"]  # KernelInfo lives in tg.ir; re-exported for older imports
+__all__ = ["ScheduleItem"]
 
 
 @dataclass(frozen=True)

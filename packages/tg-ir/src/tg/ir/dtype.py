@@ -134,11 +134,13 @@ class PtrDType(DType):
 
     @property
     def base(self) -> DType:
+        """The pointee dtype."""
         assert self._base is not None
         return self._base
 
     @property
     def vcount(self) -> int:
+        """Number of pointer lanes."""
         return self.v
 
     def _with_v(self, v: int) -> PtrDType:
@@ -146,14 +148,17 @@ class PtrDType(DType):
                         v, self.size)  # fmt: skip
 
     def vec(self, sz: int) -> DType:
+        """A vector of `sz` pointers."""
         if self.v != 1 or sz < 1:
             raise ValueError(f"can't vectorize pointer {self} to {sz}")
         return self if sz == 1 else self._with_v(sz)
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+        """Pointers to pointers don't exist: raises TypeError."""
         raise TypeError(f"can't make a pointer to a pointer ({self})")
 
     def scalar(self) -> DType:
+        """The single-lane pointer."""
         return self if self.v == 1 else self._with_v(1)
 
     def __repr__(self) -> str:

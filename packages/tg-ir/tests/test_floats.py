@@ -198,3 +198,22 @@ def test_bitcast_scalar() -> None:
     assert bitcast_scalar(0x38, dtypes.uint8, dtypes.fp8e4m3) == 1.0
     with pytest.raises(ValueError, match="itemsize"):
         bitcast_scalar(1.0, dtypes.float32, dtypes.float16)
+
+
+@settings(deadline=None)
+@given(st.floats(allow_nan=False, width=64))
+def test_fp16_fp32_match_numpy(x: float) -> None:
+    np = pytest.importorskip("numpy")
+    with np.errstate(over="ignore"):
+        assert float_to_fp16(x) == float(np.float16(x))
+        assert truncate[dtypes.float32](x) == float(np.float32(x))
+
+
+def test_int_wrapping_matches_numpy() -> None:
+    np = pytest.importorskip("numpy")
+    from tg.ir import Ops, exec_alu
+
+    for dt, npdt in [(dtypes.int8, np.int8), (dtypes.uint16, np.uint16), (dtypes.int32, np.int32)]:
+        for a, b in [(100, 100), (-128, -1), (2**15, 3), (7, -9)]:
+            want = (np.array([a]).astype(npdt) * np.array([b]).astype(npdt))[0]
+            assert exec_alu(Ops.MUL, dt, (truncate[dt](a), truncate[dt](b))) == int(want)

@@ -45,6 +45,8 @@ CANONICAL: list[tuple[Any, Any]] = [
     (x.maximum(x + 1), x + 1),
     (x.maximum(y - 20), x),
     ((x < 5).where(y, y), y),
+    ((x < 5).where((x < 5).where(y, 3), 4), (x < 5).where(y, 4)),
+    ((x < 5).where(y, (x < 5).where(3, x)), (x < 5).where(y, x)),
     (x // -4, -(x // 4)),
     (x % -4, x % 4),
     ((y * 4 + 3) // 4 * 4, y * 4),

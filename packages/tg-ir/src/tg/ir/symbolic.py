@@ -99,6 +99,11 @@ symbolic_simple = PatternMatcher([
     # where
     (UPat.var().where(UPat.var("val"), UPat.var("val")), lambda val: val),
     (UPat.cvar("gate", vec=False).where(UPat.var("c0"), UPat.var("c1")), lambda gate, c0, c1: c0 if gate.arg else c1),
+    # a condition re-tested inside its own branch is already decided there
+    (UPat.var("c", dtypes.bool).where(UPat.var("c").where(UPat.var("a"), UPat.var()), UPat.var("d")),
+     lambda c, a, d: c.where(a, d)),
+    (UPat.var("c", dtypes.bool).where(UPat.var("a"), UPat.var("c").where(UPat.var(), UPat.var("d"))),
+     lambda c, a, d: c.where(a, d)),
 ])  # fmt: skip
 
 

@@ -27,6 +27,7 @@ def test_exec_alu_floats() -> None:
     assert exec_alu(Ops.EXP2, dtypes.float16, (100.0,)) == math.inf
     assert exec_alu(Ops.ADD, dtypes.float16, (1.0, 2**-12)) == 1.0
     assert exec_alu(Ops.TRUNC, dtypes.float32, (-2.5,)) == -2.0
+    assert math.copysign(1.0, exec_alu(Ops.TRUNC, dtypes.float32, (-0.5,))) == -1.0  # keeps the sign of zero, as C
     assert exec_alu(Ops.ADD, dtypes.float32.vec(2), ((1.0, 2.0), 1.0)) == (2.0, 3.0)
     with pytest.raises(NotImplementedError):
         exec_alu(Ops.LOAD, dtypes.float32, ())

@@ -77,3 +77,10 @@ def test_symbolic_shape() -> None:
     b = UOp.new_buffer("CPU", 40, dtypes.float32).shrink(((0, n * 4),))
     assert sym_infer(b.shape[0], {"n": 3}) == 12
     assert b.reshape((n, 4)).shape == (n, 4)
+
+
+def test_device_of_a_very_deep_graph_needs_no_recursion() -> None:
+    x = UOp.new_buffer("CPU", 4, dtypes.float32)
+    for _ in range(5000):
+        x = x + x.const_like(1.0)
+    assert x.device == "CPU"

@@ -110,7 +110,8 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.SQRT: _safe_sqrt,
     Ops.RECIPROCAL: _recip,
     Ops.SIN: _safe_sin,
-    Ops.TRUNC: lambda x: x if isinstance(x, int) or not math.isfinite(x) else float(math.trunc(x)),
+    # copysign keeps the sign of zero: trunc(-0.5) is -0.0, as in C
+    Ops.TRUNC: lambda x: x if isinstance(x, int) or not math.isfinite(x) else math.copysign(float(math.trunc(x)), x),
     Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
     Ops.SHR: lambda x, y: x >> y,
     Ops.SHL: lambda x, y: x << y,

@@ -144,14 +144,23 @@ class MovementMixin:
 
     @cached_property
     def device(self) -> str | tuple[str, ...] | None:
-        """The device a tensor-level node lives on (None if it has none)."""
-        if self.op is Ops.DEVICE:
-            return self.arg
-        if self.op in (Ops.BUFFER, Ops.COPY):
-            return self.src[1].device
-        for s in self.src:
-            if (d := s.device) is not None:
-                return d
+        """The device a tensor-level node lives on (None if it has none): that of its first source that has one."""
+        # Walked with an explicit stack, not recursion: tensor graphs can be thousands of nodes deep.
+        stack: list[Any] = [self]
+        seen: set[Any] = set()
+        while stack:
+            node = stack.pop()
+            if node.op is Ops.DEVICE:
+                return node.arg
+            if node.op in (Ops.BUFFER, Ops.COPY):
+                return node.src[1].device
+            if node is not self and "device" in node.__dict__:  # already known below this node
+                if (known := node.__dict__["device"]) is not None:
+                    return known
+                continue
+            if node not in seen:
+                seen.add(node)
+                stack.extend(reversed(node.src))
         return None
 
     # ---- movement ops -----------------------------------------------------------------------------------------

@@ -44,25 +44,6 @@ def _toposort(sink: UOp) -> list[UOp]:
     return order
 
 
-def device_of(node: UOp) -> str | tuple[str, ...] | None:
-    """The device of a tensor-level node (also for graphs too deep for the recursive `UOp.device`)."""
-    try:
-        return node.device
-    except RecursionError:
-        pass
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if n.op is Ops.DEVICE:
-            return n.arg
-        if n.op in (Ops.COPY, Ops.BUFFER):
-            return n.src[1].arg
-        if n not in seen:
-            seen.add(n)
-            stack.extend(reversed(n.src))
-    return None
-
-
 class _Scheduler:
     """Holds the decisions for one `create_schedule` call."""
 
@@ -110,7 +91,7 @@ class _Scheduler:
         if node.op is Ops.ASSIGN:
             self.stored[node] = self.assign_target(node)
         else:
-            if (device := device_of(node)) is None:
+            if (device := node.device) is None:
                 raise ValueError(f"cannot store a {node.op} node without a device")
             self.stored[node] = UOp.new_buffer(device, total_size(node.shape), node.dtype)
 

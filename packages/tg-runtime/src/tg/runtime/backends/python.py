@@ -126,14 +126,7 @@ def _alu_impl(op: Ops, dt: DType) -> tuple[Callable[..., Any], Callable[[Any], A
     if op not in python_alu:
         raise NotImplementedError(f"the PYTHON device can't run {op}")
     tr = truncate.get(dt, lambda x: x)
-    if op is Ops.TRUNC and dtypes.is_float(dt):
-        return _trunc_float, tr
     return python_alu[op], (_int_result(tr) if dtypes.is_int(dt) else tr)
-
-
-def _trunc_float(x: float) -> float:
-    # IEEE trunc keeps the sign of zero (trunc(-0.5) is -0.0), as C's truncf does
-    return math.copysign(float(math.trunc(x)), x) if math.isfinite(x) else x
 
 
 # ops whose tg.ir.alu semantics are a plain Python operator on already-truncated operands: written inline

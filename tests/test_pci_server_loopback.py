@@ -220,6 +220,13 @@ def test_simulated_state_persists_across_sessions(demo_server: ServerProcess, mo
     dev = open_device(demo_server.address, monkeypatch)
     assert dev.map_bar(2).read(0x100, 14) == b"flash contents"
     dev.close()
+    clear_connections()
+    # one stderr line per connection opened and closed (spec 6.7 rule 10); the last close is logged asynchronously
+    deadline = time.monotonic() + 5
+    while demo_server.log.read_text().count("session closed") < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    log = demo_server.log.read_text()
+    assert log.count("session open") >= 3 and log.count("session closed") >= 3, log
 
 
 def test_token_protected_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -100,6 +100,28 @@ def test_lock_file_mode_and_umask_unchanged(_isolated_lock_dir: str) -> None:
         os.umask(old)
 
 
+def test_unwritable_lock_file_names_the_fix(_isolated_lock_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock file left by another user (mode 0644) gives a PermissionError saying what to do, not a bare errno."""
+    path = os.path.join(_isolated_lock_dir, "am_0000:03:00.0.lock")
+    real_open = os.open
+
+    def deny(file: str, flags: int, mode: int = 0o777) -> int:
+        if file == path:
+            raise PermissionError(13, "Permission denied", file)
+        return real_open(file, flags, mode)
+
+    monkeypatch.setattr(os, "open", deny)  # root ignores file modes, so simulate the other user's file
+    with pytest.raises(PermissionError, match=r"lock file .*am_0000:03:00.0.lock.*chmod 666.*TG_DRIVERS_LOCK_DIR"):
+        acquire_device_lock("am_0000:03:00.0.lock")
+
+
+def test_missing_lock_directory_is_named(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = os.path.join(str(tmp_path), "no-such-dir")
+    monkeypatch.setenv("TG_DRIVERS_LOCK_DIR", missing)
+    with pytest.raises(FileNotFoundError, match=rf"lock directory {missing} does not exist.*TG_DRIVERS_LOCK_DIR"):
+        acquire_device_lock("am_x.lock")
+
+
 def test_lock_names_are_validated() -> None:
     with pytest.raises(ValueError):
         acquire_device_lock("../x")

@@ -64,6 +64,22 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "SECURITY",
     ):
         assert flag in out, flag
+    # the behaviour spec section 6.7 requires, not just the flags
+    text = " ".join(out.split())
+    for phrase in (
+        "binds to 127.0.0.1 by default",
+        "prints a warning",
+        "0600",
+        "a stale socket file is replaced",
+        "server busy",
+        "freed when it disconnects",
+        "never partly applied",
+        "listening on <address>",
+        "one line per connection opened or closed",
+        "K/M/G",
+        "0 = never",
+    ):
+        assert phrase in text, phrase
 
 
 def test_parse_size() -> None:

@@ -23,8 +23,15 @@ SECURITY: a client of this server gets raw read/write access to device BARs, con
 reset. A malicious client can DMA-attack this host through a bus-mastering device, brick the device, or exhaust
 memory. The server therefore binds to 127.0.0.1 by default; reach it from another machine through an SSH tunnel
 (ssh -L 6667:127.0.0.1:6667 host), or bind elsewhere with --host (a warning is printed) and set a token.
-Every request is validated (BAR, config-space and allocation bounds, sizes, handles) before the device is touched;
-one client is served at a time, and its state (opened devices, mappings, allocations) is freed when it disconnects.
+Every request is validated (BAR, config-space and allocation bounds, sizes, handles) before the device is touched:
+a bad read gets an error reply, a bad posted write (MMIO_WRITE/SYSMEM_WRITE) drops the session and is never partly
+applied, an unknown command gets an error and the connection is closed. One client is served at a time: a second
+connection is answered "server busy" and closed. A client's state (opened devices and their locks, mappings, DMA
+allocations) is freed when it disconnects.
+
+Once ready, the server prints "listening on <address>" on stdout. It logs one line per connection opened or closed
+and one per error on stderr (--verbose: one per request). SIGTERM or SIGINT stops it. Sizes accept K/M/G suffixes
+(binary: 64M = 64 MiB).
 """
 
 EPILOG = """\

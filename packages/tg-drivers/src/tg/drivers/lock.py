@@ -81,7 +81,19 @@ def acquire_device_lock(name: str) -> DeviceLock:
     if not name or "/" in name or "\0" in name:
         raise ValueError(f"invalid lock name {name!r}")
     path = os.path.join(lock_dir(), name)
-    fd = _open_lock_file(path)
+    try:
+        fd = _open_lock_file(path)
+    except PermissionError as e:
+        raise PermissionError(
+            f"no permission to open the lock file {path} ({e.strerror}): another user created it without write "
+            f"access for you; remove it or make it writable (sudo chmod 666 {path}), or choose another lock "
+            "directory with TG_DRIVERS_LOCK_DIR"
+        ) from e
+    except FileNotFoundError as e:
+        raise FileNotFoundError(
+            f"cannot create the lock file {path}: the lock directory {os.path.dirname(path)} does not exist "
+            "(set by TG_DRIVERS_LOCK_DIR or the system temp directory)"
+        ) from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

@@ -631,3 +631,45 @@ def test_interrupt_while_reporting_a_verified_sector_resumes_after_it(tmp_path: 
         "hint: flash stopped at sector 2; resume with --start-sector 2 --sector-count 2 --yes",
         "error: interrupted",
     ]
+
+
+# --- output files: checked before the device is opened, never half-written ------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("fw", "dump", "{missing}/fw.bin"), "error: output directory does not exist: {missing}"),
+        (("romsw", "dump", "{missing}/a.bin"), "error: output directory does not exist: {missing}"),
+        (("romsw", "read", "0", "0x10", "-o", "{missing}/r.bin"), "error: output directory does not exist: {missing}"),
+        (("fw", "dump", "{tmp}"), "error: output path is a directory: {tmp}"),
+        (("romsw", "dump", "{tmp}"), "error: output path is a directory: {tmp}"),
+    ],
+)
+def test_unusable_output_path_is_refused_before_reading(
+    cli: Runner, board: SimulatedNavi31, tmp_path: Path, argv: tuple[str, ...], message: str
+) -> None:
+    """A dump that could only fail at the rename would read the whole flash first and then lose it."""
+    names = {"missing": str(tmp_path / "missing"), "tmp": str(tmp_path)}
+    spy = SimOpener(board)
+    r = cli(spy, *(a.format(**names) for a in argv))
+    assert (r.code, r.err.strip()) == (1, message.format(**names))
+    assert spy.calls == [] and r.out == ""
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_dump_keeps_the_previous_file_and_leaves_no_partial(cli: Runner, tmp_path: Path) -> None:
+    board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
+    out = tmp_path / "a.bin"
+    out.write_bytes(b"previous backup")
+    board.stall_after_txns = 200  # the engine hangs in the middle of the first 64 KiB block
+    r = cli(board, "romsw", "dump", str(out))
+    assert r.code == 1
+    assert r.err.strip().startswith("error: ROM_SW transaction timeout")
+    assert r.out == ""
+    assert os.listdir(tmp_path) == ["a.bin"]
+    assert out.read_bytes() == b"previous backup"
+    board.stall_after_txns = None
+    mirrored = SimulatedNavi31(SimConfig(flash=build_ifwi(6), rom_aperture="mirror_1mib"))
+    r = cli(SimOpener(mirrored, direct=True), "fw", "dump", str(out))
+    assert r.code == 1
+    assert os.listdir(tmp_path) == ["a.bin"]
+    assert out.read_bytes() == b"previous backup"

@@ -28,7 +28,7 @@ from amdflash.gd25 import (
 from amdflash.ifwi import IFWI_MAGIC, check_image_size, resolve_ifwi_item
 from amdflash.romsw import Navi31SPI, check_prescale
 from amdflash.settings import Settings
-from amdflash.util import atomic_write, atomic_writer
+from amdflash.util import atomic_write, atomic_writer, check_output_path
 
 DISABLED = "firmware writes are disabled: stock reflash validation failed; use 'amdflash romsw flash' for recovery"
 IFWI_SIZE_MESSAGE = "Navi31 IFWI image must be exactly 2 MiB"
@@ -145,6 +145,8 @@ def romsw_read(ctx: Context) -> int:
     addr, size = ctx.args.address, ctx.args.size
     if addr < 0 or size < 0 or addr + size > FLASH_SIZE:
         raise ValueError("read outside 2 MiB flash")
+    if ctx.args.output:
+        check_output_path(ctx.args.output)
     with ctx.flash() as chip:
         data = chip.read(addr, size)
     if ctx.args.output:
@@ -158,6 +160,7 @@ def romsw_dump(ctx: Context) -> int:
     """`romsw dump OUTPUT`: the whole flash, sector by sector, into OUTPUT.partial, renamed when complete."""
     romsw_preflight(ctx)
     output = ctx.args.output
+    check_output_path(output)
     digest = hashlib.sha256()
     with ctx.flash() as chip, atomic_writer(output, tmp_path=output + ".partial") as f:
         for addr in range(0, FLASH_SIZE, SECTOR_SIZE):
@@ -248,6 +251,7 @@ def fw_probe(ctx: Context) -> int:
 def fw_dump(ctx: Context) -> int:
     """`fw dump OUTPUT`: raw image through ROM_INDEX/ROM_DATA, validated before anything is written."""
     output = ctx.args.output
+    check_output_path(output)
     t0 = time.monotonic()
     with ctx.device(fw_transport(ctx.args)) as dev:
         data = dump_rom_aperture(Bar5(dev), progress=ctx.out)

@@ -106,6 +106,21 @@ def _umask() -> int:
     return mask
 
 
+def check_output_path(path: str | os.PathLike[str]) -> None:
+    """Check, before any device is opened, that `path` can receive an atomically written file.
+
+    A dump that fails only after minutes of reading (a missing directory, a directory as target) would lose the data.
+    """
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    if os.path.isdir(target):
+        raise ValueError(f"output path is a directory: {target}")
+    if not os.path.isdir(directory):
+        raise ValueError(f"output directory does not exist: {directory}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(f"output directory is not writable: {directory}")
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` atomically (temporary file in the same directory, fsync, rename)."""
     with atomic_writer(path) as f:

@@ -77,3 +77,18 @@ def test_bool_int_conversion_of_uops() -> None:
         bool(x < 5)
     with pytest.raises(TypeError):
         int(x)
+
+
+def test_shifts_and_powers_fold_without_huge_ints() -> None:
+    # C leaves out-of-range shift counts undefined; folding must neither raise nor build a gigantic Python int
+    assert exec_alu(Ops.SHL, dtypes.int64, (1, 2**40)) == 0 and exec_alu(Ops.SHL, dtypes.int32, (1, 64)) == 0
+    assert exec_alu(Ops.SHL, dtypes.int32, (1, -1)) == 0 and exec_alu(Ops.SHR, dtypes.int32, (8, -1)) == 0
+    assert exec_alu(Ops.SHL, dtypes.uint8, (1, 63)) == 0 and exec_alu(Ops.SHR, dtypes.int32, (-8, 1)) == -4
+    c = lambda v: UOp.const(dtypes.int64, v)
+    assert (c(1) << c(2**40)).simplify().arg == 0
+    assert (c(1) >> c(-3)).simplify().arg == 0
+    # integer powers wrap like the other int ops; a huge exponent folds at once
+    assert exec_alu(Ops.POW, dtypes.int64, (3, 2**40)) == pow(3, 2**40, 2**64) - 2**64
+    assert exec_alu(Ops.POW, dtypes.int32, (-3, 21)) == ((-3) ** 21 + 2**31) % 2**32 - 2**31
+    assert exec_alu(Ops.POW, dtypes.uint8, (2, 9)) == 0 and exec_alu(Ops.POW, dtypes.int32, (7, 0)) == 1
+    assert c(3).alu(Ops.POW, c(2**40)).simplify().arg == pow(3, 2**40, 2**64) - 2**64

@@ -84,3 +84,14 @@ def test_device_of_a_very_deep_graph_needs_no_recursion() -> None:
     for _ in range(5000):
         x = x + x.const_like(1.0)
     assert x.device == "CPU"
+
+
+def test_negative_sizes_and_bad_devices_raise() -> None:
+    t = buf(3).reshape((3, 1))
+    with pytest.raises(ValueError, match=r"expand: negative dimension in \(3, -2\)"):
+        t.expand((3, -2))
+    with pytest.raises(ValueError, match="negative dimension"):
+        UOp.full((-2, 3), 1.0, dtypes.float32, "CPU")
+    with pytest.raises(TypeError, match="copy_to_device: device must be a str"):
+        t.copy_to_device(3)  # type: ignore[arg-type]
+    assert t.copy_to_device(("CPU:1", "CPU:2")).op is Ops.COPY and t.copy_to_device("PYTHON").device == "PYTHON"

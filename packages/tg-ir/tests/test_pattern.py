@@ -170,3 +170,14 @@ def test_matchers_compile_lazily_per_op() -> None:
     assert pm.rewrite(x + 0) is x
     assert Ops.ADD in pm._fast and Ops.MUL not in pm._fast
     assert pm.rewrite(UOp.sink(x)) is None and pm._fast[Ops.SINK] is None
+
+
+def test_a_rule_returning_a_non_uop_is_named() -> None:
+    x = Variable("x", 0, 10)
+    pm = PatternMatcher([(UPat(Ops.ADD, name="a"), lambda a: 3)])
+    with pytest.raises(TypeError, match=r"rule test_pattern.py:\d+ returned int 3 for Ops.ADD; rules must return"):
+        graph_rewrite(x + 1, pm)
+    with pytest.raises(TypeError, match="returned int 3"):
+        graph_rewrite(x + 1, pm, bottom_up=True)
+    with pytest.raises(TypeError, match="graph_rewrite needs a PatternMatcher, got list"):
+        graph_rewrite(x, [pm])  # type: ignore[arg-type]

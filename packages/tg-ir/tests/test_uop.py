@@ -65,6 +65,31 @@ def test_ill_typed_raises() -> None:
         UOp(Ops.ADD, dtypes.int32, [x, x])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="hashable"):
         UOp(Ops.CUSTOM, arg=[1])
+    # the basic field checks come before the ALU checks, so a bad field is named instead of crashing
+    with pytest.raises(TypeError, match="src must be a tuple of UOps"):
+        UOp(Ops.ADD, dtypes.int32, (x, 3))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dtype must be a DType, got 'int32'"):
+        UOp(Ops.ADD, "int32", (x, x))  # type: ignore[arg-type]
+
+
+def test_ops_that_need_a_dtype_class_raise_on_the_wrong_one() -> None:
+    x = Variable("x", 0, 10)
+    f = UOp.const(dtypes.float32, 2.0)
+    with pytest.raises(TypeError, match=r"Ops.SQRT needs a float dtype, got dtypes.int32"):
+        x.sqrt()
+    with pytest.raises(TypeError, match=r"Ops.EXP2 needs a float dtype"):
+        UOp(Ops.EXP2, dtypes.int32, (x,))
+    with pytest.raises(TypeError, match=r"Ops.AND needs an int or bool dtype, got dtypes.float32"):
+        _ = f & f
+    with pytest.raises(TypeError, match=r"Ops.SHL needs an int or bool dtype"):
+        UOp(Ops.SHL, dtypes.float32, (f, f))
+    with pytest.raises(TypeError, match=r"Ops.SIN needs a float dtype, got dtypes.int32.vec\(2\)"):
+        x.broadcast(2).sin()
+    # the right dtype classes still build, vectors included
+    b = x < 3
+    assert (b & b).dtype is dtypes.bool and (x ^ x).dtype is dtypes.int32 and (x << 1).dtype is dtypes.int32
+    assert f.sqrt().dtype is dtypes.float32 and f.broadcast(4).exp2().dtype is dtypes.float32.vec(4)
+    assert (x // 2).dtype is dtypes.int32 and (f % f).dtype is dtypes.float32  # float MOD is C's fmod
 
 
 def test_bounds() -> None:
@@ -89,6 +114,10 @@ def test_variable_bind_sym_infer() -> None:
     assert sym_infer(n * 3 + 1, {n: 5}) == 16
     assert sym_infer(7, {}) == 7
     assert (n * 2 + bn).variables() == [n]
+    with pytest.raises(TypeError, match=r"bounds of a dtypes.int32 variable must be ints, got \[0.5, 1\]"):
+        Variable("y", 0.5, 1)
+    with pytest.raises(TypeError, match="must be ints"):
+        Variable("y", 0, "8")  # type: ignore[arg-type]
 
 
 def test_smax_smin() -> None:

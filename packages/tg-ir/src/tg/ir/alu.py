@@ -1,8 +1,10 @@
 """Python reference semantics of every ALU op, used for constant folding and by the PYTHON backend.
 
 Integer division and remainder are C-style: IDIV truncates toward zero, MOD takes the sign of the dividend
-(`-7 // 2 == -3`, `-7 % 2 == -1`). Division by zero yields 0 for ints (C leaves it undefined; we pick a value so
-folding never raises). Results are truncated to the output dtype (ints wrap, floats round).
+(`-7 // 2 == -3`, `-7 % 2 == -1`). Division by zero yields 0 for ints, and so do a shift by a negative count and
+a left shift by 64 or more (C leaves these undefined; we pick values so folding never raises or builds huge ints).
+Integer powers are computed modulo 2**64, so huge exponents fold quickly. Results are truncated to the output
+dtype (ints wrap, floats round).
 """
 
 from __future__ import annotations
@@ -76,7 +78,19 @@ def _mod(x: Any, y: Any) -> Any:
     return cmod(x, y)
 
 
+def _shl(x: Any, y: Any) -> Any:
+    # a count of 64 or more leaves no bits in any dtype once the result wraps; Python would build a huge int
+    return x << y if 0 <= y < 64 else 0
+
+
+def _shr(x: Any, y: Any) -> Any:
+    return x >> y if y >= 0 else 0
+
+
 def _pow(x: Any, y: Any) -> Any:
+    if isinstance(x, int) and isinstance(y, int) and y >= 0:
+        # results wrap to at most 64 bits, so modular exponentiation gives the same low bits without the huge int
+        return pow(x, y, 1 << 64)
     try:
         r = x**y
         return r if not isinstance(r, complex) else math.nan
@@ -113,8 +127,8 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     # copysign keeps the sign of zero: trunc(-0.5) is -0.0, as in C
     Ops.TRUNC: lambda x: x if isinstance(x, int) or not math.isfinite(x) else math.copysign(float(math.trunc(x)), x),
     Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
-    Ops.SHR: lambda x, y: x >> y,
-    Ops.SHL: lambda x, y: x << y,
+    Ops.SHR: _shr,
+    Ops.SHL: _shl,
     Ops.MUL: lambda x, y: x * y,
     Ops.ADD: lambda x, y: x + y,
     Ops.SUB: lambda x, y: x - y,

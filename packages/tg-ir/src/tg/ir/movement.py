@@ -199,6 +199,8 @@ class MovementMixin:
             raise ValueError(f"expand: {_fs(self.shape)} to {_fs(shape)} changes the number of dims")
         for s, n in zip(self.shape, shape, strict=True):
             _check_sint("expand", n)
+            if _is_int(n) and n < 0:
+                raise ValueError(f"expand: negative dimension in {_fs(shape)}")
             if not (_eq(s, n) or _eq(s, 1)):
                 raise ValueError(f"expand: can't expand {_fs(self.shape)} to {_fs(shape)} (only size-1 axes can grow)")
         if shape == self.shape:
@@ -273,6 +275,8 @@ class MovementMixin:
         """COPY(self, DEVICE(device)): the value on another device."""
         from tg.ir.uop import UOp
 
+        if not (isinstance(device, str) or (isinstance(device, tuple) and all(isinstance(d, str) for d in device))):
+            raise TypeError(f"copy_to_device: device must be a str or a tuple of str, got {device!r}")
         return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)), arg)  # type: ignore[attr-defined,arg-type]
 
     def assign(self, value: UOp) -> UOp:

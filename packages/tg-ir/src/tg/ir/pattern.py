@@ -547,6 +547,17 @@ class RewriteError(RuntimeError):
 REWRITE_LIMIT = 1_000_000  # rule firings per graph_rewrite call before we call it a cycle
 
 
+def _bad_result(pm: PatternMatcher, node: UOp, r: Any, ctx: Any) -> TypeError:
+    """The error for a rule that returned something other than a UOp or None, naming the rule when it can."""
+    loc = "a rule"
+    for idx in pm.pdict.get(node.op, ()):
+        got = pm._rule_fn(idx)(node, ctx)
+        if got is not None and got is not node and got.__class__ is not UOp:
+            loc = f"rule {rule_location(pm.patterns[idx][1])}"
+            break
+    return TypeError(f"{loc} returned {type(r).__name__} {r!r} for {node.op}; rules must return a UOp or None")
+
+
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None
                   ) -> UOp:  # fmt: skip
     """Rewrite the DAG under `root` with `pm` until no rule applies, memoising per node.
@@ -562,6 +573,8 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
     """Like graph_rewrite, returning the map from every visited original node to its rewritten node."""
     if not isinstance(root, UOp):
         raise TypeError(f"graph_rewrite needs a UOp, got {type(root).__name__}")
+    if not isinstance(pm, PatternMatcher):
+        raise TypeError(f"graph_rewrite needs a PatternMatcher, got {type(pm).__name__}")
     verbose = DEBUG >= 6
     rewrite = pm.rewrite_traced if (_active_traces or TRACK_MATCH_STATS or DEBUG >= 7) else pm.rewrite
     st = time.perf_counter() if verbose else 0.0
@@ -576,6 +589,8 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
             if bottom_up:
                 seen = {cur}
                 while (r := rewrite(cur, ctx)) is not None:
+                    if r.__class__ is not UOp:
+                        raise _bad_result(pm, cur, r, ctx)
                     steps += 1
                     if r in seen or steps > REWRITE_LIMIT:
                         raise RewriteError(f"graph_rewrite {name or ''}: no fixed point (rules cycle), node {r.op}")
@@ -605,6 +620,8 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
                 if new_n is not n:
                     replace[new_n] = new_n
             else:
+                if r.__class__ is not UOp:
+                    raise _bad_result(pm, new_n, r, ctx)
                 steps += 1
                 if steps > REWRITE_LIMIT:
                     raise RewriteError(f"graph_rewrite {name or ''}: no fixed point, last node {r.op}")

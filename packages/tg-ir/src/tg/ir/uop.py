@@ -20,6 +20,8 @@ from tg.ir.ops import AxisType, GroupOp, Ops
 
 _CMP = GroupOp.Comparison
 _BINARY_SAME = GroupOp.Binary - GroupOp.Comparison - {Ops.SHL, Ops.SHR, Ops.THREEFRY}
+_FLOAT_ONLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL})
+_INT_OR_BOOL_ONLY = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
 
 
 def _check_alu(op: Ops, dtype: DType, src: tuple[UOp, ...]) -> None:
@@ -40,6 +42,10 @@ def _check_alu(op: Ops, dtype: DType, src: tuple[UOp, ...]) -> None:
             raise TypeError(f"WHERE needs (bool, {dtype}, {dtype}), got {tuple(s.dtype for s in src)}")
     elif op in (Ops.SHL, Ops.SHR) and src[0].dtype is not dtype:
         raise TypeError(f"{op} needs its first source of dtype {dtype}, got {src[0].dtype}")
+    if op in _FLOAT_ONLY and not dtypes.is_float(dtype):
+        raise TypeError(f"{op} needs a float dtype, got {dtype} (cast ints to a float first)")
+    if op in _INT_OR_BOOL_ONLY and not (dtypes.is_int(dtype) or dtype.scalar() is dtypes.bool):
+        raise TypeError(f"{op} needs an int or bool dtype, got {dtype}")
 
 
 class UOpMetaClass(type):
@@ -58,8 +64,6 @@ class UOpMetaClass(type):
             if src.__class__ is not tuple:
                 raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}") from None
             raise TypeError(f"UOp {op}: arg and tag must be hashable, got arg={arg!r} tag={tag!r}") from None
-        if op in GroupOp.ALU:
-            _check_alu(op, dtype, src)
         ret = type.__call__(cls, op, dtype, src, arg, tag)
         ret.__dict__["_ukey"] = key
         UOpMetaClass.ucache[key] = weakref.ref(ret)
@@ -86,6 +90,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise TypeError(f"UOp {op}: dtype must be a DType, got {dtype!r}")
         if src.__class__ is not tuple or not all(s.__class__ is UOp for s in src):
             raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}")
+        if op in GroupOp.ALU:
+            _check_alu(op, dtype, src)
         self.__dict__.update(op=op, dtype=dtype, src=src, arg=arg, tag=tag)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -251,6 +257,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """A named symbolic integer with inclusive bounds [min_val, max_val] (a DEFINE_VAR)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"Variable name must be a non-empty str, got {name!r}")
+        if dtypes.is_int(dtype) and not (isinstance(min_val, int) and isinstance(max_val, int)):
+            raise TypeError(f"Variable {name}: bounds of a {dtype} variable must be ints, "
+                            f"got [{min_val!r}, {max_val!r}]")  # fmt: skip
         if isinstance(min_val, UOp) or isinstance(max_val, UOp) or min_val > max_val:
             raise ValueError(f"Variable {name}: need concrete min <= max, got [{min_val}, {max_val}]")
         return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))

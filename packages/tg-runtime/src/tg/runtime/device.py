@@ -521,7 +521,10 @@ class Compiled:
         if self._renderer is None:
             source: Any = self._renderer_source
             if source is None:
-                raise RuntimeError(f"device {self.device} has no renderer: it does not run kernels")
+                raise RuntimeError(
+                    f"device {self.device} has no renderer: it does not run kernels; "
+                    "copy the data to a compute device first, e.g. t.to('CPU')"
+                )
             self._renderer = source() if isinstance(source, type) or _is_factory(source) else source
         assert self._renderer is not None
         return self._renderer

@@ -84,8 +84,8 @@ class CompiledRunner(Runner):
         dev = Device[device if device is not None else p.device]
         if DEBUG.value >= 5:
             print(p.ast)
-        if DEBUG.value >= 3 and p.applied_opts:
-            print(f"{p.name}: applied opts {p.applied_opts}")
+        if DEBUG.value >= 3:  # printed even when empty, so DEBUG=3 always says which opts a kernel got
+            print(f"{p.name}: applied opts {tuple(p.applied_opts)}")
         if DEBUG.value >= 4:
             print(p.src)
         self.lib = lib if lib is not None else dev.compiler.compile_cached(p.src)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tg.ir import DType, dtypes, to_dtype
+from tg.ir.floats import from_storage_scalar, storage_fmt, to_storage_scalar
 
 _NAME_BY_FMT = {"?": "bool", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32",
                 "q": "int64", "Q": "uint64", "e": "float16", "f": "float32", "d": "float64"}  # fmt: skip
@@ -32,7 +33,7 @@ def is_int(x: Any) -> bool:
 def struct_format(dt: DType) -> str:
     """The struct/numpy format character of `dt` (ValueError for dtypes without one, e.g. bfloat16)."""
     if dt.fmt is None or dt.fmt not in _NAME_BY_FMT:
-        raise ValueError(f"{dt.name} has no host representation; cast to float32 first")
+        raise ValueError(f"{dt.name} has no numpy dtype; use .float().numpy() (or .tolist(), which converts)")
     return dt.fmt
 
 
@@ -82,13 +83,22 @@ def _shape_and_leaves(data: Sequence[Any]) -> tuple[tuple[int, ...], list[Any]]:
     return tuple(shape), leaves
 
 
+def _stored_as_code(dt: DType) -> bool:
+    """bfloat16 and fp8 have no struct/numpy format: their host form is the integer code of their bits."""
+    return dt is dtypes.bfloat16 or dt in dtypes.fp8s
+
+
 def pack(values: Sequence[Any], dt: DType) -> bytes:
-    """`values` (Python numbers) as the bytes of a `dt` array."""
+    """`values` (Python numbers) as the bytes of a `dt` array (bfloat16/fp8 rounded to nearest even)."""
+    if _stored_as_code(dt):
+        codes = [to_storage_scalar(float(v), dt) for v in values]
+        return struct.pack(f"<{len(codes)}{storage_fmt(dt)}", *codes)
     fmt = struct_format(dt)
     if dt is dtypes.bool:
         values = [bool(v) for v in values]
     elif dtypes.is_int(dt):
         values = [int(v) for v in values]
+        check_int_range(values, dt)
     else:
         values = [float(v) for v in values]
         if fmt == "e":  # like numpy, out-of-range halves become infinities instead of failing
@@ -96,10 +106,21 @@ def pack(values: Sequence[Any], dt: DType) -> bytes:
     return struct.pack(f"<{len(values)}{fmt}", *values)
 
 
+def check_int_range(values: Sequence[int], dt: DType) -> None:
+    """OverflowError naming the first value that an integer `dt` cannot hold (instead of a silent wrap)."""
+    lo, hi = int(dt.min), int(dt.max)
+    for v in values:
+        if not lo <= v <= hi:
+            raise OverflowError(f"{v} is out of range for {dt.name} ({lo} to {hi}); pass a wider dtype, e.g. int64")
+
+
 def unpack(data: bytes | bytearray | memoryview, dt: DType, shape: tuple[int, ...]) -> Any:
     """The bytes of a `dt` array as nested Python lists of `shape` (a scalar for shape ())."""
-    fmt = struct_format(dt)
-    flat: list[Any] = list(struct.unpack(f"<{len(data) // dt.itemsize}{fmt}", data))
+    if _stored_as_code(dt):
+        codes = struct.unpack(f"<{len(data) // dt.itemsize}{storage_fmt(dt)}", data)
+        flat: list[Any] = [from_storage_scalar(c, dt) for c in codes]
+    else:
+        flat = list(struct.unpack(f"<{len(data) // dt.itemsize}{struct_format(dt)}", data))
     if not shape:
         return flat[0]
     for d in range(len(shape) - 1, 0, -1):

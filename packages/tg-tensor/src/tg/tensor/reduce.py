@@ -24,7 +24,10 @@ def _axes(t: Tensor, axis: AxisArg) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(t.ndim))
     raw = [axis] if isinstance(axis, int) else list(axis)
-    axes = tuple(sorted({_canon_axis(a, t.ndim) for a in raw}))
+    canon = [_canon_axis(a, t.ndim) for a in raw]
+    if len(set(canon)) != len(canon):
+        raise ValueError(f"duplicate axis in {axis!r} for a {t.ndim}-d tensor")
+    axes = tuple(sorted(canon))
     if t.ndim == 0 and axes:
         return ()
     return axes

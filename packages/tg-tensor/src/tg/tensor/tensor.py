@@ -17,7 +17,7 @@ from tg.tensor import movement as _movement
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
-from tg.tensor.data import from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
+from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
 from tg.tensor.shapes import broadcast_shape, shape_arg
 
 Scalar = bool | int | float
@@ -94,18 +94,20 @@ class Tensor(_DTypeShortcuts):
             self.uop = data.uop if dt is None else data.uop.cast(dt)
         elif isinstance(data, (bool, int, float)):
             dt = dt or dtypes.from_py(data)
-            self.uop = UOp.full((), _coerce(data, dt), dt, canonical_device(device))
+            self.uop = UOp.full((), _fill_value(data, dt), dt, canonical_device(device))
         elif isinstance(data, (list, tuple)):
             raw, shape, dt = list_to_bytes(data, dt)
             self.uop = _from_bytes(raw, shape, dt, canonical_device(device))
         elif is_numpy(data) and hasattr(data, "dtype"):
             if data.ndim == 0 and type(data).__name__ != "ndarray":  # a numpy scalar
                 dt = dt or from_numpy_dtype(data.dtype)
-                self.uop = UOp.full((), _coerce(data.item(), dt), dt, canonical_device(device))
+                self.uop = UOp.full((), _fill_value(data.item(), dt), dt, canonical_device(device))
             else:
                 dt = dt or from_numpy_dtype(data.dtype)
-                arr = data.astype(to_numpy_dtype(dt), copy=False).reshape(data.shape)
-                raw = arr.tobytes(order="C")
+                if dt is dtypes.bfloat16 or dt in dtypes.fp8s:  # no numpy dtype: round each value in Python
+                    raw = pack(data.astype("float64").ravel().tolist(), dt)
+                else:
+                    raw = data.astype(to_numpy_dtype(dt), copy=False).reshape(data.shape).tobytes(order="C")
                 self.uop = _from_bytes(raw, tuple(int(x) for x in data.shape), dt, canonical_device(device))
         elif isinstance(data, (bytes, bytearray, memoryview)):
             raw = bytes(data)
@@ -181,7 +183,7 @@ class Tensor(_DTypeShortcuts):
         """A tensor of `shape` filled with `fill_value`: `Tensor.full((2, 3), 7)`."""
         shp = shape_arg((shape,)) if not isinstance(shape, int) else (shape,)
         dt = _to_dtype(dtype) or dtypes.from_py(fill_value)
-        return Tensor(UOp.full(shp, _coerce(fill_value, dt), dt, canonical_device(device)))
+        return Tensor(UOp.full(shp, _fill_value(fill_value, dt), dt, canonical_device(device)))
 
     @staticmethod
     def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -368,7 +370,7 @@ class Tensor(_DTypeShortcuts):
             # fast path: a weak scalar becomes a constant of x's final shape directly
             dt = weak_promote(self.dtype, other)
             x = self.cast(dt)
-            c = Tensor(UOp.const(dt, _coerce(other, dt), self.device, x.uop.shape))
+            c = Tensor(UOp.const(dt, _fill_value(other, dt), self.device, x.uop.shape))
             return (c, x) if reverse else (x, c)
         else:
             y = Tensor(other, device=self.device)
@@ -496,7 +498,9 @@ class Tensor(_DTypeShortcuts):
         return self._binary(Ops.SHR, x)
 
     def __invert__(self) -> Tensor:
-        return self.logical_not() if self.dtype is dtypes.bool else self ^ -1
+        if self.dtype is dtypes.bool:
+            return self.logical_not()
+        return self ^ (int(self.dtype.max) if dtypes.is_unsigned(self.dtype) else -1)
 
     def __lt__(self, x: Any) -> Tensor:
         return self._binary(Ops.CMPLT, x)
@@ -702,6 +706,14 @@ def _coerce(value: Scalar, dt: DType) -> ConstType:
             raise ValueError(f"cannot make an {dt.name} constant from {value}")
         return int(value)
     return float(value)
+
+
+def _fill_value(value: Scalar, dt: DType) -> ConstType:
+    """`_coerce` for values the user stores directly: an int that `dt` cannot hold is an OverflowError."""
+    v = _coerce(value, dt)
+    if dtypes.is_int(dt) and isinstance(v, int):
+        check_int_range((v,), dt)
+    return v
 
 
 def _from_bytes(raw: bytes, shape: tuple[int, ...], dt: DType, device: str) -> UOp:

@@ -229,6 +229,16 @@ def test_overlong_trailing_data_breaks_the_connection(fake: Callable[..., FakeSe
     assert conn.broken
 
 
+def test_a_server_that_is_not_a_pci_server_is_named(fake: Callable[..., FakeServer]) -> None:
+    """Something else on the port (here an HTTP server) is reported as such, not as a giant error message."""
+    srv = fake(lambda h, p: b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n")
+    conn = RemoteConnection(srv.client, RemoteAddress("10.0.0.5"), rpc_timeout=2.0)
+    not_pci = r"10\.0\.0\.5:6667 is not a remote PCI server .*status 0x48 to PING"
+    with pytest.raises(ConnectionClosedError, match=not_pci):
+        conn.rpc(RemoteCmd.PING)
+    assert conn.broken
+
+
 def test_sysmem_over_tcp(fake: Callable[..., FakeServer]) -> None:
     def script(header: bytes, payload: bytes) -> bytes | None:
         if header[0] == RemoteCmd.MAP_SYSMEM:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import mmap
+import os
 from typing import Any
 
 import pytest
@@ -148,3 +150,28 @@ def test_shared_alloc_with_fake_pagemap(fake_sysfs: Any, no_compaction: str, mon
         dev.free_sysmem(view)
         with pytest.raises(NotImplementedError, match="contiguous"):
             dev.alloc_sysmem_shared(2 * mmap.PAGESIZE, contiguous=True)
+
+
+@pytest.mark.parametrize(
+    ("err", "contiguous", "hint"),
+    [
+        (errno.ENOMEM, True, r"Failed to mmap 0x200000 bytes.*reserve hugepages: echo N > /proc/sys/vm/nr_hugepages"),
+        (errno.EAGAIN, False, r"Failed to mmap 0x2000 bytes.*`ulimit -l` \(locked memory\) or grant cap_ipc_lock"),
+        (errno.EPERM, False, r"ulimit -l.*cap_ipc_lock"),
+    ],
+)
+def test_mmap_failures_carry_a_hint(
+    no_compaction: str, monkeypatch: pytest.MonkeyPatch, err: int, contiguous: bool, hint: str
+) -> None:
+    lib = sysmem.libc()
+
+    def fail(addr: int, length: int, *args: int) -> int:
+        raise OSError(err, f"Failed to mmap {length:#x} bytes at {addr:#x}: {os.strerror(err)}")
+
+    monkeypatch.setattr(lib, "map", fail)
+    with pytest.raises(OSError, match=hint) as e:
+        sysmem.alloc_locked_memory(8192, contiguous=contiguous)
+    assert e.value.errno == err
+    if not contiguous:  # the memfd path (MAP_SYSMEM_FD) gives the same hints and closes its fd
+        with pytest.raises(OSError, match=hint):
+            sysmem.alloc_locked_shared(8192)

@@ -143,6 +143,16 @@ def system_paddrs(vaddr: int, size: int) -> list[int]:
     return expand_paddrs(read_pagemap(first, npages), size)
 
 
+def _with_mmap_hint(e: OSError, hugepage: bool) -> OSError:
+    """The OSError of a failed locked mmap, with what to do about it appended."""
+    hint = ""
+    if e.errno == errno.ENOMEM and hugepage:
+        hint = "; reserve hugepages: echo N > /proc/sys/vm/nr_hugepages"
+    elif e.errno in (errno.EAGAIN, errno.EPERM, errno.ENOMEM):
+        hint = "; raise `ulimit -l` (locked memory) or grant cap_ipc_lock"
+    return OSError(e.errno, f"{e.strerror}{hint}")
+
+
 def alloc_locked_memory(size: int, vaddr: int = 0, contiguous: bool = False) -> tuple[HostMMIO, list[int], int]:
     """Map locked, populated shared anonymous memory; return ``(view, paddrs, mapped_length)``.
 
@@ -164,12 +174,7 @@ def alloc_locked_memory(size: int, vaddr: int = 0, contiguous: bool = False) -> 
     try:
         addr = lib.map(vaddr, length, PROT_READ | PROT_WRITE, flags, -1, 0)
     except OSError as e:
-        hint = ""
-        if e.errno == errno.ENOMEM and flags & MAP_HUGETLB:
-            hint = "; reserve hugepages: echo N > /proc/sys/vm/nr_hugepages"
-        elif e.errno in (errno.EAGAIN, errno.EPERM, errno.ENOMEM):
-            hint = "; raise `ulimit -l` (locked memory) or grant cap_ipc_lock"
-        raise OSError(e.errno, f"{e.strerror}{hint}") from e
+        raise _with_mmap_hint(e, hugepage=bool(flags & MAP_HUGETLB)) from e
     try:
         paddrs = system_paddrs(addr, size)
     except BaseException:
@@ -194,12 +199,7 @@ def alloc_locked_shared(size: int) -> tuple[int, HostMMIO, list[int], int]:
         try:
             addr = lib.map(0, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE | MAP_LOCKED, fd, 0)
         except OSError as e:
-            hint = (
-                "; raise `ulimit -l` (locked memory) or grant cap_ipc_lock"
-                if e.errno in (errno.EAGAIN, errno.EPERM)
-                else ""
-            )
-            raise OSError(e.errno, f"{e.strerror}{hint}") from e
+            raise _with_mmap_hint(e, hugepage=False) from e
         try:
             paddrs = system_paddrs(addr, size)
         except BaseException:

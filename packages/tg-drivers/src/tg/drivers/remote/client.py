@@ -29,6 +29,7 @@ from tg.drivers.remote.protocol import (
     MAX_TOKEN_LEN,
     PAGE_SIZE,
     RESPONSE_SIZE,
+    STATUS_ERROR,
     STATUS_OK,
     RemoteCmd,
     command_name,
@@ -328,6 +329,14 @@ class RemoteConnection:
                 else:
                     header = self._recv_exact(RESPONSE_SIZE)
                 status, resp0, resp1 = unpack_response_header(header)
+                if status not in (STATUS_OK, STATUS_ERROR):  # e.g. an HTTP server or proxy on that port
+                    if fd is not None:
+                        os.close(fd)
+                    self._fail(f"invalid response status {status:#04x}")
+                    raise ConnectionClosedError(
+                        f"Connection closed: {self.address.label} is not a remote PCI server "
+                        f"(invalid response status {status:#04x} to {name}; the reply starts {header!r})"
+                    )
                 if status != STATUS_OK:
                     if fd is not None:
                         os.close(fd)

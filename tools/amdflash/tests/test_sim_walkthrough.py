@@ -158,3 +158,42 @@ def test_ctrl_c_during_sim_flash_then_resume(tmp_path: Path) -> None:
     )
     assert r.code == 0, r.err
     assert load_board(state).flash[: (stopped + 2) * 0x1000] == image[: (stopped + 2) * 0x1000]
+
+
+def readme_sim_walkthrough() -> list[str]:
+    """The commands of the README's `--sim` walk-through block, without their comments."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("## Trying it without hardware", 1)[1]
+    block = section.split("```", 2)[1]
+    return [line.split("   #")[0].strip() for line in block.strip().splitlines()]
+
+
+@pytest.mark.slow
+def test_readme_walkthrough_verbatim(tmp_path: Path) -> None:
+    """Every command of the README's `--sim` block, as written, each in its own process: the full 2 MiB flows."""
+    commands = readme_sim_walkthrough()
+    expected_codes = [0, 0, 0, 1, 0, 0, 1, 0, 0, 0]
+    assert len(commands) == len(expected_codes), commands
+    state = tmp_path / "board.bin"
+    amdflash = f"{sys.executable} -m amdflash --sim --sim-state {state}"
+    results = []
+    for command, code in zip(commands, expected_codes, strict=True):
+        shell = command.replace("amdflash --sim", amdflash).replace("python -c", f"{sys.executable} -c")
+        p = subprocess.run(shell, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert p.returncode == code, (command, p.stderr)
+        results.append(p)
+    image = build_ifwi(1)
+    assert (tmp_path / "new.bin").read_bytes() == image
+    assert (tmp_path / "before.bin").read_bytes() == b"\xff" * 0x200000
+    assert results[3].stderr.strip() == "error: refusing to write without --yes"
+    ok = [line for line in results[4].stdout.splitlines() if line.startswith("OK sector ")]
+    assert len(ok) == 512
+    assert results[4].stdout.splitlines()[-1] == "flash complete: sectors 0..511 verified"
+    digest = hashlib.sha256(image).hexdigest()
+    assert results[5].stdout.strip() == f"verified 0x200000 bytes sha256={digest}"
+    assert results[6].stderr.strip() == "error: verify mismatch at 0x0: flash=aa image=ff"
+    assert (tmp_path / "raw.bin").read_bytes() == image
+    assert results[8].stdout.splitlines()[3] == "transfer_type: error=0x0 response=0x1"
+    steps = [line for line in results[9].stdout.splitlines() if line.startswith("IFWI step ")]
+    assert len(steps) == 18
+    assert sorted(os.listdir(tmp_path)) == ["before.bin", "board.bin", "new.bin", "raw.bin"]

@@ -110,3 +110,28 @@ def test_usb_opener_without_discovery(tmp_path: Path) -> None:
     r = run_cli(opener, "romsw", "flash", str(b), "--yes")
     assert (r.code, r.err.strip()) == (1, "error: CMP protects the full array; rerun with --clear-cmp")
     assert board.erase_count == 0 and board.wrsr_count == 0
+
+
+@pytest.mark.slow
+def test_usb_dump_flash_verify(usb_board: tuple[SimulatedNavi31, MockASM24Bridge], tmp_path: Path) -> None:
+    """Scenario 3 over USB (the flash limited to sectors 0..7): dump, flash another image, verify both images."""
+    board, bridge = usb_board
+    image1, image2 = build_ifwi(1), build_ifwi(2)
+    a = tmp_path / "a.bin"
+    r = usb("romsw", "dump", str(a))
+    assert r.code == 0, r.err
+    assert a.read_bytes() == image1
+    assert r.lines[-1] == f"wrote {a} sha256={hashlib.sha256(image1).hexdigest()}"
+    target = image2[: 8 * 0x1000] + image1[8 * 0x1000 :]
+    b = tmp_path / "b.bin"
+    b.write_bytes(target)
+    r = usb("romsw", "flash", str(b), "--sector-count", "8", "--yes")
+    assert r.code == 0, r.err
+    r = usb("romsw", "verify", str(b))
+    assert r.lines == [f"verified 0x200000 bytes sha256={hashlib.sha256(target).hexdigest()}"]
+    r = usb("romsw", "verify", str(a))
+    assert (r.code, r.err.strip()) == (1, f"error: verify mismatch at 0x4: flash={image2[4]:02x} image={image1[4]:02x}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin"]
+    assert_registers_restored(board)
+    assert bridge.violations == []
+    never_happen(board)

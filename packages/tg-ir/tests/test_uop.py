@@ -233,3 +233,15 @@ def test_pickle_deep_graph() -> None:
         t = t + 1.0
     t2, b2 = pickle.loads(pickle.dumps((t, b)))
     assert t2.buf_uop is b2 and b2 is not b  # the buffer is shared inside one load, fresh against the original
+
+
+def test_cast_and_bitcast_check_their_targets() -> None:
+    f = UOp.const(dtypes.float32, 1.0)
+    assert f.bitcast(dtypes.int32).dtype is dtypes.int32 and f.cast(dtypes.int8).dtype is dtypes.int8
+    assert f.broadcast(2).bitcast(dtypes.float16.vec(4)).dtype is dtypes.float16.vec(4)  # same total size
+    with pytest.raises(TypeError, match=r"bitcast needs equal sizes, got dtypes.float32 \(4 bytes\) -> dtypes.int64"):
+        f.bitcast(dtypes.int64)
+    with pytest.raises(TypeError, match=r"cast: can.t convert dtypes\.float32 to dtypes\.void"):
+        f.cast(dtypes.void)
+    with pytest.raises(TypeError, match="target must be a DType, got 'int32'"):
+        f.cast("int32")  # type: ignore[arg-type]

@@ -48,6 +48,14 @@ def _check_alu(op: Ops, dtype: DType, src: tuple[UOp, ...]) -> None:
         raise TypeError(f"{op} needs an int or bool dtype, got {dtype}")
 
 
+def _check_value_dtype(what: str, src: DType, dtype: DType) -> None:
+    """cast/bitcast targets must be value dtypes."""
+    if not isinstance(dtype, DType):
+        raise TypeError(f"{what}: target must be a DType, got {dtype!r}")
+    if dtypes.void in (dtype, src):
+        raise TypeError(f"{what}: can't convert {src} to {dtype} (void has no value)")
+
+
 class UOpMetaClass(type):
     """Hash-consing: UOp(...) with the same (op, dtype, src, arg, tag) returns the existing live node."""
 
@@ -340,11 +348,21 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def cast(self, dtype: DType) -> UOp:
         """Convert values to `dtype` (no-op if already that dtype)."""
-        return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
+        if self.dtype is dtype:
+            return self
+        _check_value_dtype("cast", self.dtype, dtype)
+        return UOp(Ops.CAST, dtype, (self,))
 
     def bitcast(self, dtype: DType) -> UOp:
-        """Reinterpret the bits as `dtype`."""
-        return self if self.dtype is dtype else UOp(Ops.BITCAST, dtype, (self,))
+        """Reinterpret the bits as `dtype` (same total size: `float32 -> int32`, `float32.vec(2) -> float16.vec(4)`)."""
+        if self.dtype is dtype:
+            return self
+        _check_value_dtype("bitcast", self.dtype, dtype)
+        pointers = isinstance(dtype, PtrDType) or isinstance(self.dtype, PtrDType)
+        if not pointers and dtype.itemsize != self.dtype.itemsize:
+            raise TypeError(f"bitcast needs equal sizes, got {self.dtype} ({self.dtype.itemsize} bytes) -> {dtype} "
+                            f"({dtype.itemsize} bytes)")  # fmt: skip
+        return UOp(Ops.BITCAST, dtype, (self,))
 
     def index(self, *idx: UOp | int, valid: UOp | None = None, **kwargs: Any) -> UOp:
         """INDEX(self, *idx[, valid]): a pointer to element `idx` of buffer `self`, gated by bool `valid`."""

@@ -668,3 +668,28 @@ def test_failed_dump_keeps_the_previous_file_and_leaves_no_partial(cli: Runner, 
     assert os.listdir(tmp_path) == ["a.bin"]
     assert out.read_bytes() == b"previous backup"
     assert_registers_restored(board)
+
+
+def test_dropped_page_program_stops_at_its_sector_then_resumes(cli: Runner, tmp_path: Path) -> None:
+    """The read-back after each sector catches a page the flash silently did not program (fault `drop_program`)."""
+    image1, image2 = build_ifwi(1), build_ifwi(2)
+    board = SimulatedNavi31(SimConfig(flash=image1, drop_program={0x3200}))
+    b = write(tmp_path / "b.bin", image2)
+    r = cli(board, "romsw", "flash", b, "--sector-count", "6", "--yes")
+    assert r.code == 1
+    assert [line.split(" elapsed=")[0] for line in r.lines] == [
+        f"OK sector {n:03d}/511 @{n * 0x1000:#07x}" for n in range(3)
+    ]
+    addr = 0x3200 + first_diff(board.flash[0x3200:0x3300], image2[0x3200:0x3300])
+    assert r.err.strip().splitlines() == [
+        "hint: flash stopped at sector 3; resume with --start-sector 3 --sector-count 3 --yes",
+        f"error: verify mismatch at {addr:#x}: flash=ff image={image2[addr]:02x}",
+    ]
+    assert board.flash[0x3200:0x3300] == b"\xff" * 0x100  # erased, never programmed
+    assert board.flash[0x4000:] == image1[0x4000:]  # nothing after the failing sector was touched
+    board.drop_program = set()
+    r = cli(board, "romsw", "flash", b, "--start-sector", "3", "--sector-count", "3", "--yes")
+    assert r.code == 0, r.err
+    assert board.flash[: 6 * 0x1000] == image2[: 6 * 0x1000]
+    assert_registers_restored(board)
+    never_happen(board)

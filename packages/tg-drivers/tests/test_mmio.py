@@ -91,6 +91,15 @@ def test_host_views_keep_owner_and_rebase() -> None:
         HostMMIO(-1, 4)
 
 
+def test_host_null_or_wrapping_address_is_refused() -> None:
+    """A NULL or wrapping address would segfault on first access: refuse it when the view is built."""
+    with pytest.raises(ValueError, match=r"address 0 \(NULL\)"):
+        HostMMIO(0, 16)
+    with pytest.raises(ValueError, match="64-bit address space"):
+        HostMMIO((1 << 64) - 8, 16)
+    assert len(HostMMIO(0, 0)) == 0  # an empty view touches nothing
+
+
 def test_bad_format_and_size() -> None:
     with pytest.raises(ValueError, match="unsupported MMIO format"):
         BufferMMIO(bytearray(4), "f")

@@ -292,6 +292,10 @@ class HostMMIO(MMIOView):
         super().__init__(nbytes, fmt, on_violation)
         if not isinstance(addr, int) or addr < 0:
             raise ValueError(f"HostMMIO address must be a non-negative int, got {addr!r}")
+        if addr == 0 and nbytes > 0:  # any access would crash the process instead of raising
+            raise ValueError(f"HostMMIO address 0 (NULL) cannot back a {nbytes}-byte view")
+        if addr + nbytes > 1 << 64:
+            raise ValueError(f"HostMMIO window [{addr:#x}, {addr + nbytes:#x}) exceeds the 64-bit address space")
         self.addr = addr
         #: an object kept alive as long as the view (e.g. the mmap or ctypes buffer that owns the memory)
         self.owner = owner

@@ -597,6 +597,10 @@ def test_internal_error_exit_code(cli: Runner, monkeypatch: pytest.MonkeyPatch) 
     assert (r.code, r.err.strip()) == (3, "error: internal error: ZeroDivisionError: oops")
     r = cli(broken, "--verbose", "fw", "probe")
     assert r.code == 3 and "Traceback" in r.err
+    monkeypatch.setenv("AMDFLASH_DEBUG", "1")
+    r = cli(broken, "fw", "probe")
+    assert r.code == 3 and "Traceback" in r.err
+    assert r.err.strip().endswith("error: internal error: ZeroDivisionError: oops")
 
 
 def test_device_closed_after_error(cli: Runner) -> None:

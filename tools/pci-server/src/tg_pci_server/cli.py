@@ -26,8 +26,8 @@ memory. The server therefore binds to 127.0.0.1 by default; reach it from anothe
 Every request is validated (BAR, config-space and allocation bounds, sizes, handles) before the device is touched:
 a bad read gets an error reply, a bad posted write (MMIO_WRITE/SYSMEM_WRITE) drops the session and is never partly
 applied, an unknown command gets an error and the connection is closed. One client is served at a time: a second
-connection is answered "server busy" and closed. A client's state (opened devices and their locks, mappings, DMA
-allocations) is freed when it disconnects.
+connection waits up to 0.5 s for the current session to end, then is answered "server busy" and closed. A client's
+state (opened devices and their locks, mappings, DMA allocations) is freed when it disconnects.
 
 Once ready, the server prints "listening on <address>" on stdout. It logs one line per connection opened or closed
 and one per error on stderr (--verbose: one per request). SIGTERM or SIGINT stops it. Sizes accept K/M/G suffixes

@@ -106,7 +106,41 @@ def test_assign_errors(device):
     with pytest.raises(ValueError, match=r"\(2,\).*\(3,\)"):
         t.assign(Tensor([1.0, 2.0, 3.0], device=device))
     with pytest.raises(NotImplementedError, match="view"):
-        t[0:1].assign(Tensor([5.0], device=device))
+        t.reshape(2, 1).expand(2, 3).assign(Tensor.ones(2, 3, device=device))
+    with pytest.raises(TypeError, match="dtype"):
+        t[0:1].assign(Tensor([5], device=device))
+
+
+def test_assign_into_views_writes_the_buffer(device, rng):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    t = Tensor(a, device=device).realize()
+    pending = t * 1  # a read taken before the writes keeps the old values
+    want = a.copy()
+    t[1:3, ::2].assign(Tensor([[100.0, 101.0], [102.0, 103.0]], device=device))
+    want[1:3, ::2] = [[100, 101], [102, 103]]
+    np.testing.assert_array_equal(t.numpy(), want)
+    t.permute(1, 0)[0].assign(Tensor([-1.0, -2.0, -3.0], device=device))
+    want.T[0] = [-1, -2, -3]
+    np.testing.assert_array_equal(t.numpy(), want)
+    t.flip(1)[0].assign(t[2])  # the value reads the buffer at other positions
+    want[0, ::-1] = want[2]
+    np.testing.assert_array_equal(t.numpy(), want)
+    np.testing.assert_array_equal(pending.numpy(), a)
+    before = GlobalCounters.kernel_count
+    t[0, 1:3].assign(Tensor([7.0, 8.0], device=device).realize())
+    assert GlobalCounters.kernel_count - before == 1
+    want[0, 1:3] = [7, 8]
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_assign_into_a_view_of_a_pending_assign(device):
+    w = Tensor([1.0, 2.0, 3.0], device=device).realize()
+    w.assign(w * 2)
+    w[0:1].assign(Tensor([9.0], device=device))
+    assert w.tolist() == [9.0, 4.0, 6.0]
+    u = Tensor.zeros(4, device=device).contiguous().realize()
+    u.reshape(2, 2)[1].assign(Tensor([5.0, 6.0], device=device))
+    assert u.tolist() == [0.0, 0.0, 5.0, 6.0]
 
 
 def test_random(device, size):
@@ -154,3 +188,30 @@ def test_lazy_tensors_reuse_values_stored_by_an_earlier_realize(device):
     assert kernels_for(out) == 3
     assert kernels_for(e) == 1  # the max was stored by the first realize and is read, not recomputed
     np.testing.assert_allclose(out.numpy().sum(1), [1.0, 1.0], rtol=1e-6)
+
+
+def test_setitem_matches_numpy(device, rng):
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    t, want = Tensor(a, device=device), a.copy()  # t starts lazy (a realized buffer reshaped)
+    t[1, ::2] = 5.0
+    want[1, ::2] = 5.0
+    t[:, -1] = Tensor([1, 2, 3, 4], device=device)  # int value cast to the tensor's dtype
+    want[:, -1] = [1, 2, 3, 4]
+    t[2:, 1:3] = Tensor([7.0, 8.0], device=device)  # broadcast over the rows
+    want[2:, 1:3] = [7.0, 8.0]
+    np.testing.assert_array_equal(t.numpy(), want)
+    lazy = Tensor([1.0, 2.0, 3.0], device=device) + 1
+    lazy[0] = 7
+    assert lazy.tolist() == [7.0, 3.0, 4.0]
+
+
+def test_setitem_through_a_view_writes_its_base(device):
+    b = Tensor([[1, 2], [3, 4]], device=device).realize()
+    row, snapshot = b[1], b * 1
+    row[0] = 9
+    assert b.tolist() == [[1, 2], [9, 4]] and row.tolist() == [9, 4]
+    assert snapshot.tolist() == [[1, 2], [3, 4]]  # a computed value taken before the write keeps the old data
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(2,\)"):
+        b[0] = Tensor([[1, 2, 3], [4, 5, 6]], device=device)
+    with pytest.raises(IndexError, match="out of bounds"):
+        b[2] = 1

@@ -91,3 +91,35 @@ def _stride(x: Tensor, d: int, step: int) -> Tensor:
     keep[d + 1] = (0, 1)
     x = x.shrink(keep)
     return x.reshape(*x.shape[: d + 1], *x.shape[d + 2 :])
+
+
+def __setitem__(self: Tensor, index: Any, value: Any) -> None:
+    """`t[index] = value`: write into the indexed elements of t's buffer (realized at once).
+
+    `value` (a Tensor or Python data) is cast to t's dtype and broadcast to the indexed shape. A lazy `t` is
+    realized first; a `t` that is itself a view of another tensor's buffer writes into that buffer.
+
+    >>> t = Tensor.zeros(2, 3)
+    >>> t[1, ::2] = 5.0
+    >>> t.tolist()
+    [[0.0, 0.0, 0.0], [5.0, 0.0, 5.0]]
+    """
+    from tg.ir import Ops
+    from tg.tensor.movement import assign_into_view, view_base
+    from tg.tensor.realize import realize_tensors
+    from tg.tensor.tensor import Tensor
+
+    if view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN):
+        self.realize()  # the write needs a buffer to go to
+    view = self[index]
+    v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+    if v.device != self.device:
+        raise ValueError(f"setitem device mismatch: target {self.device} vs value {v.device}")
+    v = v.cast(self.dtype)
+    if v.ndim > view.ndim:
+        raise ValueError(f"setitem: cannot broadcast value of shape {v.shape} to the indexed shape {view.shape}")
+    v = v.reshape((1,) * (view.ndim - v.ndim) + v.shape)._broadcast_to(view.shape)
+    written = view_base(assign_into_view(view.uop, v.uop))
+    # self reads through the write (it is the tensor being written, not an earlier read of the buffer)
+    self.uop = self.uop.substitute({view_base(self.uop): written})
+    realize_tensors([Tensor(written)])

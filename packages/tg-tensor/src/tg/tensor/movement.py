@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import UOp, dtypes, least_upper_dtype
+from tg.ir import Ops, UOp, argsort, dtypes, least_upper_dtype
 from tg.tensor.shapes import canonical_axis, shape_arg
 
 if TYPE_CHECKING:
@@ -179,3 +179,54 @@ def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {' and '.join(str(x.shape) for x in tensors)} differ")
     return tensors[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in tensors[1:]], dim=d)
+
+
+# views a write can go through: each view element is at most one element of the source (PAD: padding is
+# backed by nothing, so writes there are dropped; strided slices pad and then shrink the padding away)
+_WRITABLE_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD})
+_VIEWS = _WRITABLE_VIEWS | {Ops.EXPAND}
+
+
+def view_base(target: UOp) -> UOp:
+    """The node under the movement ops of `target` (a BUFFER or pending ASSIGN when target views storage)."""
+    while target.op in _VIEWS:
+        target = target.src[0]
+    return target
+
+
+def assign_into_view(target: UOp, value: UOp) -> UOp:
+    """`target` (movement ops over a BUFFER or a pending ASSIGN of one) after writing `value` into the elements
+    it views: `value` and a mask of the written positions are mapped back through each movement op, the whole
+    base is assigned `mask.where(value, old)`, and the movement ops are replayed on that ASSIGN."""
+    views: list[UOp] = []
+    node = target
+    while node.op in _VIEWS:
+        if node.op not in _WRITABLE_VIEWS:
+            raise NotImplementedError(
+                f"assign into an expanded (broadcast) view of shape {node.shape} is not supported: "
+                "several of its elements are one element of the buffer"
+            )
+        views.append(node)
+        node = node.src[0]
+    if (device := node.device) is None:
+        raise ValueError(f"assign target has no device: {node.op}")
+    mask = UOp.full(target.shape, True, dtypes.bool, device)
+    for v in views:  # from the view down to the base: undo each op
+        src_shape = v.src[0].shape
+        if v.op is Ops.RESHAPE:
+            value, mask = value.reshape(src_shape), mask.reshape(src_shape)
+        elif v.op is Ops.PERMUTE:
+            inverse = tuple(argsort(v.arg))
+            value, mask = value.permute(inverse), mask.permute(inverse)
+        elif v.op is Ops.FLIP:
+            value, mask = value.flip(v.arg), mask.flip(v.arg)
+        elif v.op is Ops.PAD:  # what was written into the padding has nowhere to go
+            bounds = tuple((b, b + s) for (b, _), s in zip(v.arg, src_shape, strict=True))
+            value, mask = value.shrink(bounds), mask.shrink(bounds)
+        else:  # SHRINK: the rest of the source is padding, masked off
+            padding = tuple((b, s - e) for (b, e), s in zip(v.arg, src_shape, strict=True))
+            value, mask = value.pad(padding), mask.pad(padding)
+    out = node.assign(mask.where(value, node))
+    for v in reversed(views):
+        out = v.replace(src=(out, *v.src[1:]))
+    return out

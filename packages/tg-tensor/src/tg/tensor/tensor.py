@@ -21,7 +21,6 @@ from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_
 from tg.tensor.shapes import broadcast_shape, shape_arg
 
 Scalar = bool | int | float
-_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.BUFFER})
 ShapeArg = int | Sequence[int]
 
 
@@ -297,7 +296,11 @@ class Tensor(_DTypeShortcuts):
         return Tensor(self.uop.detach())
 
     def assign(self, x: Tensor | Scalar | list) -> Tensor:
-        """Write `x` into this tensor's buffer (same shape, dtype, device); earlier reads keep the old value."""
+        """Write `x` into this tensor's buffer (same shape, dtype, device); earlier reads keep the old value.
+
+        On a view of a buffer (slice, permute, flip, reshape) the write goes into the viewed elements of the
+        buffer and is realized at once: `t[1:3].assign(Tensor([7.0, 8.0]))` changes `t`.
+        """
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
         if x.shape != self.shape:
@@ -311,12 +314,15 @@ class Tensor(_DTypeShortcuts):
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]
-        if base.op is not Ops.BUFFER:
-            if any(u.op is Ops.BUFFER for u in base.toposort(lambda u: u.op in _VIEW_OPS)):
-                raise NotImplementedError("assign into a view (slice, permute, ...) of a buffer is not supported yet")
-            self.uop = x.uop  # nothing stored yet: the new value simply replaces the graph
-        else:
+        if base.op is Ops.BUFFER:
             self.uop = self.uop.assign(x.uop)
+        elif _movement.view_base(self.uop).op in (Ops.BUFFER, Ops.ASSIGN):
+            # a view of stored data: the write goes to the whole buffer, realized now so that every tensor
+            # sharing the buffer sees it (pending reads of the old values are computed first)
+            self.uop = _movement.assign_into_view(self.uop, x.uop)
+            _realize.realize_tensors([Tensor(_movement.view_base(self.uop))])  # the ASSIGN; self stays a view
+        else:
+            self.uop = x.uop  # nothing stored yet: the new value simply replaces the graph
         return self
 
     # ---- dtype ------------------------------------------------------------------------------------------
@@ -686,6 +692,7 @@ class Tensor(_DTypeShortcuts):
     # ---- indexing: see indexing.py ----------------------------------------------------------------------
 
     __getitem__ = _indexing.__getitem__
+    __setitem__ = _indexing.__setitem__
 
     # ---- random numbers: see random.py ------------------------------------------------------------------
 

@@ -228,3 +228,31 @@ def test_floordiv_mod_floor_ceil(dt, device):
     f = Tensor([-1.5, -0.5, 0.0, 0.5, 1.5, 2.0], device=device)
     np.testing.assert_array_equal(f.floor().numpy(), np.floor([-1.5, -0.5, 0.0, 0.5, 1.5, 2.0]).astype(np.float32))
     np.testing.assert_array_equal(f.ceil().numpy(), np.ceil([-1.5, -0.5, 0.0, 0.5, 1.5, 2.0]).astype(np.float32))
+
+
+def _f16_ulps(got: np.ndarray, want: np.ndarray) -> int:
+    """Largest distance in float16 units in the last place (values of one sign compare by their bit patterns)."""
+    g, w = (a.astype(np.float16).view(np.int16).astype(np.int32) for a in (got, want))
+    return int(np.max(np.abs(g - w)))
+
+
+@pytest.mark.parametrize(
+    "name,ours,ref",
+    [
+        ("exp", lambda t: t.exp(), np.exp),
+        ("log", lambda t: t.log(), np.log),
+        ("sigmoid", lambda t: t.sigmoid(), lambda v: 1 / (1 + np.exp(-v))),
+        ("tanh", lambda t: t.tanh(), np.tanh),
+        ("cos", lambda t: t.cos(), np.cos),
+        ("pow", lambda t: t**1.5, lambda v: v**1.5),
+    ],
+)
+def test_float16_transcendentals_round_once(name, ours, ref, device, size, rng):
+    # computed in float32 and rounded once: within 1 ulp of numpy's float32 result rounded to float16
+    x = (np.abs(rng.standard_normal(size(64))) * 2 + 0.1).astype(np.float16)
+    if name in ("sigmoid", "tanh", "cos"):
+        x = x * np.where(rng.random(x.shape) > 0.5, 1, -1).astype(np.float16)
+    got = ours(Tensor(x, device=device))
+    assert got.dtype is dtypes.float16
+    assert _f16_ulps(got.numpy(), ref(x.astype(np.float32))) <= 1
+    assert _f16_ulps(Tensor([10.0], dtype=dtypes.float16, device=device).exp().numpy(), np.exp(np.float32(10))) == 0

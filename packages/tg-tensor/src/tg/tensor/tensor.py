@@ -8,7 +8,7 @@ indexing in `indexing.py`, random numbers in `random.py` (they are attached to t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
@@ -578,12 +578,23 @@ class Tensor(_DTypeShortcuts):
         """log2(x)."""
         return self._unary(Ops.LOG2)
 
+    def _via_float32(self, fn: Callable[[Tensor], Tensor]) -> Tensor | None:
+        """fn applied in float32 and rounded once, for float16/bfloat16/fp8 (None for other dtypes): composite
+        functions would otherwise round every intermediate (and their constants) to the narrow type."""
+        if dtypes.is_float(self.dtype) and self.dtype.itemsize < 4:
+            return fn(self.cast(dtypes.float32)).cast(self.dtype)
+        return None
+
     def exp(self) -> Tensor:
         """e ** x."""
+        if (narrow := self._via_float32(Tensor.exp)) is not None:
+            return narrow
         return (self._float() * (1 / math.log(2))).exp2()
 
     def log(self) -> Tensor:
         """Natural logarithm."""
+        if (narrow := self._via_float32(Tensor.log)) is not None:
+            return narrow
         return self.log2() * math.log(2)
 
     def sqrt(self) -> Tensor:
@@ -604,6 +615,8 @@ class Tensor(_DTypeShortcuts):
 
     def cos(self) -> Tensor:
         """Cosine, as sin(pi/2 - x)."""
+        if (narrow := self._via_float32(Tensor.cos)) is not None:
+            return narrow
         return ((math.pi / 2) - self._float()).sin()
 
     def abs(self) -> Tensor:
@@ -636,10 +649,14 @@ class Tensor(_DTypeShortcuts):
 
     def sigmoid(self) -> Tensor:
         """1 / (1 + e^-x)."""
+        if (narrow := self._via_float32(Tensor.sigmoid)) is not None:
+            return narrow
         return 1 / (1 + (-self._float()).exp())
 
     def tanh(self) -> Tensor:
         """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
+        if (narrow := self._via_float32(Tensor.tanh)) is not None:
+            return narrow
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
     def square(self) -> Tensor:
@@ -666,6 +683,8 @@ class Tensor(_DTypeShortcuts):
             return self.sqrt()
         base, exp = self._operands(x, reverse)
         base, exp = base._float(), exp._float()
+        if base.dtype.itemsize < 4:  # exp2(y * log2(x)) rounded once, not per step
+            return base.float().pow(exp.float()).cast(base.dtype)
         mag = (exp * base.abs().log2()).exp2()
         # a negative base only has a real power for integral exponents; odd ones flip the sign
         is_int = exp.trunc() == exp

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tg.ir import Ops, UOp, Variable, cdiv, cmod, dtypes, simplify, symbolic
+from tg.ir import Ops, UOp, Variable, cdiv, cmod, dtypes, exec_alu, simplify, symbolic
 from tg.ir.pattern import graph_rewrite
 
 x = Variable("x", 0, 100)
@@ -253,3 +253,66 @@ def test_dead_range_removal() -> None:
     st = out.src[0]
     assert st.op is Ops.STORE and st.src[1].op is Ops.REDUCE and st.src[1].src[1] is r16
     assert graph_rewrite(val.reduce(r1, arg=Ops.ADD), symbolic + pm_dead_ranges).op is Ops.LOAD
+
+
+def _eval_wrapping(u: UOp, vals: dict[str, int]) -> Any:
+    """Evaluate with the dtype's own arithmetic (exec_alu wraps ints like C), as the generated code would."""
+    cache: dict[UOp, Any] = {}
+    for node in u.toposort():
+        if node.op is Ops.DEFINE_VAR:
+            cache[node] = vals[node.arg[0]]
+        elif node.op is Ops.CONST:
+            cache[node] = node.arg
+        else:
+            cache[node] = exec_alu(node.op, node.dtype, [cache[s] for s in node.src])
+    return cache[u]
+
+
+def test_unsigned_wrapping_sums_are_not_split() -> None:
+    # uint8: x - 1 is x + 255, which wraps at x == 0; splitting it as if it were exact gave wrong values
+    v = Variable("v", 0, 17, dtypes.uint8)
+    p = Variable("p", 5, 21, dtypes.uint8) * Variable("q", 5, 21, dtypes.uint8)  # may exceed 255 and wrap
+    cases = [(v + 255) // 4, (v + 255) % 4, (v + 255) < 5, (v * 16) < 100, (p + 252) // 16, (p + 252) // 16 * p,
+             (v + 250).maximum(v), v.maximum(v + 250)]  # fmt: skip
+    for e in cases:
+        s = e.simplify()
+        for vv, pv, qv in itertools.product(range(0, 18), (5, 7, 21), (5, 16)):
+            env = {"v": vv, "p": pv, "q": qv}
+            assert _eval_wrapping(s, env) == _eval_wrapping(e, env), (e.render(), s.render(), env)
+
+
+_SMALL_INT_DTYPES = [dtypes.uint8, dtypes.int8, dtypes.uint32]
+_STEP = st.tuples(st.sampled_from(["add", "mul", "sub", "idiv", "mod", "max", "lt", "ne"]), st.integers(0, 99),
+                  st.integers(0, 99), st.sampled_from([-3, -1, 1, 2, 3, 4, 7, 16, 250]))  # fmt: skip
+
+
+def _build_step(op: str, a: UOp, b: UOp, c: UOp) -> UOp:
+    if op == "add":
+        return a + b
+    if op == "mul":
+        return a * c
+    if op == "sub":
+        return a - c
+    if op == "idiv":
+        return a // c
+    if op == "mod":
+        return a % c
+    if op == "max":
+        return a.maximum(b)
+    if op == "lt":
+        return (a < c).where(a, b)
+    return a.ne(c).where(b, a + c)
+
+
+@settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_SMALL_INT_DTYPES), st.integers(-20, 20), st.integers(0, 20), st.lists(_STEP, min_size=1,
+       max_size=6), st.integers(0, 20), st.integers(0, 20))  # fmt: skip
+def test_simplify_preserves_wrapping_value(dt: Any, lo: int, width: int, steps: list[Any], o0: int, o1: int) -> None:
+    lo = max(lo, dt.min)
+    hi = lo + width
+    pool = [Variable("a", lo, hi, dt), Variable("b", lo, hi, dt)]
+    for op, i, j, cv in steps:
+        pool.append(_build_step(op, pool[i % len(pool)], pool[j % len(pool)], UOp.const(dt, cv)))
+    e = pool[-1]
+    env = {"a": lo + o0 % (width + 1), "b": lo + o1 % (width + 1)}
+    assert _eval_wrapping(e.simplify(), env) == _eval_wrapping(e, env), (e.render(), e.simplify().render(), env)

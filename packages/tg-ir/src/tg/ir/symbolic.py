@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from tg.ir.alu import exec_alu
+from tg.ir.bounds import _min_max
 from tg.ir.dtype import can_lossless_cast, dtypes
 from tg.ir.floats import bitcast_scalar
 from tg.ir.ops import GroupOp, Ops
@@ -110,6 +111,19 @@ symbolic_simple = PatternMatcher([
 # ---- int algebra ---------------------------------------------------------------------------------------------------
 
 
+def no_wrap(x: UOp) -> bool:
+    """True if the int node `x` never wraps: its exact value (from its sources' values) always fits its dtype.
+
+    Rules that split a sum into terms or move constants across a comparison reason about the exact value; an
+    unsigned sum that may wrap still has non-negative bounds, so checking vmin >= 0 alone isn't enough."""
+    lo, hi = _min_max(x)
+    return x.dtype.min <= lo and hi <= x.dtype.max
+
+
+def _in_range(x: UOp, v: int) -> bool:
+    return x.dtype.min <= v <= x.dtype.max
+
+
 def split_add(x: UOp, limit: int = _MAX_TERMS) -> list[UOp] | None:
     """The terms of a chain of ADDs, left to right (None if there are more than `limit`)."""
     out: list[UOp] = []
@@ -183,7 +197,7 @@ def fold_divmod(x: UOp, c: UOp, d: UOp) -> UOp | None:
     cv = c.arg
     if cv < 0:  # C semantics: x // -c == -(x // c), x % -c == x % c
         return -(x // -cv) if d.op is Ops.IDIV else x % -cv
-    if cv == 0:
+    if cv == 0 or not no_wrap(x):
         return None
     if x.vmax <= 0 and x.vmin < 0 and x.op is not Ops.CONST:  # flip a non-positive numerator
         nx = (-x).simplify()
@@ -225,7 +239,7 @@ def fold_divmod(x: UOp, c: UOp, d: UOp) -> UOp | None:
 
 def lt_fold(x: UOp, c: UOp) -> UOp | None:
     """sum(a_i * g) + r < c with 0 <= r < g  ->  sum(a_i) < ceil(c / g)."""
-    if c.arg <= 0 or x.vmin < 0:
+    if c.arg <= 0 or x.vmin < 0 or not no_wrap(x):
         return None
     terms = split_add(x)
     if terms is None:
@@ -244,8 +258,13 @@ def lt_fold(x: UOp, c: UOp) -> UOp | None:
     return qs < -((-c.arg) // g)
 
 
-def _mul_lt(x: UOp, c0: UOp, c1: UOp) -> UOp | None:
-    if c0.arg > 1:
+def _add_lt(s: UOp, x: UOp, c0: UOp, c1: UOp) -> UOp | None:
+    # x + c0 < c1  <=>  x < c1 - c0, when neither side wraps
+    return x < (c1.arg - c0.arg) if no_wrap(s) and _in_range(x, c1.arg - c0.arg) else None
+
+
+def _mul_lt(s: UOp, x: UOp, c0: UOp, c1: UOp) -> UOp | None:
+    if c0.arg > 1 and no_wrap(s):
         return x < -((-c1.arg) // c0.arg)  # x*c0 < c1  <=>  x < ceil(c1/c0)
     return None
 
@@ -287,7 +306,7 @@ def _mod_div_zero(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
 
 def _div_mod_lt(x: UOp, d: UOp, c: UOp) -> UOp | None:
     # x // d < c  ->  x < c*d  for d > 0 and x >= 0 (trunc == floor there)
-    return x < c.arg * d.arg if d.arg > 0 and x.vmin >= 0 else None
+    return x < c.arg * d.arg if d.arg > 0 and x.vmin >= 0 and _in_range(x, c.arg * d.arg) else None
 
 
 symbolic_int = PatternMatcher([
@@ -309,7 +328,8 @@ symbolic_int = PatternMatcher([
     # ((x//c)%d)*c + x%c -> x % (c*d) for x >= 0
     (((UPat.var("x", INTS) // UPat.cvar("c", vec=False)) % UPat.cvar("d", vec=False)) * UPat.cvar("c")
      + UPat.var("x") % UPat.cvar("c"),
-     lambda x, c, d: x % (c.arg * d.arg) if x.vmin >= 0 and c.arg > 0 and d.arg > 0 else None),
+     lambda x, c, d: x % (c.arg * d.arg) if x.vmin >= 0 and c.arg > 0 and d.arg > 0 and _in_range(x, c.arg * d.arg)
+     else None),
     # distribute a constant factor over a sum with a constant: (x + c0) * c -> x*c + c0*c
     ((UPat.var("x", INTS) + UPat.cvar("c0", vec=False)) * UPat.cvar("c", vec=False),
      lambda x, c0, c: x * c + c0.arg * c.arg),
@@ -325,8 +345,8 @@ symbolic_int = PatternMatcher([
     (UPat(Ops.RANGE, src=(UPat.var("end"),), name="r") % UPat.var("end"), lambda r, end: r),
     (UPat(Ops.RANGE, src=(UPat.var("end"),), name="r") // UPat.var("end"), lambda r, end: r.const_like(0)),
     # comparisons
-    ((UPat.var("x", INTS) + UPat.cvar("c0", vec=False)) < UPat.cvar("c1", vec=False), lambda x, c0, c1: x < (c1 - c0)),
-    ((UPat.var("x", INTS) * UPat.cvar("c0", vec=False)) < UPat.cvar("c1", vec=False), _mul_lt),
+    ((UPat.var("x", INTS) + UPat.cvar("c0", vec=False)).named("s") < UPat.cvar("c1", vec=False), _add_lt),
+    ((UPat.var("x", INTS) * UPat.cvar("c0", vec=False)).named("s") < UPat.cvar("c1", vec=False), _mul_lt),
     ((UPat.var("x", INTS) // UPat.cvar("d", vec=False)) < UPat.cvar("c", vec=False), _div_mod_lt),
     (UPat.var("x", INTS) < UPat.cvar("c", vec=False), lt_fold),
     ((UPat.var("x", INTS) * -1) < (UPat.var("y") * -1), lambda x, y: y < x),
@@ -334,7 +354,8 @@ symbolic_int = PatternMatcher([
     ((UPat.cvar("c", vec=False) < UPat.var("x", INTS)).ne(True), lambda x, c: x < (c + 1)),
     # max
     (UPat.var("x", INTS).maximum(UPat.var("y")), _max_fold),
-    (UPat.var("x", INTS).maximum(UPat.var("x") + UPat.cvar("c", vec=False)), lambda x, c: x + c if c.arg >= 0 else x),
+    (UPat.var("x", INTS).maximum((UPat.var("x") + UPat.cvar("c", vec=False)).named("s")),
+     lambda x, c, s: (s if c.arg >= 0 else x) if no_wrap(s) else None),
     # where
     (UPat.var("cond", dtypes.bool).ne(True).where(UPat.var("t"), UPat.var("f")), lambda cond, t, f: cond.where(f, t)),
     (UPat.var("a", dtypes.bool).where(UPat.var("b", dtypes.bool).where(UPat.var("c"), UPat.var("d")), UPat.var("d")),

@@ -155,6 +155,11 @@ def main() -> None:
     _ensure_tg_importable()
     frameworks = ["tg", *(["tinygrad"] if _has_tinygrad() else [])]
     print(f"python {sys.version.split()[0]}, frameworks: {', '.join(frameworks)}")
+    # the numbers scale with how busy the machine is: print the load and a pure-Python yardstick beside them
+    start = time.perf_counter()
+    sum(range(10**7))
+    yardstick = (time.perf_counter() - start) * 1e3
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus; sum(range(10**7)) takes {yardstick:.0f} ms")
     if not args.skip_first_result:
         bench_first_result(frameworks)
     bench_overheads(frameworks, args.iters)

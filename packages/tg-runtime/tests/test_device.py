@@ -67,7 +67,8 @@ def test_default_skips_unavailable_backends(tmp_path: Path, monkeypatch: pytest.
     with Context(DEV=""):
         assert "CPU" not in list(registry.get_available_devices())
         if "PYTHON" in registry.backends:
-            assert registry.DEFAULT == "PYTHON"
+            with pytest.warns(RuntimeWarning, match=r"default device is PYTHON.*CPU is unavailable.*apt-get install"):
+                assert registry.DEFAULT == "PYTHON"
 
 
 def test_import_does_no_work() -> None:

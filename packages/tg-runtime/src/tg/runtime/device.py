@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import os
 import tempfile
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -109,7 +110,20 @@ class _DeviceRegistry:
             self._default = next(self.get_available_devices(), None)
             if self._default is None:
                 raise RuntimeError(f"no usable device; known backends: {', '.join(self.backends)}")
+            if self._default == "PYTHON" and "CPU" in self.backends:
+                self._warn_cpu_unavailable()
         return self._default
+
+    def _warn_cpu_unavailable(self) -> None:
+        """Say why the default fell back to the (slow) PYTHON interpreter, e.g. how to install a C compiler."""
+        try:
+            self["CPU"]
+        except (DeviceUnavailable, ImportError) as e:
+            warnings.warn(
+                f"the default device is PYTHON (a slow reference interpreter) because CPU is unavailable: {e}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     _default: str | None = None
 

@@ -56,3 +56,13 @@ def test_tensor_spec() -> None:
         verify(UOp.sink(bad_mop), tensor_spec)
     with pytest.raises(SpecError, match="no spec rule"):
         verify(UOp.sink(UOp.range(4, 0)), tensor_spec)
+
+
+def test_verify_rejects_what_is_not_a_graph_or_a_spec() -> None:
+    with pytest.raises(TypeError, match="verify: graph must be a UOp or a list of UOps, got 3"):
+        verify(3, kernel_spec)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="verify: graph must be a UOp or a list of UOps"):
+        verify([kernel(), 3], program_spec)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="verify: spec must be a PatternMatcher"):
+        verify(kernel(), 3)  # type: ignore[arg-type]
+    assert verify(kernel(), kernel_spec) and verify((), program_spec)

@@ -189,9 +189,13 @@ def verify(graph: UOp | Sequence[UOp], spec: PatternMatcher) -> bool:
     Raises SpecError naming the first bad node (printed with its sources). For a list, sources must also appear
     before their users. Returns True when everything passes.
     """
+    if not isinstance(spec, PatternMatcher):
+        raise TypeError(f"verify: spec must be a PatternMatcher (tensor_spec, kernel_spec, ...), got {spec!r}")
     if isinstance(graph, UOp):
         nodes = list(graph.toposort())
     else:
+        if not isinstance(graph, Sequence) or not all(isinstance(u, UOp) for u in graph):
+            raise TypeError(f"verify: graph must be a UOp or a list of UOps, got {graph!r}")
         nodes = list(graph)
         seen: set[UOp] = set()
         for i, u in enumerate(nodes):

@@ -245,3 +245,16 @@ def test_cast_and_bitcast_check_their_targets() -> None:
         f.cast(dtypes.void)
     with pytest.raises(TypeError, match="target must be a DType, got 'int32'"):
         f.cast("int32")  # type: ignore[arg-type]
+
+
+def test_range_checks_its_end_and_axis_type() -> None:
+    with pytest.raises(ValueError, match="range: end must be a non-negative int or an int UOp, got -5"):
+        UOp.range(-5, 0)
+    with pytest.raises(ValueError, match=r"got 5\.0"):
+        UOp.range(5.0, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="int UOp"):
+        UOp.range(UOp.const(dtypes.float32, 4.0), 0)
+    with pytest.raises(TypeError, match="axis_type must be an AxisType"):
+        UOp.range(4, 0, "LOOP")  # type: ignore[arg-type]
+    n = Variable("n", 1, 8)
+    assert UOp.range(n, 0).vmax == 7 and UOp.range(0, 1).src[0].arg == 0

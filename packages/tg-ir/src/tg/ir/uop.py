@@ -297,6 +297,11 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @staticmethod
     def range(end: sint, axis_id: Any, axis_type: AxisType = AxisType.LOOP, dtype: DType = dtypes.int32) -> UOp:
         """A loop variable running over [0, end); arg = (axis_id, axis_type)."""
+        if (isinstance(end, UOp) and not dtypes.is_int(end.dtype)) or not isinstance(end, (int, UOp)) \
+                or (isinstance(end, int) and end < 0):  # fmt: skip
+            raise ValueError(f"range: end must be a non-negative int or an int UOp, got {end!r}")
+        if not isinstance(axis_type, AxisType):
+            raise TypeError(f"range: axis_type must be an AxisType, got {axis_type!r}")
         return UOp(Ops.RANGE, dtype, (sint_to_uop(end, dtype),), (axis_id, axis_type))
 
     @staticmethod

@@ -124,3 +124,22 @@ def test_fp8_lists_round_trip(device):
     t = Tensor([0.3, 448.0, -2.0], dtype=dtypes.fp8e4m3, device=device)
     assert t.tolist() == [0.3125, 448.0, -2.0]
     assert t.float().tolist() == [0.3125, 448.0, -2.0]
+
+
+def test_contiguous_slices_of_a_disk_tensor_copy_out(tmp_path, device):
+    path = tmp_path / "w.bin"
+    data = np.arange(24, dtype=np.float32)
+    data.tofile(path)
+    m = Tensor.empty(4, 6, device=f"disk:{path}")
+    np.testing.assert_array_equal(m[1:3].to(device).numpy(), data.reshape(4, 6)[1:3])
+    np.testing.assert_array_equal((m[2, 1:4].to(device) * 2).numpy(), data.reshape(4, 6)[2, 1:4] * 2)
+    np.testing.assert_array_equal(m.flatten()[5:9].to(device).numpy(), data[5:9])
+    with pytest.raises(RuntimeError, match="does not run kernels"):
+        m[1:3, 2:4].to(device).realize()  # not one contiguous run: it would need a kernel on DISK
+    np.testing.assert_array_equal(m.to(device)[1:3, 2:4].numpy(), data.reshape(4, 6)[1:3, 2:4])
+
+
+def test_copy_of_a_reshaped_computed_value(device):
+    x = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], device=device)
+    other = "PYTHON" if device == "CPU" else "CPU"
+    assert (x[1:5] + 1).reshape(2, 2).to(other).tolist() == [[3.0, 4.0], [5.0, 6.0]]

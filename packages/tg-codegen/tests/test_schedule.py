@@ -166,6 +166,36 @@ def test_copy_item():
     assert items[1].bufs[1] is items[0].bufs[0]
 
 
+def test_copy_of_a_reshaped_computed_value():
+    a = buf(6, device="CPU")
+    c = a.alu(Ops.ADD, a).reshape((3, 2)).copy_to_device("PYTHON")
+    items = sched(c)
+    assert [si.ast.op for si in items] == [Ops.SINK, Ops.COPY]
+    assert items[1].bufs[1] is items[0].bufs[0]
+
+
+@pytest.mark.parametrize(
+    "view,offset,size",
+    [
+        (lambda t: t.shrink(((1, 3), (0, 6))), 6, 12),  # whole rows
+        (lambda t: t.shrink(((2, 3), (1, 4))), 13, 3),  # part of one row
+        (lambda t: t.shrink(((1, 3), (0, 6))).reshape((12,)).shrink(((3, 5),)), 9, 2),  # a view of a view
+    ],
+)
+def test_contiguous_disk_slices_copy_without_a_kernel(tmp_path, view, offset, size):
+    disk = UOp.new_buffer(f"DISK:{tmp_path / 'w.bin'}", 24, dtypes.float32)
+    items = sched(view(disk.reshape((4, 6))).copy_to_device("CPU"))
+    assert [si.ast.op for si in items] == [Ops.COPY]
+    src = items[0].bufs[1]
+    assert src.op is Ops.BUFFER_VIEW and src.src[0] is disk and src.arg == (size, offset)
+
+
+def test_strided_disk_slices_still_need_a_kernel(tmp_path):
+    disk = UOp.new_buffer(f"DISK:{tmp_path / 'w.bin'}", 24, dtypes.float32)
+    items = sched(disk.reshape((4, 6)).shrink(((1, 3), (2, 4))).copy_to_device("CPU"))
+    assert [si.ast.op for si in items] == [Ops.SINK, Ops.COPY]  # the SINK on DISK fails at run time, clearly
+
+
 def test_not_a_sink():
     with pytest.raises(TypeError, match="SINK"):
         create_schedule(buf(4))

@@ -99,6 +99,15 @@ def test_buffer_for_creates_once_and_follows_reshape() -> None:
     assert buffer_for(uop.reshape((2, 3))) is buf
 
 
+def test_buffer_for_buffer_view_shares_the_base_memory() -> None:
+    base = UOp.new_buffer("CPU", 6, dtypes.int32)
+    buffer_for(base).copyin(memoryview(struct.pack("6i", 0, 1, 2, 3, 4, 5)))
+    view_uop = UOp(Ops.BUFFER_VIEW, dtypes.int32, (base,), (3, 2))  # 3 elements from element 2
+    view = buffer_for(view_uop)
+    assert view is buffer_for(view_uop) and view.size == 3
+    assert struct.unpack("3i", bytes(view.as_memoryview())) == (2, 3, 4)
+
+
 def test_buffer_for_is_weak() -> None:
     uop = UOp.new_buffer("CPU", 4, dtypes.float32)
     ref = weakref.ref(buffer_for(uop))

@@ -28,7 +28,7 @@ _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
 def buffer_for(buffer_uop: UOp) -> Buffer:
-    """The Buffer behind a BUFFER uop (reshapes of it are accepted), created on first use.
+    """The Buffer behind a BUFFER uop (reshapes of it are accepted) or a BUFFER_VIEW of one, created on first use.
 
     The registry holds the uop weakly: when the last reference to the BUFFER uop goes, so does the Buffer and
     its memory returns to the allocator.
@@ -36,6 +36,11 @@ def buffer_for(buffer_uop: UOp) -> Buffer:
     uop = buffer_uop
     while uop.op is Ops.RESHAPE:
         uop = uop.src[0]
+    if uop.op is Ops.BUFFER_VIEW:  # arg (size, offset) in elements of its source buffer
+        if (view := _buffers.get(uop)) is None:
+            size, offset = (int(a) for a in uop.arg)
+            view = _buffers[uop] = buffer_for(uop.src[0]).view(size, uop.dtype, offset * uop.src[0].dtype.itemsize)
+        return view
     if uop.op is not Ops.BUFFER:
         raise TypeError(f"buffer_for needs a BUFFER uop, got {buffer_uop.op}")
     if (buf := _buffers.get(uop)) is None:

@@ -44,6 +44,29 @@ def _toposort(sink: UOp) -> list[UOp]:
     return order
 
 
+def contiguous_range(node: UOp) -> tuple[UOp, int, int] | None:
+    """(BUFFER, offset, size) in elements when `node` is one contiguous run of a BUFFER (reshapes and shrinks
+    that keep the elements in order and adjacent), else None."""
+    if node.op is Ops.BUFFER:
+        return node, 0, int(node.arg)
+    if node.op is Ops.RESHAPE or node.op in _PASSTHROUGH:
+        return contiguous_range(node.src[0])
+    if node.op is not Ops.SHRINK or (inner := contiguous_range(node.src[0])) is None:
+        return None
+    buf, offset, _ = inner
+    shape = [int(s) for s in node.src[0].shape]
+    bounds = [(int(b), int(e)) for b, e in node.arg]
+    partial = [i for i, ((b, e), s) in enumerate(zip(bounds, shape, strict=True)) if (b, e) != (0, s)]
+    # whole dims after the last cut one and single indices before it: the run has no gaps
+    if partial and any(e - b != 1 for b, e in bounds[: partial[-1]]):
+        return None
+    start, stride = 0, 1
+    for (b, _), s in zip(reversed(bounds), reversed(shape), strict=True):
+        start += b * stride
+        stride *= s
+    return buf, offset + start, total_size(node.shape)
+
+
 class _Scheduler:
     """Holds the decisions for one `create_schedule` call."""
 
@@ -70,6 +93,16 @@ class _Scheduler:
         else:
             return None
         return buf if total_size(node.shape) == int(buf.arg) else None
+
+    def source_view(self, node: UOp) -> UOp | None:
+        """A BUFFER_VIEW for copying `node` off a DISK buffer without a kernel (DISK runs none), if it is one
+        contiguous run of that buffer."""
+        if (rng := contiguous_range(node)) is None:
+            return None
+        buf, offset, size = rng
+        if not str(buf.device).startswith("DISK"):
+            return None
+        return UOp(Ops.BUFFER_VIEW, buf.dtype, (buf,), (size, offset))
 
     def assign_target(self, node: UOp) -> UOp:
         """The BUFFER an ASSIGN node writes."""
@@ -108,8 +141,11 @@ class _Scheduler:
             elif node.op is Ops.ASSIGN:
                 self.store(node)
             elif node.op is Ops.COPY:
-                if self.storage(node.src[0]) is None:
-                    self.store(node.src[0])
+                if self.storage(node.src[0]) is None and self.source_view(node.src[0]) is None:
+                    src = node.src[0]
+                    while src.op is Ops.RESHAPE or src.op in _PASSTHROUGH:  # storage() looks under reshapes
+                        src = src.src[0]
+                    self.store(src)
                 self.store(node)
         for out in self.sink.src:
             if self.storage(out) is None:
@@ -135,6 +171,8 @@ class _Scheduler:
                 continue
             if node.op is Ops.COPY:
                 src_buf = self.storage(node.src[0])
+                if src_buf is None:
+                    src_buf = self.source_view(node.src[0])
                 assert src_buf is not None, "COPY source was not stored"
                 items[node] = (
                     ScheduleItem(UOp(Ops.COPY, node.dtype, (src_buf, *node.src[1:]), node.arg), (out_buf, src_buf)),

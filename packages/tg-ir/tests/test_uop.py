@@ -258,3 +258,16 @@ def test_range_checks_its_end_and_axis_type() -> None:
         UOp.range(4, 0, "LOOP")  # type: ignore[arg-type]
     n = Variable("n", 1, 8)
     assert UOp.range(n, 0).vmax == 7 and UOp.range(0, 1).src[0].arg == 0
+
+
+def test_const_arg_must_have_the_dtype_python_type() -> None:
+    # True == 1 == 1.0 hash alike: a wrongly typed CONST would be handed back to every later UOp.const of that value
+    with pytest.raises(TypeError, match=r"CONST of dtypes.int32 needs a int arg, got True"):
+        UOp(Ops.CONST, dtypes.int32, (), True)
+    with pytest.raises(TypeError, match=r"CONST of dtypes.float32 needs a float arg, got 1"):
+        UOp(Ops.CONST, dtypes.float32, (), 1)
+    with pytest.raises(TypeError, match=r"CONST of dtypes.bool needs a bool arg, got 0"):
+        UOp(Ops.CONST, dtypes.bool, (), 0)
+    one = UOp.const(dtypes.int32, True)
+    assert one.arg.__class__ is int and UOp.const(dtypes.int32, 1) is one
+    assert UOp.const(dtypes.float32, 1).arg.__class__ is float and UOp.const(dtypes.bool, 1).arg is True

@@ -56,6 +56,17 @@ def _check_value_dtype(what: str, src: DType, dtype: DType) -> None:
         raise TypeError(f"{what}: can't convert {src} to {dtype} (void has no value)")
 
 
+def _check_const_arg(dtype: DType, arg: Any) -> None:
+    """A CONST's arg has its dtype's Python type. Hash-consing keys on ==, and True == 1 == 1.0, so a CONST built
+    with the wrong type would be handed back (wrong type and all) to every later UOp.const of the same value."""
+    if isinstance(dtype, PtrDType):
+        return
+    want = bool if dtype.scalar() is dtypes.bool else int if dtypes.is_int(dtype) else float if dtypes.is_float(
+        dtype) else None  # fmt: skip
+    if want is not None and arg.__class__ is not want:
+        raise TypeError(f"CONST of {dtype} needs a {want.__name__} arg, got {arg!r}; use UOp.const to convert")
+
+
 class UOpMetaClass(type):
     """Hash-consing: UOp(...) with the same (op, dtype, src, arg, tag) returns the existing live node."""
 
@@ -100,6 +111,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}")
         if op in GroupOp.ALU:
             _check_alu(op, dtype, src)
+        elif op is Ops.CONST:
+            _check_const_arg(dtype, arg)
         self.__dict__.update(op=op, dtype=dtype, src=src, arg=arg, tag=tag)
 
     def __setattr__(self, name: str, value: Any) -> None:

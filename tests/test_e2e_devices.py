@@ -143,3 +143,11 @@ def test_copy_of_a_reshaped_computed_value(device):
     x = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], device=device)
     other = "PYTHON" if device == "CPU" else "CPU"
     assert (x[1:5] + 1).reshape(2, 2).to(other).tolist() == [[3.0, 4.0], [5.0, 6.0]]
+
+
+def test_reading_a_slice_of_a_disk_tensor_to_the_host(tmp_path):
+    path = tmp_path / "h.bin"
+    np.arange(6, dtype=np.int32).tofile(path)
+    t = Tensor.empty(2, 3, dtype=dtypes.int32, device=f"disk:{path}")
+    assert t.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert t[1].tolist() == [3, 4, 5] and t[0, 1:].numpy().tolist() == [1, 2] and t[1, 2].item() == 5

@@ -78,6 +78,11 @@ def host_bytes(t: Tensor) -> bytearray:
     data = bytearray(t.numel() * t.dtype.itemsize)
     if not data:
         return data
+    if buffer_of(t.uop) is None and t.device.startswith("DISK"):
+        # DISK runs no kernels: a view of a file (e.g. a contiguous slice) is read through a copy to the host
+        from tg.tensor.tensor import Tensor
+
+        t = Tensor(t.uop.copy_to_device("CPU"))
     t.realize()
     buf = buffer_of(t.uop)
     if buf is None:

@@ -540,7 +540,11 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             elif u.op is Ops.DEFINE_VAR:
                 if u.arg[0] not in vals:
                     raise KeyError(f"sym_infer: no value for variable {u.arg[0]!r}")
-                cache[u] = vals[u.arg[0]]
+                v = vals[u.arg[0]]
+                # simplified expressions are only right inside the variable's bounds
+                if not u.arg[1] <= v <= u.arg[2]:
+                    raise ValueError(f"sym_infer: value {v!r} out of range [{u.arg[1]}, {u.arg[2]}] of {u.arg[0]}")
+                cache[u] = v
             elif u.op is Ops.BIND:
                 cache[u] = vals.get(u.src[0].arg[0], cache[u.src[1]])
             elif u.op is Ops.CAST:

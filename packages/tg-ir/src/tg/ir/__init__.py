@@ -56,6 +56,7 @@ from tg.ir.helpers import (
 from tg.ir.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg.ir.pattern import PatternMatcher, RewriteError, UPat, graph_rewrite, graph_rewrite_map, track_rewrites
 from tg.ir.printer import pretty_print, print_uops, pyrender, render_expr
+from tg.ir.spec import SpecError, kernel_spec, program_spec, tensor_spec, type_verify, verify
 from tg.ir.symbolic import pm_dead_ranges, simplify, symbolic, symbolic_simple
 from tg.ir.uop import UOp, Variable, resolve, sint, sint_to_uop, smax, smin, ssimplify, sym_infer
 
@@ -80,6 +81,7 @@ __all__ = [
     "PatternMatcher",
     "PtrDType",
     "RewriteError",
+    "SpecError",
     "Timing",
     "UOp",
     "UPat",
@@ -109,12 +111,15 @@ __all__ = [
     "getenv",
     "graph_rewrite",
     "graph_rewrite_map",
+    "kernel_spec",
     "least_upper_dtype",
     "least_upper_float",
-    "partition", "pm_dead_ranges",
+    "partition",
+    "pm_dead_ranges",
     "pretty_print",
     "print_uops",
     "prod",
+    "program_spec",
     "pyrender",
     "python_alu",
     "render_expr",
@@ -130,10 +135,13 @@ __all__ = [
     "sym_infer",
     "symbolic",
     "symbolic_simple",
+    "tensor_spec",
     "to_dtype",
     "to_function_name",
     "track_rewrites",
     "truncate",
+    "type_verify",
     "unwrap",
+    "verify",
     "weak_promote",
 ]  # fmt: skip

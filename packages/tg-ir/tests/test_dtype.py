@@ -36,6 +36,14 @@ def test_itemsize_fmt_minmax() -> None:
     assert dtypes.int64.min == -(2**63) and dtypes.float32.max == float("inf") and dtypes.bool.max is True
 
 
+def test_ptr_checks_size_and_address_space() -> None:
+    with pytest.raises(ValueError, match="ptr: size must be an element count or -1"):
+        dtypes.float32.ptr(-2)
+    with pytest.raises(TypeError, match="ptr: addrspace must be an AddrSpace, got 'LOCAL'"):
+        dtypes.float32.ptr(4, "LOCAL")  # type: ignore[arg-type]
+    assert dtypes.float32.ptr(0).size == 0 and dtypes.float32.ptr().size == -1
+
+
 def test_vec_and_ptr() -> None:
     v = dtypes.float32.vec(4)
     assert v.count == 4 and v.itemsize == 16 and v.scalar() is dtypes.float32 and v is dtypes.float32.vec(4)

@@ -95,3 +95,11 @@ def test_negative_sizes_and_bad_devices_raise() -> None:
     with pytest.raises(TypeError, match="copy_to_device: device must be a str"):
         t.copy_to_device(3)  # type: ignore[arg-type]
     assert t.copy_to_device(("CPU:1", "CPU:2")).op is Ops.COPY and t.copy_to_device("PYTHON").device == "PYTHON"
+
+
+def test_new_buffer_needs_a_value_dtype() -> None:
+    with pytest.raises(TypeError, match=r"new_buffer: dtype must be a value dtype, got dtypes\.void"):
+        UOp.new_buffer("CPU", 4, dtypes.void)
+    with pytest.raises(TypeError, match="value dtype"):
+        UOp.new_buffer("CPU", 4, dtypes.float32.ptr())
+    assert UOp.new_buffer("CPU", 4, dtypes.float16).dtype is dtypes.float16

@@ -100,6 +100,10 @@ class DType(metaclass=DTypeMetaClass):
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to this dtype in `addrspace`; `size` is the element count (-1 = unknown)."""
+        if not isinstance(size, int) or size < -1:
+            raise ValueError(f"ptr: size must be an element count or -1 (unknown), got {size!r}")
+        if not isinstance(addrspace, AddrSpace):
+            raise TypeError(f"ptr: addrspace must be an AddrSpace, got {addrspace!r}")
         return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, addrspace, 1, size)
 
     @functools.cached_property

@@ -340,6 +340,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise ValueError(f"new_buffer: size must be a non-negative int, got {size!r}")
         if not isinstance(device, (str, tuple)):
             raise TypeError(f"new_buffer: device must be a str, got {device!r}")
+        if not isinstance(dtype, DType) or isinstance(dtype, PtrDType) or dtype is dtypes.void:
+            raise TypeError(f"new_buffer: dtype must be a value dtype, got {dtype!r}")
         return UOp(Ops.BUFFER, dtype, (UOp.unique(num), UOp(Ops.DEVICE, arg=device)), size)
 
     def sink(self, *srcs: UOp, **kwargs: Any) -> UOp:

@@ -179,5 +179,7 @@ def test_a_rule_returning_a_non_uop_is_named() -> None:
         graph_rewrite(x + 1, pm)
     with pytest.raises(TypeError, match="returned int 3"):
         graph_rewrite(x + 1, pm, bottom_up=True)
+    with pytest.raises(TypeError, match=r"PatternMatcher needs a list of \(UPat, callable\) rules, got int"):
+        PatternMatcher(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="graph_rewrite needs a PatternMatcher, got list"):
         graph_rewrite(x, [pm])  # type: ignore[arg-type]

@@ -431,6 +431,8 @@ class PatternMatcher:
     """An ordered list of (UPat, function) rules, indexed by op. `pm1 + pm2` concatenates (pm1's rules first)."""
 
     def __init__(self, patterns: Sequence[tuple[UPat, Callable[..., Any]]], compiled: bool = True) -> None:
+        if not isinstance(patterns, (list, tuple)):
+            raise TypeError(f"PatternMatcher needs a list of (UPat, callable) rules, got {type(patterns).__name__}")
         for i, rule in enumerate(patterns):
             if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], UPat) and callable(rule[1])):
                 raise TypeError(f"PatternMatcher rule {i} must be a (UPat, callable) pair, got {rule!r}")

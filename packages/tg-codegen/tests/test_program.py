@@ -8,8 +8,9 @@ from tg.codegen.program import ProgramSpec, estimate, get_program
 from tg.codegen.render.cstyle import ClangRenderer
 from tg.codegen.render.python import PythonRenderer
 from tg.ir.dtype import dtypes
+from tg.ir.helpers import SPEC, Context
 from tg.ir.ops import AxisType, KernelInfo, Ops
-from tg.ir.spec import program_spec, verify
+from tg.ir.spec import SpecError, program_spec, verify
 from tg.ir.uop import UOp
 
 f32, i32 = dtypes.float32, dtypes.int32
@@ -78,3 +79,18 @@ def test_bound_variables_become_kernel_arguments() -> None:
     p = get_program(UOp.sink(UOp.param(0, f32, 8).index(r).store(UOp.const(f32, 1.0)).end(r)), ClangRenderer())
     assert [v.arg[0] for v in p.vars] == ["n"] and "const int n" in p.src
     assert all(u.op is not Ops.BIND for u in p.uops)
+
+
+def test_spec_checks_run_in_get_program_when_spec_is_on() -> None:
+    assert SPEC >= 1, "the repository conftest turns SPEC on for every test run"
+    out, inp = UOp.param(0, dtypes.float32, 8), UOp.param(1, dtypes.float32, 8)
+    i = UOp.range(8, 0, AxisType.LOOP)
+    x = inp.index(i).load()
+    bad = UOp.sink(out.index(i).store(UOp(Ops.IDIV, dtypes.float32, (x, x.const_like(2.0)))).end(i),
+                   arg=KernelInfo(name="bad"))  # fmt: skip
+    with pytest.raises(SpecError, match=r"Ops\.IDIV"):
+        get_program(bad, ClangRenderer())
+    with Context(SPEC=0), pytest.raises(Exception) as e:  # without the check the failure comes later, if at all
+        get_program(bad, ClangRenderer())
+        raise RuntimeError("rendered")
+    assert not isinstance(e.value, SpecError)

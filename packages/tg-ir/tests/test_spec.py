@@ -66,3 +66,13 @@ def test_verify_rejects_what_is_not_a_graph_or_a_spec() -> None:
     with pytest.raises(TypeError, match="verify: spec must be a PatternMatcher"):
         verify(kernel(), 3)  # type: ignore[arg-type]
     assert verify(kernel(), kernel_spec) and verify((), program_spec)
+
+
+def test_kernel_spec_accepts_float_mod_but_not_float_idiv() -> None:
+    out, inp = UOp.param(0, dtypes.float32, 8), UOp.param(1, dtypes.float32, 8)
+    i = UOp.range(8, 0)
+    x = inp.index(i).load()
+    assert verify(UOp.sink(out.index(i).store(x % 0.5).end(i)), kernel_spec)  # C fmod
+    bad = UOp.sink(out.index(i).store(UOp(Ops.IDIV, dtypes.float32, (x, x.const_like(0.5)))).end(i))
+    with pytest.raises(SpecError, match=r"Ops\.IDIV"):
+        verify(bad, kernel_spec)

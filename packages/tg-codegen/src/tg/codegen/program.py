@@ -16,7 +16,9 @@ from tg.codegen.lower import kernel_name, lower_kernel
 from tg.codegen.opt import apply_opts
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import PtrDType
+from tg.ir.helpers import SPEC
 from tg.ir.ops import GroupOp, Ops
+from tg.ir.spec import kernel_spec, program_spec, verify
 from tg.ir.uop import UOp, sint
 
 
@@ -111,11 +113,15 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None)
     """Lower, linearize and render kernel AST `ast` (a SINK of stores, see the README) with `renderer`."""
     if not isinstance(renderer, Renderer):
         raise TypeError(f"get_program needs a Renderer, got {type(renderer).__name__}")
+    if SPEC:  # SPEC=1 (on in the test suites): check the stage's input and output against tg.ir's specs
+        verify(ast, kernel_spec)
     optimized, applied = apply_opts(ast, renderer, opts)
     lowered = lower_kernel(optimized, renderer)
     name = _function_name(ast)
     lowered = lowered.replace(arg=name)  # the SINK of a lowered kernel carries its function name
     uops = linearize(lowered)
+    if SPEC:
+        verify(uops, program_spec)
     src = renderer.render(uops)
     params = [u for u in uops if u.op is Ops.PARAM]
     outs = sorted({b.arg for u in uops if u.op is Ops.STORE and (b := buffer_of(u.src[0])).op is Ops.PARAM})

@@ -55,8 +55,10 @@ def _alu_ok(x: UOp) -> bool:
         return x.dtype.scalar() is dtypes.bool
     if x.op in (Ops.SHL, Ops.SHR):
         return dtypes.is_int(x.dtype) and dtypes.is_int(x.src[1].dtype)
-    if x.op in (Ops.IDIV, Ops.MOD):
+    if x.op is Ops.IDIV:
         return dtypes.is_int(x.dtype)
+    if x.op is Ops.MOD:  # float MOD is C's fmod (the remainder takes the dividend's sign)
+        return dtypes.is_int(x.dtype) or dtypes.is_float(x.dtype)
     if x.op in (Ops.AND, Ops.OR, Ops.XOR):
         return dtypes.is_int(x.dtype) or dtypes.is_bool(x.dtype)
     return True

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from tg.codegen.schedule.indexing import KernelBuilder, MustRealize, total_size
 from tg.codegen.schedule.item import ScheduleItem
-from tg.ir import Ops, UOp
+from tg.ir import Ops, UOp, tensor_spec, verify
+from tg.ir.helpers import SPEC
 
 _PASSTHROUGH = {Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}
 
@@ -271,6 +272,8 @@ def create_schedule(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """
     if sink.op is not Ops.SINK:
         raise TypeError(f"create_schedule expects a SINK, got {sink.op}")
+    if SPEC:  # SPEC=1 (on in the test suites): the tensor graph must satisfy tg.ir's tensor spec
+        verify(sink, tensor_spec)
     sched = _Scheduler(sink)
     sched.mark_required()
     items = sched.build_kernels()

@@ -25,26 +25,6 @@ from tg.ir.helpers import SPEC
 _PASSTHROUGH = {Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}
 
 
-def _toposort(sink: UOp) -> list[UOp]:
-    """Every node reachable from `sink`, sources before consumers (iterative, no recursion limit)."""
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(sink, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        for s in reversed(node.src):
-            if s not in seen:
-                stack.append((s, False))
-    return order
-
-
 def contiguous_range(node: UOp) -> tuple[UOp, int, int] | None:
     """(BUFFER, offset, size) in elements when `node` is one contiguous run of a BUFFER (reshapes and shrinks
     that keep the elements in order and adjacent), else None."""
@@ -73,7 +53,7 @@ class _Scheduler:
 
     def __init__(self, sink: UOp) -> None:
         self.sink = sink
-        self.order = _toposort(sink)
+        self.order = list(sink.toposort())  # iterative: deep graphs need no recursion
         self.position = {n: i for i, n in enumerate(self.order)}
         self.stored: dict[UOp, UOp] = {}  # node -> BUFFER its value is written to by a schedule item
         self.aliases: dict[UOp, UOp] = {}  # node -> BUFFER that already holds its value (no work)

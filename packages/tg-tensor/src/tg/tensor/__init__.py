@@ -6,6 +6,19 @@ Importing this package does no work: nothing is compiled and no device is opened
 from tg.ir import Context, GlobalCounters, Variable, dtypes
 from tg.runtime.device import Device
 from tg.tensor.__about__ import __version__
+from tg.tensor.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tg.tensor.tensor import Tensor
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "Variable", "__version__", "dtypes"]
+__all__ = [
+    "Context",
+    "Device",
+    "GlobalCounters",
+    "Tensor",
+    "Variable",
+    "__version__",
+    "dtypes",
+    "enable_grad",
+    "is_grad_enabled",
+    "no_grad",
+    "set_grad_enabled",
+]

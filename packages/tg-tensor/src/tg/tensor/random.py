@@ -24,6 +24,10 @@ def manual_seed(seed: int = 0) -> None:
     Tensor._seed, Tensor._rng_counter = int(seed), 0
 
 
+def _leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
+    return t if requires_grad is None else t.requires_grad_(requires_grad)
+
+
 def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
     """uint32 random bits of `shape` (one threefry evaluation per element)."""
     from tg.tensor.tensor import Tensor, _from_bytes, canonical_device
@@ -38,7 +42,9 @@ def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
     return (bits & 0xFFFFFFFF).cast(dtypes.uint32).reshape(shape)
 
 
-def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+def rand(
+    *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
+) -> Tensor:
     """Uniform random numbers in [0, 1): `Tensor.rand(2, 3)`."""
     from tg.tensor.shapes import shape_arg as _shape_arg
 
@@ -49,18 +55,25 @@ def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = Non
     bits = _random_bits(shp, device)
     # 23 random mantissa bits under exponent 0 give a float32 in [1, 2)
     one_to_two = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32)
-    return (one_to_two - 1.0).cast(dt)
+    return _leaf((one_to_two - 1.0).cast(dt), requires_grad)
 
 
 def uniform(
-    *shape: Any, low: float = 0.0, high: float = 1.0, device: str | None = None, dtype: DType | str | None = None
+    *shape: Any,
+    low: float = 0.0,
+    high: float = 1.0,
+    device: str | None = None,
+    dtype: DType | str | None = None,
+    requires_grad: bool | None = None,
 ) -> Tensor:
     """Uniform random numbers in [low, high)."""
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    return (rand(*shape, device=device, dtype=dtypes.float32) * (high - low) + low).cast(dt)
+    return _leaf((rand(*shape, device=device, dtype=dtypes.float32) * (high - low) + low).cast(dt), requires_grad)
 
 
-def randn(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+def randn(
+    *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
+) -> Tensor:
     """Standard normal random numbers (Box-Muller): `Tensor.randn(3, 4)`."""
     from tg.tensor.shapes import shape_arg as _shape_arg
 
@@ -68,15 +81,20 @@ def randn(*shape: Any, device: str | None = None, dtype: DType | str | None = No
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     u = rand(2, *shp, device=device, dtype=dtypes.float32)
     radius = ((1.0 - u[0]).log() * -2.0).sqrt()
-    return (radius * (u[1] * (2 * math.pi)).cos()).cast(dt)
+    return _leaf((radius * (u[1] * (2 * math.pi)).cos()).cast(dt), requires_grad)
 
 
 def normal(
-    *shape: Any, mean: float = 0.0, std: float = 1.0, device: str | None = None, dtype: DType | str | None = None
+    *shape: Any,
+    mean: float = 0.0,
+    std: float = 1.0,
+    device: str | None = None,
+    dtype: DType | str | None = None,
+    requires_grad: bool | None = None,
 ) -> Tensor:
     """Normal random numbers with `mean` and `std`."""
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    return (randn(*shape, device=device, dtype=dtypes.float32) * std + mean).cast(dt)
+    return _leaf((randn(*shape, device=device, dtype=dtypes.float32) * std + mean).cast(dt), requires_grad)
 
 
 def randint(

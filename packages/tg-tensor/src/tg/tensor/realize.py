@@ -39,6 +39,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     """Compute every tensor in `tensors` that is not yet a buffer, in one schedule."""
     from tg.codegen.schedule import create_schedule
     from tg.runtime.engine import run_schedule
+    from tg.tensor.autograd import note_realized
 
     todo = [t for t in tensors if buffer_of(t.uop) is None]
     if not todo:
@@ -63,6 +64,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
     schedule, becomes = create_schedule(sink)
     run_schedule(schedule)
+    note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:
             t.uop = new

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
+from tg.tensor import autograd as _autograd
 from tg.tensor import indexing as _indexing
 from tg.tensor import movement as _movement
 from tg.tensor import random as _random
@@ -72,7 +73,7 @@ class Tensor(_DTypeShortcuts):
     [3.0, 6.0]
     """
 
-    __slots__ = ("__weakref__", "requires_grad", "uop")
+    __slots__ = ("__weakref__", "_is_leaf", "_requires_grad", "grad", "uop")
     _seed: int = 0x5EED
     _rng_counter: int = 0
 
@@ -84,11 +85,15 @@ class Tensor(_DTypeShortcuts):
         requires_grad: bool | None = None,
     ) -> None:
         dt = _to_dtype(dtype)
-        self.requires_grad = requires_grad
+        self._requires_grad: bool | None = None
+        self._is_leaf = True
+        self.grad: Tensor | None = None
         if isinstance(data, UOp):
             if dt is not None and data.dtype is not dt:
                 data = data.cast(dt)
             self.uop = data
+            if requires_grad is None and _autograd.anything_tracked():
+                _autograd.track_result(self)
         elif isinstance(data, Tensor):
             self.uop = data.uop if dt is None else data.uop.cast(dt)
         elif isinstance(data, (bool, int, float)):
@@ -117,6 +122,8 @@ class Tensor(_DTypeShortcuts):
         else:
             raise TypeError(f"cannot create a Tensor from {type(data).__name__}: {data!r}")
         _realize.all_tensors.add(self)
+        if requires_grad is not None:
+            self.requires_grad_(requires_grad)
 
     # ---- properties -------------------------------------------------------------------------------------
 
@@ -177,29 +184,42 @@ class Tensor(_DTypeShortcuts):
 
     @staticmethod
     def full(
-        shape: ShapeArg, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None
+        shape: ShapeArg,
+        fill_value: Scalar,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """A tensor of `shape` filled with `fill_value`: `Tensor.full((2, 3), 7)`."""
         shp = shape_arg((shape,)) if not isinstance(shape, int) else (shape,)
         dt = _to_dtype(dtype) or dtypes.from_py(fill_value)
-        return Tensor(UOp.full(shp, _fill_value(fill_value, dt), dt, canonical_device(device)))
+        return Tensor(
+            UOp.full(shp, _fill_value(fill_value, dt), dt, canonical_device(device)), requires_grad=requires_grad
+        )
 
     @staticmethod
-    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def zeros(
+        *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
         """A tensor of zeros: `Tensor.zeros(2, 3)`."""
-        return Tensor.full(shape_arg(shape), 0.0, dtype or dtypes.default_float, device)
+        return Tensor.full(shape_arg(shape), 0.0, dtype or dtypes.default_float, device, requires_grad)
 
     @staticmethod
-    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def ones(
+        *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
         """A tensor of ones: `Tensor.ones(2, 3)`."""
-        return Tensor.full(shape_arg(shape), 1.0, dtype or dtypes.default_float, device)
+        return Tensor.full(shape_arg(shape), 1.0, dtype or dtypes.default_float, device, requires_grad)
 
     @staticmethod
-    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def empty(
+        *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
         """An uninitialised tensor (a fresh buffer, no kernel): `Tensor.empty(4, 4)`."""
         shp = shape_arg(shape)
         dt = _to_dtype(dtype) or dtypes.default_float
-        return Tensor(UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp))
+        buf = UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp)
+        return Tensor(buf, requires_grad=requires_grad)
 
     @staticmethod
     def arange(
@@ -208,6 +228,7 @@ class Tensor(_DTypeShortcuts):
         step: Scalar = 1,
         dtype: DType | str | None = None,
         device: str | None = None,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """Evenly spaced values in [start, stop): `Tensor.arange(5)`, `Tensor.arange(0, 1, 0.25)`."""
         if stop is None:
@@ -221,10 +242,16 @@ class Tensor(_DTypeShortcuts):
         values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(
             isinstance(v, int) for v in (start, step)
         ) else [start + i * step for i in range(n)]  # fmt: skip
-        return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)))
+        return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)), requires_grad=requires_grad)
 
     @staticmethod
-    def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def eye(
+        n: int,
+        m: int | None = None,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """The identity matrix (n x m): `Tensor.eye(3)`."""
         m = n if m is None else m
         if n < 0 or m < 0:
@@ -232,7 +259,7 @@ class Tensor(_DTypeShortcuts):
         k = min(n, m)
         dt = _to_dtype(dtype) or dtypes.default_float
         if k == 0:
-            return Tensor.zeros(n, m, dtype=dt, device=device)
+            return Tensor.zeros(n, m, dtype=dt, device=device, requires_grad=requires_grad)
         # a column of ones padded by k zeros, flattened: every (k+1)-th element is one
         diag = (
             Tensor.ones(k, 1, dtype=dt, device=device)
@@ -241,19 +268,29 @@ class Tensor(_DTypeShortcuts):
             .shrink(((0, k * k),))
             .reshape(k, k)
         )
-        return diag.pad(((0, n - k), (0, m - k)))
+        return _leaf(diag.pad(((0, n - k), (0, m - k))), requires_grad)
 
-    def full_like(self, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def full_like(
+        self,
+        fill_value: Scalar,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """A tensor shaped like self filled with `fill_value`."""
-        return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device)
+        return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
 
-    def zeros_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def zeros_like(
+        self, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
         """Zeros shaped like self."""
-        return self.full_like(0, dtype, device)
+        return self.full_like(0, dtype, device, requires_grad)
 
-    def ones_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def ones_like(
+        self, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
         """Ones shaped like self."""
-        return self.full_like(1, dtype, device)
+        return self.full_like(1, dtype, device, requires_grad)
 
     # ---- realization and data out -----------------------------------------------------------------------
 
@@ -291,9 +328,67 @@ class Tensor(_DTypeShortcuts):
         """Force the value into its own buffer when realized (a fusion boundary)."""
         return Tensor(self.uop.contiguous())
 
+    # ---- autograd: see autograd.py and gradient.py -------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """Whether gradients are tracked for this tensor: None (unset, like False), True or False (PyTorch)."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        _autograd.set_requires_grad(self, bool(flag))
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Make this leaf track gradients (float tensors only): `w = Tensor.randn(3, 3).requires_grad_()`."""
+        _autograd.set_requires_grad(self, bool(requires_grad))
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """False for results of ops on tensors that require grad (PyTorch's definition)."""
+        return self._is_leaf
+
+    def retain_grad(self) -> Tensor:
+        """Let `backward()` fill `.grad` of this non-leaf too."""
+        if not self._requires_grad:
+            raise RuntimeError("retain_grad() needs a tensor that requires grad")
+        _autograd.grad_leaves.add(self)
+        return self
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate the gradient of this tensor into `.grad` of the leaves it depends on.
+
+        >>> w = Tensor([1.0, 2.0], requires_grad=True)
+        >>> (w * w).sum().backward().tolist()
+        5.0
+        >>> w.grad.tolist()
+        [2.0, 4.0]
+        """
+        _autograd.backward(self, gradient)
+        return self
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d(self)/d(target) for each target, as lazy tensors (functional; needs no requires_grad).
+
+        >>> x = Tensor([3.0])
+        >>> (x * x).sum().gradient(x)[0].tolist()
+        [6.0]
+        """
+        return _autograd.gradient(self, targets, gradient)
+
     def detach(self) -> Tensor:
-        """The same value, cut off from gradients."""
+        """The same value, cut off from gradients (a leaf that does not require grad)."""
         return Tensor(self.uop.detach())
+
+    def contiguous_backward(self) -> Tensor:
+        """Identity forward; the gradient flowing back through here is stored in a buffer of its own."""
+        return Tensor(self.uop.contiguous_backward())
+
+    no_grad = _autograd.no_grad
+    enable_grad = _autograd.enable_grad
+    train = staticmethod(_autograd.train)
+    training = _autograd.TrainingFlag()
 
     def assign(self, x: Tensor | Scalar | list) -> Tensor:
         """Write `x` into this tensor's buffer (same shape, dtype, device); earlier reads keep the old value.
@@ -721,6 +816,11 @@ class Tensor(_DTypeShortcuts):
     randint = staticmethod(_random.randint)
     uniform = staticmethod(_random.uniform)
     normal = staticmethod(_random.normal)
+
+
+def _leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
+    """`t` made a grad leaf when `requires_grad` is given (creation functions' `requires_grad=`)."""
+    return t if requires_grad is None else t.requires_grad_(requires_grad)
 
 
 def _coerce(value: Scalar, dt: DType) -> ConstType:

@@ -1,0 +1,250 @@
+"""Autograd bookkeeping with PyTorch's `requires_grad` model: grad mode, training mode, which graph nodes require
+grad, the registry of grad leaves, and `backward` / `gradient` on top of `gradient.compute_gradient`.
+
+A result requires grad when grad mode is on and its graph reaches a node that requires grad without passing a DETACH.
+That is decided once per new UOp (memoised per node, weakly) and costs nothing while no tensor requires grad.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tg.ir import Context, ContextVar, Ops, UOp, dtypes
+from tg.tensor.gradient import compute_gradient
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+# training mode (dropout, batchnorm statistics): `with Tensor.train():`, `Context(TRAINING=1)` or env TRAINING=1
+TRAINING = ContextVar("TRAINING", 0)
+
+_grad_mode = threading.local()
+# per node: does it require grad (reaches a grad-requiring node without a DETACH)?
+_requires: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+# nodes that require grad (a fast "is anything tracked at all?" check)
+_tracked: weakref.WeakSet[UOp] = weakref.WeakSet()
+# realized buffer -> the forward graph it was computed from, for tensors that required grad when realized
+_origins: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# leaves with requires_grad=True and non-leaves with retain_grad(): the tensors backward() fills .grad of
+grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+# ---- grad mode ------------------------------------------------------------------------------------------------
+
+
+def is_grad_enabled() -> bool:
+    """True unless inside `no_grad()` (per thread)."""
+    return getattr(_grad_mode, "enabled", True)
+
+
+class set_grad_enabled(contextlib.ContextDecorator):  # torch's lower-case name
+    """Switch grad mode on or off: as a call (`set_grad_enabled(False)`), a `with` block or a decorator."""
+
+    def __init__(self, mode: bool) -> None:
+        self.prev = is_grad_enabled()
+        self.mode = bool(mode)
+        _grad_mode.enabled = self.mode
+
+    def __enter__(self) -> set_grad_enabled:
+        _grad_mode.enabled = self.mode
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _grad_mode.enabled = self.prev
+
+
+class no_grad(contextlib.ContextDecorator):  # torch's lower-case name
+    """Results computed inside do not require grad (optimizer steps, evaluation): `with no_grad(): ...`."""
+
+    def __enter__(self) -> no_grad:
+        self.prev = is_grad_enabled()
+        _grad_mode.enabled = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _grad_mode.enabled = self.prev
+
+
+class enable_grad(contextlib.ContextDecorator):  # torch's lower-case name
+    """Turn grad mode back on inside a `no_grad` block."""
+
+    def __enter__(self) -> enable_grad:
+        self.prev = is_grad_enabled()
+        _grad_mode.enabled = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _grad_mode.enabled = self.prev
+
+
+class TrainingFlag:
+    """`Tensor.training`: reads the TRAINING switch (set it with `Tensor.train()` or `Context(TRAINING=1)`)."""
+
+    def __get__(self, obj: object, owner: type | None = None) -> bool:
+        return bool(TRAINING.value)
+
+
+def train(mode: bool = True) -> Context:
+    """Training mode on (or off) inside a `with` block or a decorated function: `with Tensor.train(): ...`."""
+    return Context(TRAINING=int(bool(mode)))
+
+
+# ---- which nodes require grad ---------------------------------------------------------------------------------
+
+
+def anything_tracked() -> bool:
+    """False while no live node requires grad (the fast path for inference code)."""
+    return bool(_tracked)
+
+
+def mark(uop: UOp, flag: bool) -> None:
+    """Record whether `uop` itself requires grad (a leaf being switched on or off)."""
+    _requires[uop] = flag
+    if flag:
+        _tracked.add(uop)
+    else:
+        _tracked.discard(uop)
+
+
+def reaches_grad(root: UOp) -> bool:
+    """True if `root`'s graph reaches a node that requires grad without passing a DETACH (memoised per node)."""
+    memo = _requires
+    if (known := memo.get(root)) is not None:
+        return known
+    stack = [root]
+    while stack:
+        u = stack[-1]
+        if u in memo:
+            stack.pop()
+            continue
+        if u.op is Ops.DETACH:
+            memo[u] = False
+            stack.pop()
+            continue
+        pending = [s for s in u.src if s not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        flag = any(memo[s] for s in u.src)
+        memo[u] = flag
+        if flag:
+            _tracked.add(u)
+    return memo[root]
+
+
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+
+
+def track_result(t: Tensor) -> None:
+    """Set up a new op result: in grad mode it requires grad if an input does; under no_grad a result that would
+    require grad is cut off by a DETACH (views of stored tensors stay views, so writes through them still work)."""
+    if not reaches_grad(t.uop):
+        return
+    if is_grad_enabled():
+        t._requires_grad, t._is_leaf = True, False
+        return
+    base = t.uop
+    while base.op in _VIEW_OPS:
+        base = base.src[0]
+    if base.op not in (Ops.BUFFER, Ops.ASSIGN):
+        t.uop = t.uop.detach()
+
+
+def note_realized(becomes: dict[UOp, UOp]) -> None:
+    """Called after a realize: a value that required grad and now lives in a buffer keeps requiring grad, and
+    gradients flow through the graph it was computed from."""
+    if not _tracked:
+        return
+    for old, new in becomes.items():
+        if _requires.get(old):
+            mark(new, True)
+            if old.op is not Ops.ASSIGN and new is not old:  # an ASSIGN wrote an existing leaf's buffer
+                _origins.setdefault(new, old)
+
+
+# ---- leaves, backward, gradient -------------------------------------------------------------------------------
+
+
+def set_requires_grad(t: Tensor, flag: bool) -> None:
+    """`t.requires_grad_(flag)`: make `t` a grad leaf (backed by its own buffer) or stop tracking it."""
+    if flag:
+        if not dtypes.is_float(t.dtype):
+            raise RuntimeError(f"only tensors of floating point dtype can require gradients, got {t.dtype.name}")
+        if not t._is_leaf:
+            return  # already requires grad through its inputs
+        from tg.tensor.realize import buffer_of
+
+        if buffer_of(t.uop) is None:
+            # a leaf needs storage of its own: equal lazy graphs (two zeros(3)) would be one node otherwise
+            t.uop = t.uop.contiguous()
+            t.realize()
+        mark(t.uop, True)
+        grad_leaves.add(t)
+    else:
+        if not t._is_leaf:
+            raise RuntimeError("you can only change requires_grad flags of leaf tensors; use detach() on a result")
+        if t._requires_grad:
+            mark(t.uop, False)
+        grad_leaves.discard(t)
+    t._requires_grad = flag
+
+
+def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
+    from tg.tensor.tensor import Tensor
+
+    if not dtypes.is_float(root.dtype):
+        raise RuntimeError(f"{what}: only a floating point tensor can be differentiated, got {root.dtype.name}")
+    if gradient is None:
+        if root.numel() != 1:
+            raise RuntimeError(
+                f"{what}: grad can be implicitly created only for one-element outputs, got shape {root.shape}; "
+                "pass gradient="
+            )
+        return UOp.full(root.shape, 1.0, root.dtype, root.device)
+    if not isinstance(gradient, Tensor):
+        gradient = Tensor(gradient, device=root.device, dtype=root.dtype)
+    if gradient.shape != root.shape:
+        raise RuntimeError(f"{what}: gradient has shape {gradient.shape}, the output {root.shape}")
+    return gradient.cast(root.dtype).uop
+
+
+def gradient(root: Tensor, targets: Sequence[Tensor], grad: Tensor | None = None) -> list[Tensor]:
+    """d(root)/d(target) for each target (zeros where root does not depend on it), as lazy tensors."""
+    from tg.tensor.tensor import Tensor
+
+    seed = _seed(root, grad, "gradient")
+    for t in targets:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"gradient targets must be Tensors, got {type(t).__name__}")
+    grads = compute_gradient(root.uop, seed, {t.uop for t in targets}, _origins)
+    return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
+
+
+def backward(root: Tensor, grad: Tensor | None = None) -> None:
+    """Accumulate d(root)/d(leaf) into `.grad` of every grad leaf (and retained non-leaf) root depends on."""
+    from tg.tensor.realize import buffer_of
+    from tg.tensor.tensor import Tensor
+
+    if not root.requires_grad:
+        raise RuntimeError(
+            "backward: the tensor does not require grad (no input has requires_grad=True, or it was computed "
+            "under no_grad() or detached)"
+        )
+    seed = _seed(root, grad, "backward")
+    leaves = list(grad_leaves)
+    grads = compute_gradient(root.uop, seed, {t.uop for t in leaves}, _origins)
+    for t in leaves:
+        if (g := grads.get(t.uop)) is None:
+            continue
+        new = Tensor(g.detach(), requires_grad=False)
+        if t.grad is None:
+            t.grad = new
+        elif buffer_of(t.grad.uop) is not None:
+            t.grad.assign(t.grad + new)  # keep the buffer (optimizers and the JIT hold on to it)
+        else:
+            t.grad = t.grad + new

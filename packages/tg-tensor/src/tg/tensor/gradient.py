@@ -1,0 +1,193 @@
+"""Reverse-mode differentiation on tensor-level UOp graphs: the rule table `pm_gradient` and `compute_gradient`.
+
+Every rule receives the incoming gradient `ctx` (same shape and dtype as the node) and returns one gradient per source
+(`None` = no gradient flows there). Gradients are ordinary tensor-level UOps built over the forward nodes, so the
+scheduler fuses backward chains with the forward values they need exactly as it fuses forward code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import cast
+
+from tg.ir import Ops, PatternMatcher, UOp, UPat, argsort, dtypes, sum_acc_dtype
+
+
+def _zero(like: UOp) -> UOp:
+    return like.const_like(0.0 if dtypes.is_float(like.dtype) else 0)
+
+
+def _sum_to(g: UOp, axes: tuple[int, ...]) -> UOp:
+    """`g` summed over `axes` (kept as size 1), accumulated in float32 or wider and cast back."""
+    acc = sum_acc_dtype(g.dtype)
+    return g.cast(acc).r(Ops.ADD, axes).cast(g.dtype)
+
+
+def _reduce_gradient(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    op, axes = ret.arg
+    x = ret.src[0]
+    grad = ctx.expand(x.shape)
+    if op is Ops.ADD:
+        return (grad,)
+    if op is Ops.MAX:
+        # ties share the gradient equally (torch's amax / full max do the same)
+        mask = x.eq(ret.expand(x.shape)).cast(ctx.dtype)
+        return (mask * grad / _sum_to(mask, axes).expand(x.shape),)
+    # MUL: d(prod)/dx_j = product of the others: ret / x_j when x_j != 0; for the single zero of a group, the
+    # product of the rest; 0 when there are two zeros or more
+    is_zero = x.eq(x.const_like(0.0 if dtypes.is_float(x.dtype) else 0))
+    safe_x = is_zero.where(x.const_like(1.0), x)
+    zero_count = is_zero.cast(dtypes.int32).r(Ops.ADD, axes).expand(x.shape)
+    others = safe_x.r(Ops.MUL, axes).expand(x.shape)
+    one_zero = zero_count.eq(zero_count.const_like(1))
+    return (grad * is_zero.where(one_zero.where(others, _zero(others)), ret.expand(x.shape) / safe_x),)
+
+
+def _pow_gradient(ctx: UOp, ret: UOp, b: UOp, e: UOp) -> tuple[UOp | None, ...]:
+    zero = _zero(b)
+    db = e.eq(zero).where(zero, e * b.alu(Ops.POW, e - 1.0))
+    safe_b = b.eq(zero).where(b.const_like(1.0), b)
+    de = b.eq(zero).where((e < zero).where(b.const_like(-math.inf), zero), ret * safe_b.log2() * math.log(2))
+    return (ctx * db, ctx * de)
+
+
+def _max_gradient(ctx: UOp, x: UOp, y: UOp) -> tuple[UOp | None, ...]:
+    zero, half = _zero(ctx), ctx * 0.5
+    tie = x.eq(y)
+    return ((x > y).where(ctx, tie.where(half, zero)), (x < y).where(ctx, tie.where(half, zero)))
+
+
+def _expand_gradient(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    src = ret.src[0]
+    axes = tuple(i for i, (s, n) in enumerate(zip(src.shape, ret.shape, strict=True)) if s != n)
+    return (_sum_to(ctx, axes),)
+
+
+def _cast_gradient(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    src = ret.src[0]
+    return (ctx.cast(src.dtype),) if dtypes.is_float(src.dtype) else (None,)
+
+
+# comparisons, bitwise and integer ops, random bits: nothing flows back through them
+_NOT_DIFFERENTIABLE = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD,
+                       Ops.THREEFRY)  # fmt: skip
+
+pm_gradient = PatternMatcher(
+    [
+        # arithmetic: sums pass the gradient on, products scale it by the other factor
+        (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
+        (UPat(Ops.SUB), lambda ctx: (ctx, -ctx)),
+        (UPat(Ops.NEG), lambda ctx: (-ctx,)),
+        (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ctx * ret.src[1], ctx * ret.src[0])),
+        (UPat(Ops.MULACC, name="ret"), lambda ctx, ret: (ctx * ret.src[1], ctx * ret.src[0], ctx)),
+        (
+            UPat(Ops.FDIV, src=(UPat.var("a"), UPat.var("b"))),
+            lambda ctx, a, b: (ctx / b, -ctx * a / (b * b)),
+        ),
+        (UPat(Ops.POW, name="ret", src=(UPat.var("b"), UPat.var("e"))), _pow_gradient),
+        (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), _max_gradient),
+        (
+            UPat(Ops.WHERE, name="ret"),
+            lambda ctx, ret: (None, ret.src[0].where(ctx, _zero(ctx)), ret.src[0].where(_zero(ctx), ctx)),
+        ),
+        # transcendental primitives (in terms of their result where that is cheaper)
+        (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * ret * math.log(2),)),
+        (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),
+        (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2.0),)),
+        (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (ctx * (math.pi / 2 - ret.src[0]).sin(),)),
+        (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),
+        # piecewise-constant and integer-valued ops have zero or no gradient
+        (UPat(Ops.TRUNC), lambda ctx: (_zero(ctx),)),
+        (UPat(_NOT_DIFFERENTIABLE), lambda: (None, None)),
+        (UPat(Ops.BITCAST), lambda: (None,)),
+        (UPat(Ops.CAST, name="ret"), _cast_gradient),
+        # reductions: the gradient is broadcast back over the reduced axes
+        (UPat(Ops.REDUCE_AXIS, name="ret"), _reduce_gradient),
+        # movement ops: the inverse movement of the gradient
+        (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape),)),
+        (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(tuple(argsort(ret.arg))),)),
+        (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
+        (UPat(Ops.EXPAND, name="ret"), _expand_gradient),
+        (
+            UPat(Ops.PAD, name="ret"),
+            lambda ctx, ret: (
+                ctx.shrink(tuple((b, b + s) for (b, _), s in zip(ret.arg, ret.src[0].shape, strict=True))),
+            ),
+        ),
+        (
+            UPat(Ops.SHRINK, name="ret"),
+            lambda ctx, ret: (ctx.pad(tuple((b, s - e) for (b, e), s in zip(ret.arg, ret.src[0].shape, strict=True))),),
+        ),
+        # storage and device markers
+        (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx, *([None] * (len(ret.src) - 1)))),
+        (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),
+        (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),
+        # a write's value is what the written tensor holds afterwards
+        (UPat(Ops.ASSIGN), lambda ctx: (None, ctx)),
+    ]
+)
+
+
+def _sources(u: UOp, origins: Mapping[UOp, UOp], targets: set[UOp]) -> tuple[UOp, ...]:
+    """The sources of `u` for differentiation: a realized buffer with a recorded forward graph stands for it."""
+    if u in origins and u not in targets:
+        return (origins[u],)
+    return u.src
+
+
+def _target_path(root: UOp, targets: set[UOp], origins: Mapping[UOp, UOp]) -> list[UOp]:
+    """Nodes between root and the targets, consumers after producers (DETACH cuts the path)."""
+    in_path: dict[UOp, bool] = {}
+    order: list[UOp] = []
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, visited = stack.pop()
+        if node in in_path:
+            continue
+        srcs = _sources(node, origins, targets)
+        if not visited:
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(srcs) if s not in in_path)
+            continue
+        in_path[node] = node.op is not Ops.DETACH and any(s in targets or in_path[s] for s in srcs)
+        if in_path[node]:
+            order.append(node)
+    return order
+
+
+def compute_gradient(
+    root: UOp, root_grad: UOp, targets: set[UOp], origins: Mapping[UOp, UOp] | None = None
+) -> dict[UOp, UOp]:
+    """Gradients of `root` (seeded with `root_grad`) for every node on a path to `targets`, keyed by node.
+
+    `origins` maps realized buffers to the forward graphs they were computed from, so gradients flow through
+    values that were realized before the backward pass; those graphs read the buffers again in the result.
+    """
+    origins = origins or {}
+    grads: dict[UOp, UOp] = {root: root_grad}
+    used_origins: dict[UOp, UOp] = {}
+    for node in reversed(_target_path(root, targets, origins)):
+        if (g := grads.get(node)) is None:
+            continue
+        if node in origins and node not in targets:
+            used_origins[origins[node]] = node
+            local: tuple[UOp | None, ...] | None = (g,)
+            srcs: tuple[UOp, ...] = (origins[node],)
+        else:
+            local = cast("tuple[UOp | None, ...] | None", pm_gradient.rewrite(node, ctx=g))
+            srcs = node.src
+            if local is None:
+                raise RuntimeError(f"no gradient rule for {node.op} (dtype {node.dtype.name}, shape {node.shape})")
+        assert local is not None
+        if len(local) != len(srcs):
+            raise RuntimeError(f"gradient rule for {node.op} gave {len(local)} gradients for {len(srcs)} sources")
+        for src, v in zip(srcs, local, strict=True):
+            if v is None:
+                continue
+            if v.shape != src.shape:
+                raise RuntimeError(f"gradient of {node.op} has shape {v.shape}, its source {src.shape}")
+            grads[src] = grads[src] + v if src in grads else v
+    if used_origins:  # read realized values from their buffers instead of recomputing them
+        grads = {k: v.substitute(used_origins) for k, v in grads.items()}
+    return grads

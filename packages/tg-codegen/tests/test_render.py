@@ -146,3 +146,44 @@ def test_subtraction_and_redundant_where_read_naturally() -> None:
     src = c_source(UOp.sink(UOp.param(0, f32, 6).index(r).store((a - padded) * UOp.const(f32, -1.0)).end(r)))
     assert "data2[ridx0-1]" in src and "-1.0f" not in src and "(-1)" not in src
     assert "?val" not in src  # the WHERE that repeated the load's gate is gone
+
+
+# *** the rule table: a dialect changes hooks or prepends rules, the base rules stay ***
+
+
+def test_dialect_subclass_overrides_hooks_only() -> None:
+    from tg.codegen.render.cstyle import CStyleLanguage
+
+    class Dialect(CStyleLanguage):
+        kernel_prefix = "__kernel void"
+        buffer_prefix = "__global "
+
+    src = Dialect().render(linearize(lower_kernel(KERNELS["add"], ClangRenderer()).replace(arg="k")))
+    assert src.startswith("__kernel void k(__global float* restrict data0, __global float* restrict data1)")
+    assert "data0[ridx0] = val0+val0;" in src
+
+
+def test_dialect_can_prepend_a_rule() -> None:
+    from tg.codegen.render.cstyle import CStyleLanguage
+    from tg.ir.pattern import PatternMatcher, UPat
+
+    def commented_range(ctx, u):
+        ctx.line("/* loop */")
+        return CStyleLanguage.string_rules.rewrite(u, ctx)
+
+    class Traced(ClangRenderer):
+        string_rules = PatternMatcher([(UPat(Ops.RANGE, name="u"), commented_range)]) + CStyleLanguage.string_rules
+
+    src = Traced().render(linearize(lower_kernel(KERNELS["add"], ClangRenderer()).replace(arg="k")))
+    assert "/* loop */\n  for (int ridx0 = 0; ridx0 < 8; ridx0++) {" in src
+
+
+def test_unrenderable_op_names_it() -> None:
+    from tg.codegen.render.cstyle import CStyleLanguage
+
+    class NoMul(ClangRenderer):
+        code_for_op = {k: v for k, v in CStyleLanguage.code_for_op.items() if k is not Ops.MUL}
+
+    prog = linearize(lower_kernel(unary_kernel(f32, f32, lambda x: x * x), ClangRenderer()).replace(arg="k"))
+    with pytest.raises(NotImplementedError, match=r"can't render Ops\.MUL"):
+        NoMul().render(prog)

@@ -4,6 +4,12 @@ The kernel is one function, `void name(T* restrict data0, ..., const int var0)`:
 the DEFINE_VAR values sorted by name. Each value that is used once is inlined into its user; values used more than
 once, loads and stores become statements. float16 and bfloat16 are stored as `unsigned short` bit patterns and
 converted to and from float with small inline functions (using the compiler's `_Float16` where it has one).
+
+How each op becomes text is data: `string_rules`, a PatternMatcher whose rules take `(ctx, u)` (ctx is the
+`RenderContext` of the kernel) and return the text naming u's value. A dialect (OpenCL, CUDA) subclasses
+`CStyleLanguage` and overrides hooks: `kernel_prefix`, `buffer_prefix`, `local_prefix`, `barrier`, `workitem`,
+`vector_type`, `vector_prelude`, `render_vectorize`, `render_gep`, `render_signature`, `code_for_op`, `type_map`; a
+dialect with an op of its own prepends rules: `string_rules = PatternMatcher([...]) + CStyleLanguage.string_rules`.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ import math
 import struct
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg.ir.floats import f32_to_bf16_bits, float_to_fp8, truncate
-from tg.ir.ops import Ops
+from tg.ir.ops import GroupOp, Ops
+from tg.ir.pattern import PatternMatcher, UPat
 from tg.ir.uop import UOp
 
 _HALF_FUNCS = r"""#ifdef __FLT16_MANT_DIG__
@@ -235,129 +243,38 @@ class CStyleLanguage(Renderer):
             raise NotImplementedError(f"{op} on {dt} must be computed in float32 (run lowering first)")
         return f"{names[0] if dt == dtypes.float32 else names[1]}({', '.join(srcs)})"
 
-    # ---- the whole kernel -------------------------------------------------------------------------------------
+    # ---- hooks a dialect overrides (OpenCL, CUDA, ...) ---------------------------------------------------------
 
-    def render_kernel(self, name: str, params: list[str], body: list[str], prefix: list[str]) -> str:
-        """Assemble the function: prefix lines, signature, body."""
-        head = "\n".join(prefix) + ("\n" if prefix else "")
-        return f"{head}{self.kernel_prefix} {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+    def workitem(self, kind: str, dim: int) -> str:
+        """The expression of a work-item id: `kind` is "g" (group), "l" (local) or "i" (global), `dim` 0..2."""
+        raise NotImplementedError(f"{type(self).__name__} has no work-item ids (SPECIAL {kind}idx{dim})")
 
-    def render(self, uops: list[UOp]) -> str:
-        """Render a linear program to one C function."""
-        if not uops or uops[-1].op is not Ops.SINK:
-            raise ValueError("render needs a linear program ending in SINK (the output of linearize)")
-        sink = uops[-1]
-        name = sink.arg if isinstance(sink.arg, str) else getattr(sink.arg, "function_name", "kernel")
-        uses = Counter(s for u in uops for s in u.src)
-        for u in uops:  # spellings that repeat an operand: give it a variable, or nested ones grow exponentially
-            if (u.op is Ops.MAX and dtypes.is_float(u.dtype)) or (u.op is Ops.CAST and u.dtype is dtypes.uint64):
-                uses.update({s: 2 for s in u.src})
-        r: dict[UOp, str] = {}
-        nesting: dict[UOp, int] = {}  # how deep an inlined expression nests (named values are 0)
-        body: list[str] = []
-        needs: set[str] = set()
-        counters: Counter[str] = Counter()
-        depth = 1
-        params = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg)
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
-        signature = [
-            f"{self.buffer_prefix}{self.render_dtype(p.dtype)}*{self.buffer_suffix} data{p.arg}" for p in params
-        ]
-        signature += [f"{self.var_prefix}{self.render_dtype(v.dtype)} {v.arg[0]}" for v in variables]
+    barrier: str = ""  # the statement that synchronises a workgroup (empty: the dialect has none)
+    local_prefix: str = ""  # the qualifier of workgroup-shared arrays (DEFINE_LOCAL)
 
-        def fresh(prefix: str) -> str:
-            counters[prefix] += 1
-            return f"{prefix}{counters[prefix] - 1}"
+    def vector_type(self, dt: DType) -> str:
+        """The name of vector dtype `dt` (scalar `count` lanes)."""
+        raise NotImplementedError(f"{type(self).__name__} does not render vector dtype {dt}")
 
-        def line(s: str) -> None:
-            body.append("  " * depth + s)
+    def vector_prelude(self, used: list[DType]) -> list[str]:
+        """Definitions (typedefs, helpers) the vector dtypes `used` need before the kernel."""
+        return []
 
-        for u in uops:
-            op = u.op
-            if op is Ops.PARAM:
-                r[u] = f"data{u.arg}"
-            elif op is Ops.DEFINE_VAR:
-                r[u] = str(u.arg[0])
-            elif op is Ops.CONST:
-                r[u] = self.render_const(u.arg, u.dtype)
-            elif op in (Ops.SINK, Ops.GROUP, Ops.NOOP):
-                continue
-            elif op is Ops.AFTER:
-                r[u] = r[u.src[0]]
-            elif op is Ops.DEFINE_REG:
-                assert isinstance(u.dtype, PtrDType)
-                r[u] = fresh("acc")
-                size = max(u.dtype.size, 1)
-                line(f"{self.render_dtype(u.dtype)} {r[u]}{'' if size == 1 else f'[{size}]'};")
-            elif op is Ops.RANGE:
-                r[u] = f"ridx{u.arg[0] if isinstance(u.arg, tuple) else u.arg}"
-                t = self.render_dtype(u.dtype)
-                line(f"for ({t} {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
-                depth += 1
-            elif op is Ops.END:
-                depth -= 1
-                line("}")
-            elif op is Ops.INDEX:
-                buf = u.src[0]
-                while buf.op is Ops.AFTER:
-                    buf = buf.src[0]
-                if len(u.src) != 2:
-                    raise ValueError("INDEX with a gate must be lowered first (pm_gates)")
-                regs = isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.REG
-                if regs and max(buf.dtype.size, 1) == 1:  # type: ignore[attr-defined]
-                    r[u] = r[buf]
-                else:
-                    r[u] = f"{r[buf]}[{_strip(r[u.src[1]])}]"
-            elif op is Ops.LOAD:
-                ptr = u.src[0]
-                base = ptr.src[0]
-                while base.op is Ops.AFTER:
-                    base = base.src[0]
-                if base.op is Ops.DEFINE_REG and len(u.src) == 1:
-                    r[u] = r[ptr]  # a register read: just the variable
-                    continue
-                expr = r[ptr] if len(u.src) == 1 else f"({r[u.src[2]]}?{r[ptr]}:{r[u.src[1]]})"
-                r[u] = fresh("val")
-                line(f"{self.render_dtype(u.dtype)} {r[u]} = {expr};")
-            elif op is Ops.STORE:
-                target, value = r[u.src[0]], _strip(r[u.src[1]])
-                if len(u.src) == 3:
-                    line(f"if ({_strip(r[u.src[2]])}) {target} = {value};")
-                else:
-                    line(f"{target} = {value};")
-            elif op in (Ops.CAST, Ops.BITCAST) or op in self.code_for_op or op in self.math_funcs:
-                if op is Ops.CAST:
-                    src_dt = u.src[0].dtype
-                    expr = self.render_cast(_strip(r[u.src[0]]), src_dt, u.dtype)
-                    if {src_dt, u.dtype} & {dtypes.float16}:
-                        needs.add("half")
-                    if {src_dt, u.dtype} & {dtypes.bfloat16}:
-                        needs.add("bf16")
-                    if {src_dt, u.dtype} & set(_FP8_ARGS):
-                        needs.add("fp8")
-                elif op is Ops.BITCAST:
-                    expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, u.dtype)
-                elif op in self.math_funcs:
-                    expr = self.render_math(op, [_strip(r[s]) for s in u.src], u.dtype)
-                    needs.add("math")
-                else:
-                    if u.dtype in (dtypes.float16, dtypes.bfloat16, *_FP8_ARGS) and op is not Ops.WHERE:
-                        raise NotImplementedError(f"{op} on {u.dtype} must be computed in float32 (run lowering first)")
-                    if op is Ops.MOD and dtypes.is_float(u.dtype):
-                        needs.add("math")
-                    expr = self.code_for_op[op](*[r[s] for s in u.src], u.dtype)
-                    bool_safe = u.dtype == dtypes.bool and op in _BOOL_SAFE
-                    if u.dtype in _NARROW and op not in _KEEPS_RANGE and not bool_safe:
-                        expr = f"(({self.render_dtype(u.dtype)}){expr})"
-                nesting[u] = 1 + max((nesting.get(s, 0) for s in u.src), default=0)
-                if uses[u] == 1 and nesting[u] <= MAX_INLINE_NESTING:
-                    r[u] = expr
-                else:
-                    nesting[u] = 0
-                    r[u] = fresh("alu" if op not in (Ops.CAST, Ops.BITCAST) else "cast")
-                    line(f"{self.render_dtype(u.dtype)} {r[u]} = {_strip(expr)};")
-            else:
-                raise NotImplementedError(f"{type(self).__name__} can't render {op} (dtype {u.dtype}, arg {u.arg!r})")
+    def render_vectorize(self, parts: list[str], dt: DType) -> str:
+        """A vector of dtype `dt` built from one expression per lane."""
+        return f"(({self.render_dtype(dt)}){{{','.join(parts)}}})"
+
+    def render_gep(self, x: str, lane: int, dt: DType) -> str:
+        """Lane `lane` of vector expression `x` (of dtype `dt`)."""
+        return f"{x}[{lane}]"
+
+    def render_signature(self, params: list[UOp], variables: list[UOp]) -> list[str]:
+        """The kernel's parameter declarations: buffers in PARAM slot order, then the variables sorted by name."""
+        sig = [f"{self.buffer_prefix}{self.render_dtype(p.dtype)}*{self.buffer_suffix} data{p.arg}" for p in params]
+        return sig + [f"{self.var_prefix}{self.render_dtype(v.dtype)} {v.arg[0]}" for v in variables]
+
+    def render_prelude(self, needs: set[str]) -> list[str]:
+        """Helper definitions placed before the kernel for the features it uses (math, half, bf16, fp8)."""
         prefix = []
         if "math" in needs:
             prefix.append("#include <math.h>")
@@ -367,12 +284,252 @@ class CStyleLanguage(Renderer):
             prefix.append(_BF16_FUNCS)
         if "fp8" in needs:
             prefix.append(_FP8_FUNCS)
-        return self.render_kernel(name, signature, body, prefix)
+        return prefix
+
+    # ---- the whole kernel -------------------------------------------------------------------------------------
+
+    def render_kernel(self, name: str, params: list[str], body: list[str], prefix: list[str]) -> str:
+        """Assemble the function: prefix lines, signature, body."""
+        head = "\n".join(prefix) + ("\n" if prefix else "")
+        return f"{head}{self.kernel_prefix} {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render a linear program to one C function: each uop is turned into text by `string_rules`."""
+        if not uops or uops[-1].op is not Ops.SINK:
+            raise ValueError("render needs a linear program ending in SINK (the output of linearize)")
+        sink = uops[-1]
+        name = sink.arg if isinstance(sink.arg, str) else getattr(sink.arg, "function_name", "kernel")
+        ctx = RenderContext(self, uops)
+        for u in uops:
+            text: Any = self.string_rules.rewrite(u, ctx)  # the rules return text, not UOps
+            if not isinstance(text, str):
+                raise NotImplementedError(f"{type(self).__name__} can't render {u.op} (dtype {u.dtype}, arg {u.arg!r})")
+            ctx.r[u] = text
+        params = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg)
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+        prefix = self.render_prelude(ctx.needs)
+        if ctx.vector_types:
+            prefix += self.vector_prelude(sorted(ctx.vector_types, key=lambda d: (d.scalar().name, d.count)))
+        return self.render_kernel(name, self.render_signature(params, variables), ctx.body, prefix)
+
+    # filled in below the class (the rules are functions of the render context)
+    string_rules: PatternMatcher
 
 
 # Single-use values are inlined into their user up to this depth; deeper chains get a variable, so a long
 # elementwise chain never exceeds the compiler's bracket-nesting limit (clang stops at 256).
 MAX_INLINE_NESTING = 24
+
+
+class RenderContext:
+    """The state of one kernel being rendered: the text of each value, the body lines, the loop depth."""
+
+    def __init__(self, renderer: CStyleLanguage, uops: list[UOp]) -> None:
+        self.ren = renderer
+        self.uses = Counter(s for u in uops for s in u.src)
+        for u in uops:  # spellings that repeat an operand: give it a variable, or nested ones grow exponentially
+            if (u.op is Ops.MAX and dtypes.is_float(u.dtype)) or (u.op is Ops.CAST and u.dtype is dtypes.uint64):
+                self.uses.update({s: 2 for s in u.src})
+        self.r: dict[UOp, str] = {}
+        self.nesting: dict[UOp, int] = {}  # how deep an inlined expression nests (named values are 0)
+        self.body: list[str] = []
+        self.needs: set[str] = set()
+        self.vector_types: set[DType] = set()
+        self.counters: Counter[str] = Counter()
+        self.depth = 1
+
+    def __getitem__(self, u: UOp) -> str:
+        return self.r[u]
+
+    def fresh(self, prefix: str) -> str:
+        """A new variable name `prefix<n>`."""
+        self.counters[prefix] += 1
+        return f"{prefix}{self.counters[prefix] - 1}"
+
+    def line(self, s: str) -> None:
+        """Append a statement at the current loop depth."""
+        self.body.append("  " * self.depth + s)
+
+    def dtype(self, dt: DType) -> str:
+        """The C type of `dt` (vector types are remembered for the prelude)."""
+        base = dt.base if isinstance(dt, PtrDType) else dt
+        if base.count > 1:
+            self.vector_types.add(base)
+        return self.ren.render_dtype(dt)
+
+    def declare(self, u: UOp, expr: str, prefix: str, strip: bool = True) -> str:
+        """Give `u` a variable initialised with `expr`; returns the variable's name."""
+        name = self.fresh(prefix)
+        self.line(f"{self.dtype(u.dtype)} {name} = {_strip(expr) if strip else expr};")
+        return name
+
+    def value(self, u: UOp, expr: str, prefix: str = "alu") -> str:
+        """Inline `expr` into the single user of `u` while shallow enough, else give it a variable."""
+        self.nesting[u] = 1 + max((self.nesting.get(s, 0) for s in u.src), default=0)
+        if self.uses[u] == 1 and self.nesting[u] <= MAX_INLINE_NESTING:
+            return expr
+        self.nesting[u] = 0
+        return self.declare(u, expr, prefix)
+
+
+def _buffer(u: UOp) -> UOp:
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u
+
+
+# *** the rule table: every rule takes (ctx, u) and returns the text that names u's value ("" for statements) ***
+
+
+def _define_reg(ctx: RenderContext, u: UOp) -> str:
+    assert isinstance(u.dtype, PtrDType)
+    name, size = ctx.fresh("acc"), max(u.dtype.size, 1)
+    ctx.line(f"{ctx.dtype(u.dtype)} {name}{'' if size == 1 else f'[{size}]'};")
+    return name
+
+
+def _define_local(ctx: RenderContext, u: UOp) -> str:
+    assert isinstance(u.dtype, PtrDType)
+    name = ctx.fresh("temp")
+    ctx.line(f"{ctx.ren.local_prefix}{ctx.dtype(u.dtype)} {name}[{max(u.dtype.size, 1)}];")
+    return name
+
+
+def _special(ctx: RenderContext, u: UOp) -> str:
+    name = str(u.arg)
+    ctx.line(f"{ctx.dtype(u.dtype)} {name} = {ctx.ren.workitem(name[0], int(name[-1]))}; /* {ctx[u.src[0]]} */")
+    return name
+
+
+def _range(ctx: RenderContext, u: UOp) -> str:
+    name = f"ridx{u.arg[0] if isinstance(u.arg, tuple) else u.arg}"
+    ctx.line(f"for ({ctx.dtype(u.dtype)} {name} = 0; {name} < {ctx[u.src[0]]}; {name}++) {{")
+    ctx.depth += 1
+    return name
+
+
+def _close(ctx: RenderContext, u: UOp) -> str:
+    ctx.depth -= 1
+    ctx.line("}")
+    return ""
+
+
+def _if(ctx: RenderContext, u: UOp) -> str:
+    ctx.line(f"if ({_strip(ctx[u.src[0]])}) {{")
+    ctx.depth += 1
+    return ""
+
+
+def _barrier(ctx: RenderContext, u: UOp) -> str:
+    if not ctx.ren.barrier:
+        raise NotImplementedError(f"{type(ctx.ren).__name__} has no barrier")
+    ctx.line(ctx.ren.barrier)
+    return ""
+
+
+def _index(ctx: RenderContext, u: UOp) -> str:
+    buf = _buffer(u.src[0])
+    if len(u.src) != 2:
+        raise ValueError("INDEX with a gate must be lowered first (pm_gates)")
+    regs = isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace == AddrSpace.REG
+    if regs and max(buf.dtype.size, 1) == 1:  # type: ignore[attr-defined]
+        return ctx[buf]
+    return f"{ctx[buf]}[{_strip(ctx[u.src[1]])}]"
+
+
+def _load(ctx: RenderContext, u: UOp) -> str:
+    ptr = u.src[0]
+    if _buffer(ptr.src[0]).op is Ops.DEFINE_REG and len(u.src) == 1:
+        return ctx[ptr]  # a register read: just the variable
+    expr = ctx[ptr] if len(u.src) == 1 else f"({ctx[u.src[2]]}?{ctx[ptr]}:{ctx[u.src[1]]})"
+    return ctx.declare(u, expr, "val", strip=False)
+
+
+def _store(ctx: RenderContext, u: UOp) -> str:
+    target, value = ctx[u.src[0]], _strip(ctx[u.src[1]])
+    ctx.line(f"if ({_strip(ctx[u.src[2]])}) {target} = {value};" if len(u.src) == 3 else f"{target} = {value};")
+    return ""
+
+
+def _cast(ctx: RenderContext, u: UOp) -> str:
+    src_dt = u.src[0].dtype
+    for dt, need in ((dtypes.float16, "half"), (dtypes.bfloat16, "bf16")):
+        if dt in (src_dt, u.dtype):
+            ctx.needs.add(need)
+    if {src_dt, u.dtype} & set(_FP8_ARGS):
+        ctx.needs.add("fp8")
+    return ctx.value(u, ctx.ren.render_cast(_strip(ctx[u.src[0]]), src_dt, u.dtype), "cast")
+
+
+def _bitcast(ctx: RenderContext, u: UOp) -> str:
+    return ctx.value(u, ctx.ren.render_bitcast(ctx[u.src[0]], u.src[0].dtype, u.dtype), "cast")
+
+
+def _math(ctx: RenderContext, u: UOp) -> str | None:
+    if u.op not in ctx.ren.math_funcs:
+        return None
+    ctx.needs.add("math")
+    return ctx.value(u, ctx.ren.render_math(u.op, [_strip(ctx[s]) for s in u.src], u.dtype))
+
+
+def _alu(ctx: RenderContext, u: UOp) -> str | None:
+    if (fn := ctx.ren.code_for_op.get(u.op)) is None:
+        return None
+    if u.dtype in (dtypes.float16, dtypes.bfloat16, *_FP8_ARGS) and u.op is not Ops.WHERE:
+        raise NotImplementedError(f"{u.op} on {u.dtype} must be computed in float32 (run lowering first)")
+    if u.op is Ops.MOD and dtypes.is_float(u.dtype):
+        ctx.needs.add("math")
+    expr = fn(*[ctx[s] for s in u.src], u.dtype)
+    bool_safe = u.dtype == dtypes.bool and u.op in _BOOL_SAFE
+    if u.dtype in _NARROW and u.op not in _KEEPS_RANGE and not bool_safe:
+        expr = f"(({ctx.dtype(u.dtype)}){expr})"
+    return ctx.value(u, expr)
+
+
+def _vectorize(ctx: RenderContext, u: UOp) -> str:
+    ctx.dtype(u.dtype)
+    return ctx.value(u, ctx.ren.render_vectorize([_strip(ctx[s]) for s in u.src], u.dtype))
+
+
+def _gep(ctx: RenderContext, u: UOp) -> str:
+    lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,)
+    x = ctx[u.src[0]]
+    if not (x.isidentifier() or (x.startswith("(") and x.endswith(")"))):
+        x = f"({x})"
+    parts = [ctx.ren.render_gep(x, lane, u.src[0].dtype) for lane in lanes]
+    return ctx.value(u, parts[0] if len(parts) == 1 else ctx.ren.render_vectorize(parts, u.dtype))
+
+
+string_rules = PatternMatcher([
+    # names that need no code: buffers, variables, constants, ordering-only nodes
+    (UPat(Ops.PARAM, name="u"), lambda ctx, u: f"data{u.arg}"),
+    (UPat(Ops.DEFINE_VAR, name="u"), lambda ctx, u: str(u.arg[0])),
+    (UPat(Ops.CONST, name="u"), lambda ctx, u: ctx.ren.render_const(u.arg, u.dtype)),
+    (UPat((Ops.SINK, Ops.GROUP, Ops.NOOP)), lambda ctx: ""),
+    (UPat(Ops.AFTER, name="u"), lambda ctx, u: ctx[u.src[0]]),
+    # definitions: registers, workgroup memory, work-item ids
+    (UPat(Ops.DEFINE_REG, name="u"), _define_reg),
+    (UPat(Ops.DEFINE_LOCAL, name="u"), _define_local),
+    (UPat(Ops.SPECIAL, name="u"), _special),
+    # control flow
+    (UPat(Ops.RANGE, name="u"), _range),
+    (UPat((Ops.END, Ops.ENDIF), name="u"), _close),
+    (UPat(Ops.IF, name="u"), _if),
+    (UPat(Ops.BARRIER, name="u"), _barrier),
+    # memory: addresses, loads (always a variable), stores (gated with an if)
+    (UPat(Ops.INDEX, name="u"), _index),
+    (UPat(Ops.LOAD, name="u"), _load),
+    (UPat(Ops.STORE, name="u"), _store),
+    # values: conversions, vectors
+    (UPat(Ops.CAST, name="u"), _cast),
+    (UPat(Ops.BITCAST, name="u"), _bitcast),
+    (UPat(Ops.VECTORIZE, name="u"), _vectorize),
+    (UPat(Ops.GEP, name="u"), _gep),
+    # arithmetic: libm functions, then the operator table `code_for_op`
+    (UPat(GroupOp.ALU, name="u"), _math),
+    (UPat(GroupOp.ALU, name="u"), _alu),
+])  # fmt: skip
+CStyleLanguage.string_rules = string_rules
 
 
 def _strip(s: str) -> str:

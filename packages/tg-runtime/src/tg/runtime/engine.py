@@ -51,6 +51,27 @@ def buffer_for(buffer_uop: UOp) -> Buffer:
     return buf
 
 
+def bind_buffer(buffer_uop: UOp, buf: Buffer) -> None:
+    """Make ``buf`` the Buffer behind the (new, unbound) BUFFER uop ``buffer_uop`` (a JIT hands out its outputs so)."""
+    if buffer_uop.op is not Ops.BUFFER:
+        raise TypeError(f"bind_buffer needs a BUFFER uop, got {buffer_uop.op}")
+    if (old := _buffers.get(buffer_uop)) is not None and old is not buf:
+        raise ValueError("bind_buffer: this BUFFER uop already has a different Buffer")
+    if buf.size != int(buffer_uop.arg) or buf.dtype != buffer_uop.dtype:
+        raise ValueError(f"bind_buffer: {buf!r} does not match BUFFER({buffer_uop.dtype}, {buffer_uop.arg})")
+    _buffers[buffer_uop] = buf
+
+
+def live_buffers() -> list[Buffer]:
+    """Every Buffer currently behind a live BUFFER uop."""
+    return list(_buffers.values())
+
+
+def live_items() -> list[tuple[UOp, Buffer]]:
+    """Every live (BUFFER uop, Buffer) pair."""
+    return list(_buffers.items())
+
+
 def has_buffer(buffer_uop: UOp) -> bool:
     """Whether ``buffer_for`` has already created a Buffer for this BUFFER uop."""
     return buffer_uop in _buffers

@@ -5,15 +5,19 @@ Importing this package does no work: nothing is compiled and no device is opened
 
 from tg.ir import Context, GlobalCounters, Variable, dtypes
 from tg.runtime.device import Device
+from tg.runtime.jit import JitError
 from tg.tensor.__about__ import __version__
 from tg.tensor.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tg.tensor.jit import TinyJit
 from tg.tensor.tensor import Tensor
 
 __all__ = [
     "Context",
     "Device",
     "GlobalCounters",
+    "JitError",
     "Tensor",
+    "TinyJit",
     "Variable",
     "__version__",
     "dtypes",

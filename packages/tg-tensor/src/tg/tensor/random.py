@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
 
+# while a TinyJit captures, each draw logs its uploaded inputs here: ("counter", buffer uop, first counter, count)
+# and ("seed", buffer uop, seed, 1); the jit rewrites them at each replay so replays draw as eager calls would
+rng_log: list[tuple[str, UOp, int, int]] | None = None
+
+
 def manual_seed(seed: int = 0) -> None:
     """Seed the generator and restart its counter: `Tensor.manual_seed(42)`."""
     from tg.tensor.tensor import Tensor
@@ -36,10 +41,22 @@ def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
     num = math.prod(shape)
     start = Tensor._rng_counter
     Tensor._rng_counter += num
-    counters = Tensor(_from_bytes(array("Q", range(start, start + num)).tobytes(), (num,), dtypes.uint64, dev))
-    key = Tensor(UOp.full((num,), Tensor._seed & 0xFFFFFFFFFFFFFFFF, dtypes.uint64, dev))
+    counter_buf = _from_bytes(array("Q", range(start, start + num)).tobytes(), (num,), dtypes.uint64, dev)
+    seed = Tensor._seed & 0xFFFFFFFFFFFFFFFF
+    seed_buf = _from_bytes(array("Q", [seed]).tobytes(), (1,), dtypes.uint64, dev)
+    if rng_log is not None:
+        rng_log.append(("counter", _base(counter_buf), start, num))
+        rng_log.append(("seed", _base(seed_buf), seed, 1))
+    counters = Tensor(counter_buf)
+    key = Tensor(seed_buf).expand(num) if num != 1 else Tensor(seed_buf)
     bits = Tensor(counters.uop.alu(Ops.THREEFRY, key.uop))
     return (bits & 0xFFFFFFFF).cast(dtypes.uint32).reshape(shape)
+
+
+def _base(u: UOp) -> UOp:
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u
 
 
 def rand(

@@ -75,7 +75,16 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
 
 def host_bytes(t: Tensor) -> bytearray:
     """The raw bytes of tensor `t` (realizes it)."""
-    from tg.runtime.engine import buffer_for
+    from tg.runtime.engine import buffer_for, capturing
+
+    if capturing:
+        from tg.runtime.jit import JitError
+
+        name = getattr(capturing[0], "name", "?")
+        raise JitError(
+            f"cannot read tensor data while TinyJit({name}) captures (its 2nd call): the value would be fixed into "
+            "every replay; read it outside the function"
+        )
 
     data = bytearray(t.numel() * t.dtype.itemsize)
     if not data:

@@ -17,6 +17,7 @@ Fusion rules (also in the package README, "## Scheduling"):
 
 from __future__ import annotations
 
+from tg.codegen.schedule import stats
 from tg.codegen.schedule.indexing import KernelBuilder, MustRealize, total_size
 from tg.codegen.schedule.item import ScheduleItem
 from tg.ir import Ops, UOp, tensor_spec, verify
@@ -252,6 +253,7 @@ def create_schedule(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """
     if sink.op is not Ops.SINK:
         raise TypeError(f"create_schedule expects a SINK, got {sink.op}")
+    stats.calls += 1
     if SPEC:  # SPEC=1 (on in the test suites): the tensor graph must satisfy tg.ir's tensor spec
         verify(sink, tensor_spec)
     sched = _Scheduler(sink)

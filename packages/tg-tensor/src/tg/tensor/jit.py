@@ -1,0 +1,550 @@
+"""`TinyJit`: run a function of tensors once normally, capture its kernels on the second call, replay them after.
+
+Call 1 runs the function (warming caches, creating lazily made state such as optimizer buffers). Call 2 runs it
+again while the engine records every kernel and copy (``tg.runtime.engine.capturing``) and builds a
+:class:`~tg.runtime.jit.CapturedProgram`. Later calls check that the arguments look like the captured ones and
+replay the program with this call's input buffers: no Python of the function and no scheduling runs.
+
+Arguments are searched at any depth of lists, tuples and dicts: each Tensor is an input, everything else a static
+argument compared by value (numbers, strings, dtypes, enums, containers of them) or by identity (other objects) at
+every call. Tensors the function reads but does not take as arguments (closure or module weights) are used in
+place, so ``assign`` to them is seen by later replays; rebinding such a name to a new Tensor is detected (the old
+buffer died) and raises instead of silently replaying with the old values.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import weakref
+from array import array
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+from tg.ir import DType, Ops, UOp
+from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, JIT
+from tg.runtime.jit import JitError
+from tg.tensor import random as _random
+from tg.tensor import realize as _realize
+from tg.tensor.movement import view_base
+from tg.tensor.tensor import Tensor
+
+ReturnType = TypeVar("ReturnType")
+
+__all__ = ["JitError", "TinyJit"]
+
+
+def _jit_error() -> type[JitError]:
+    return JitError
+
+
+# ---- argument flattening -------------------------------------------------------------------------------------
+
+_VALUE_TYPES = (type(None), bool, int, float, str, bytes, DType, Enum)
+
+
+def _flatten(value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: list[tuple[str, Any]]) -> Any:
+    """A structure key for `value`; Tensors found are appended to `tensors`, other leaves to `statics`."""
+    if isinstance(value, Tensor):
+        tensors.append((path, value))
+        return "T"
+    if isinstance(value, UOp):
+        raise TypeError(f"{path}: UOp arguments (Variables) are not supported by TinyJit yet")
+    if isinstance(value, (list, tuple)) and not _is_value(value):
+        kind = type(value).__name__
+        return (kind, tuple(_flatten(v, f"{path}[{i}]", tensors, statics) for i, v in enumerate(value)))
+    if isinstance(value, dict) and not _is_value(value):
+        keys = sorted(value, key=repr)
+        return ("dict", tuple(keys), tuple(_flatten(value[k], f"{path}[{k!r}]", tensors, statics) for k in keys))
+    statics.append((path, value))
+    return "S"
+
+
+def _is_value(value: Any) -> bool:
+    """Whether `value` is compared by value (numbers, strings, dtypes, enums and containers of only those)."""
+    if isinstance(value, _VALUE_TYPES):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_value(k) and _is_value(v) for k, v in value.items())
+    return False
+
+
+def _same_static(a: Any, b: Any) -> bool:
+    if _is_value(a) and _is_value(b):
+        return _value_equal(a, b)
+    return a is b
+
+
+def _value_equal(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_value_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_value_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _settings() -> tuple[tuple[str, Any], ...]:
+    """Settings that change the graph a function builds (compared at every replay)."""
+    training = getattr(Tensor, "training", None)
+    return (("DEFAULT_FLOAT", DEFAULT_FLOAT.value), ("DEFAULT_INT", DEFAULT_INT.value), ("TRAINING", training))
+
+
+# ---- inputs -----------------------------------------------------------------------------------------------------
+
+
+def _is_view_of_buffer(uop: UOp) -> bool:
+    return view_base(uop).op is Ops.BUFFER
+
+
+def _storage(t: Tensor) -> UOp:
+    """Make `t` a buffer or a view of one (realizing lazy graphs and virtual tensors), return its base BUFFER."""
+    if not _is_view_of_buffer(t.uop):
+        t.realize()
+        if _realize.buffer_of(t.uop) is None:  # realize leaves pure views of buffers lazy
+            t.uop = t.uop.contiguous()
+            t.realize()
+    return view_base(t.uop)
+
+
+def _placeholder(base: UOp) -> UOp:
+    """A stand-in for a base buffer in a view key: equal for any buffer of the same dtype, size and device."""
+    return UOp.new_buffer(base.src[1].arg, int(base.arg), base.dtype, num=-1)  # UNIQUE(-1): never a real buffer
+
+
+def _view_key(uop: UOp, base: UOp) -> UOp:
+    """The view structure of `uop` over `base`, independent of which buffer it is (hash-consed: compare by `is`)."""
+    if uop.op is Ops.RESHAPE and uop.src[0] is base:
+        return _placeholder(base).reshape(uop.shape)
+    return uop.substitute({base: _placeholder(base)})
+
+
+def _describe_view(key: UOp) -> str:
+    ops = [u for u in key.toposort() if u.op in (Ops.SHRINK, Ops.PAD, Ops.PERMUTE, Ops.FLIP, Ops.EXPAND)]
+    return " ".join(f"{u.op.name.lower()} {u.arg}" for u in ops) or "whole buffer"
+
+
+class _InputSpec:
+    """What the capture saw for one tensor input."""
+
+    __slots__ = ("device", "dtype", "key", "path", "shape", "slot", "whole_size")
+
+    def __init__(self, path: str, t: Tensor, base: UOp, slot: int) -> None:
+        self.path, self.shape, self.dtype, self.device = path, t.shape, t.dtype, base.device
+        self.key, self.slot = _view_key(t.uop, base), slot
+        # the common case, a whole buffer reshaped: validated by comparing the buffer size alone
+        whole = self.key.op is Ops.BUFFER or (self.key.op is Ops.RESHAPE and self.key.src[0].op is Ops.BUFFER)
+        self.whole_size = int(base.arg) if whole else -1
+
+
+class _Recorder:
+    """Collects the ExecItems the engine runs while a jit captures."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.items: list[Any] = []
+
+    def add(self, ei: Any) -> None:
+        self.items.append(ei)
+
+
+class _Output:
+    """How to rebuild one returned tensor at replay: over a produced slot, an input's base, or a fixed weight."""
+
+    __slots__ = ("kind", "reshape_to", "slot", "template", "weight_uop")
+
+    def __init__(self, kind: str, slot: int, template: UOp | None, weight_uop: UOp | None) -> None:
+        self.kind, self.slot, self.template, self.weight_uop = kind, slot, template, weight_uop
+        whole = template is not None and (
+            template.op is Ops.BUFFER or (template.op is Ops.RESHAPE and template.src[0].op is Ops.BUFFER)
+        )
+        self.reshape_to = template.shape if whole and template is not None else None
+
+    def rebuild(self, base: UOp) -> UOp:
+        """The returned tensor's graph over this call's `base` buffer."""
+        if self.reshape_to is not None:
+            return base if base.shape == self.reshape_to else base.reshape(self.reshape_to)
+        assert self.template is not None
+        return self.template.substitute({_placeholder(base): base})
+
+
+# ---- TinyJit ----------------------------------------------------------------------------------------------------
+
+
+class TinyJit(Generic[ReturnType]):
+    """Capture a function of tensors on its 2nd call and replay its kernels on later calls.
+
+    >>> @TinyJit
+    ... def step(x):
+    ...     return (x * 2 + 1).realize()
+
+    The function must return realized tensors (or None, or lists/tuples/dicts of tensors). ``prune=False`` keeps
+    kernels that do not depend on the inputs (by default they run once at capture). ``JIT=0`` turns it into a plain
+    call; ``JIT=2`` replays kernel by kernel instead of through the batch executor (for debugging).
+    """
+
+    def __init__(self, fxn: Callable[..., ReturnType] | None, prune: bool = True) -> None:
+        self.fxn = fxn
+        self.prune = prune
+        self.name = getattr(fxn, "__qualname__", repr(fxn)) if fxn is not None else "<loaded>"
+        self._param_names = _param_names(fxn)
+        if fxn is not None:
+            functools.update_wrapper(self, fxn)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the capture (its memory is freed); the next call runs normally and the one after captures again."""
+        if getattr(self, "fxn", None) is None and getattr(self, "_program", None) is not None:
+            raise _jit_error()(f"TinyJit({self.name}) was loaded from a pickle and has no function to re-capture")
+        self.cnt = 0
+        self._program: Any = None
+        self._structure: Any = None
+        self._inputs: list[_InputSpec] = []
+        self._statics: list[tuple[str, Any]] = []
+        self._settings: tuple[tuple[str, Any], ...] = ()
+        self._outputs: list[_Output | None] = []
+        self._ret_structure: Any = None
+        self._out_slots: list[Any] = []  # produced output Buffers (rotated)
+        self._out_handed: list[weakref.ref[UOp] | None] = []
+        self._weight_refs: list[weakref.ref[UOp]] = []
+        self._stale: str | None = None
+        self._written_weights: list[weakref.ref[UOp]] = []
+        self._written_input_slots: list[int] = []
+        self._rng: list[tuple[str, Any, int, int]] = []
+        self._rng_advance = 0
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """As a method: bind the instance as the first (identity-checked) argument."""
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+    @property
+    def captured(self) -> Any:
+        """The CapturedProgram (None before the 2nd call)."""
+        return self._program
+
+    # ---- calls --------------------------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+        from tg.runtime import engine
+
+        if self.fxn is None and self._program is None:
+            raise _jit_error()(f"TinyJit({self.name}) has not captured yet (2 calls needed)")
+        if not JIT.value and self.fxn is not None:
+            return self.fxn(*args, **kwargs)
+        if engine.capturing and not any(r is self._recorder_marker for r in engine.capturing):
+            # inside another jit's capture: run plainly, or replay into the outer recording
+            if self._program is None:
+                assert self.fxn is not None
+                return self.fxn(*args, **kwargs)
+            return self._replay(args, kwargs, outer=engine.capturing[0])
+        if self.cnt == 0:
+            assert self.fxn is not None
+            ret = self.fxn(*args, **kwargs)
+            _realize_returned(ret, self.name)
+            self.cnt = 1
+            return ret
+        if self.cnt == 1:
+            ret = self._capture(args, kwargs)
+            self.cnt = 2
+            return ret
+        ret = self._replay(args, kwargs)
+        self.cnt += 1
+        return ret
+
+    _recorder_marker: Any = None
+
+    def _flatten_args(self, args: tuple, kwargs: dict) -> tuple[Any, list[tuple[str, Tensor]], list[tuple[str, Any]]]:
+        tensors: list[tuple[str, Tensor]] = []
+        statics: list[tuple[str, Any]] = []
+        structure = (
+            _flatten(tuple(args), "args", tensors, statics),
+            tuple(sorted(kwargs)),
+            tuple(_flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics) for k in sorted(kwargs)),
+        )
+        return structure, tensors, statics
+
+    def _capture(self, args: tuple, kwargs: dict) -> ReturnType:
+        from tg.runtime import engine
+        from tg.runtime.jit import CapturedProgram
+
+        assert self.fxn is not None
+        structure, tensors, statics = self._flatten_args(args, kwargs)
+        bases: dict[UOp, int] = {}
+        inputs: list[_InputSpec] = []
+        for path, t in tensors:
+            base = _storage(t)
+            slot = bases.setdefault(base, len(bases))
+            inputs.append(_InputSpec(path, t, base, slot))
+        input_buffers = [engine.buffer_for(b) for b in bases]
+        before = {id(b) for b in engine.live_buffers()}
+        recorder = _Recorder(self.name)
+        self._recorder_marker = recorder
+        engine.capturing.append(recorder)
+        rng_start, outer_log = Tensor._rng_counter, _random.rng_log
+        rng_log: list[tuple[str, UOp, int, int]] = []
+        _random.rng_log = rng_log
+        try:
+            ret = self.fxn(*args, **kwargs)
+            _realize_returned(ret, self.name)
+        finally:
+            engine.capturing.remove(recorder)
+            self._recorder_marker = None
+            _random.rng_log = outer_log
+        if outer_log is not None:
+            outer_log.extend(rng_log)
+        # random draws: their uploaded counters and seed are rewritten per replay (never pruned)
+        self._rng = [(kind, engine.buffer_for(u), value - rng_start if kind == "counter" else 0, num)
+                     for kind, u, value, num in rng_log]  # fmt: skip
+        self._rng_advance = Tensor._rng_counter - rng_start
+        # what was returned: produced buffers become output slots
+        returned: list[Tensor | None] = []
+        self._ret_structure = _flatten_return(ret, returned, self.name)
+        input_ids = {id(b): i for i, b in enumerate(input_buffers)}
+        out_buffers: list[Any] = []
+        outputs: list[_Output | None] = []
+        handed: list[weakref.ref[UOp] | None] = []
+        for ret_t in returned:
+            if ret_t is None:
+                outputs.append(None)
+                continue
+            t = ret_t
+            base = view_base(t.uop)
+            buf = engine.buffer_for(base)
+            if (input_slot := input_ids.get(id(buf))) is not None:
+                outputs.append(_Output("input", input_slot, _view_key(t.uop, base), None))
+            elif id(buf) in before:
+                outputs.append(_Output("weight", -1, None, t.uop))
+            else:
+                if (slot := next((i for i, b in enumerate(out_buffers) if b is buf), -1)) < 0:
+                    slot = len(out_buffers)
+                    out_buffers.append(buf)
+                    handed.append(weakref.ref(base))
+                outputs.append(_Output("produced", len(input_buffers) + slot, _view_key(t.uop, base), None))
+        # buffers that outlive the capture in some other live tensor are state (weights), not intermediates
+        out_ids = {id(b) for b in out_buffers}
+        persistent = set(before) | {id(buf) for _, buf, _, _ in self._rng}
+        for t in list(_realize.all_tensors):
+            b = view_base(t.uop)
+            if b.op is Ops.BUFFER and engine.has_buffer(b) and id(buf := engine.buffer_for(b)) not in out_ids:
+                persistent.add(id(buf))
+        program = CapturedProgram(recorder.items, [*input_buffers, *out_buffers], persistent, prune=self.prune)
+        # weights: pre-existing buffers the program uses; their death means the function's tensor was rebound
+        used = {id(b.base) for ei in program.items for b in ei.bufs} - {id(b) for b in program.slot_buffers}
+        weight_uops = [u for u, b in engine.live_items() if id(b) in used and id(b) in before]
+        written = {id(b) for b in program.written} - {id(b) for b in program.slot_buffers}
+        self._weight_refs = [weakref.ref(u, self._mark_stale(u)) for u in weight_uops]
+        self._written_weights = [weakref.ref(u) for u, b in engine.live_items() if id(b) in written and id(b) in before]
+        self._written_input_slots = [s for s in program.written_slots if s < len(input_buffers)]
+        self._program, self._structure, self._inputs, self._statics = program, structure, inputs, statics
+        self._settings = _settings()
+        self._outputs, self._out_slots, self._out_handed = outputs, out_buffers, handed
+        self._stale = None
+        return ret
+
+    def _mark_stale(self, u: UOp) -> Callable[[Any], None]:
+        desc = f"{u.dtype.name} ({int(u.arg)},) on {u.device}"
+        me = weakref.ref(self)
+
+        def callback(_: Any) -> None:
+            if (jit := me()) is not None and jit._stale is None:
+                jit._stale = desc
+
+        return callback
+
+    # ---- replay -------------------------------------------------------------------------------------------------
+
+    def _arg_name(self, path: str) -> str:
+        if path.startswith("args[") and self._param_names:
+            idx = int(path[5:].split("]", 1)[0])
+            if idx < len(self._param_names):
+                return f"argument {self._param_names[idx]!r} ({path})"
+        return f"argument {path}"
+
+    def _validate(self, structure: Any, tensors: list[tuple[str, Tensor]], statics: list[tuple[str, Any]]) -> None:
+        err, f = _jit_error(), f"TinyJit({self.name})"
+        if self._stale is not None:
+            raise err(
+                f"{f}: the tensors owning a captured weight ({self._stale}) are gone; the replay would keep using the "
+                "old buffer. Update weights with assign(), or call f.reset()"
+            )
+        if structure != self._structure:
+            raise err(f"{f}: called with {_describe(structure)} but captured with {_describe(self._structure)}")
+        for (path, value), (_, old) in zip(statics, self._statics, strict=True):
+            if not _same_static(value, old):
+                raise err(
+                    f"{f}: {self._arg_name(path)} was {old!r} at capture and is {value!r} now; non-tensor arguments "
+                    "are baked into the replay: pass a Tensor, or call f.reset()"
+                )
+        if (settings := _settings()) != self._settings:
+            for (name, now), (_, then) in zip(settings, self._settings, strict=True):
+                if now != then:
+                    raise err(f"{f}: {name} is {now} now but was {then} at capture")
+        for (path, t), spec in zip(tensors, self._inputs, strict=True):
+            if t.shape != spec.shape:
+                raise err(
+                    f"{f}: input {path} has shape {t.shape}, captured with {spec.shape}; use f.reset() to capture a "
+                    "new shape"
+                )
+            device = t.uop.device
+            if t.dtype is not spec.dtype or device != spec.device:
+                raise err(
+                    f"{f}: input {path} is {t.dtype.name} on {device}, captured as {spec.dtype.name} on {spec.device}"
+                )
+
+    def _replay(self, args: tuple, kwargs: dict, outer: Any = None) -> ReturnType:
+        from tg.runtime import engine
+
+        program = self._program
+        structure, tensors, statics = self._flatten_args(args, kwargs)
+        self._validate(structure, tensors, statics)
+        err, f = _jit_error(), f"TinyJit({self.name})"
+        bases: list[UOp] = []
+        seen: dict[UOp, int] = {}
+        for (path, t), spec in zip(tensors, self._inputs, strict=True):
+            uop = t.uop
+            base = uop if uop.op is Ops.BUFFER else uop.src[0] if uop.op is Ops.RESHAPE else uop
+            if base.op is Ops.BUFFER and spec.whole_size >= 0:
+                if base.arg != spec.whole_size:
+                    raise err(f"{f}: input {path} is a different view of its buffer than at capture")
+            else:
+                base = _storage(t)
+                if _view_key(t.uop, base) is not spec.key:
+                    raise err(
+                        f"{f}: input {path} is a different view of its buffer than at capture "
+                        f"({_describe_view(_view_key(t.uop, base))} vs {_describe_view(spec.key)})"
+                    )
+            slot = seen.setdefault(base, len(bases))
+            if slot == len(bases):
+                bases.append(base)
+            if slot != spec.slot:
+                other = next(s.path for s in self._inputs if s.slot == (spec.slot if slot > spec.slot else slot))
+                now, then = ("one buffer", "two") if slot < spec.slot else ("two buffers", "one")
+                raise err(f"{f}: inputs {other} and {path} are {now} now but were {then} at capture")
+        if len(bases) != sum(1 for _ in {s.slot for s in self._inputs}):
+            raise err(f"{f}: the inputs share buffers differently than at capture")
+        self._settle_pending_readers(bases)
+        slots = [engine.buffer_for(b) for b in bases]
+        out_uops: list[UOp] = []
+        for i, buf in enumerate(self._out_slots):
+            ref = self._out_handed[i]
+            if ref is not None and ref() is not None:  # the last result is still in use: hand out a fresh buffer
+                from tg.runtime.device import Buffer
+
+                buf = self._out_slots[i] = Buffer(buf.device, buf.size, buf.dtype)
+            uop = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+            engine.bind_buffer(uop, buf)
+            self._out_handed[i] = weakref.ref(uop)
+            out_uops.append(uop)
+            slots.append(buf)
+        if self._rng:
+            self._redraw()
+        if outer is not None:
+            program.replay_captured(slots, outer)
+        else:
+            program.replay(slots)
+        returned: list[Tensor | None] = []
+        n_in = len(bases)
+        for out in self._outputs:
+            if out is None:
+                returned.append(None)
+            elif out.kind == "produced":
+                returned.append(Tensor(out.rebuild(out_uops[out.slot - n_in])))
+            elif out.kind == "input":
+                returned.append(Tensor(out.rebuild(bases[out.slot])))
+            else:
+                assert out.weight_uop is not None
+                returned.append(Tensor(out.weight_uop))
+        return _unflatten_return(self._ret_structure, iter(returned))
+
+    def _redraw(self) -> None:
+        """Write this replay's counters and seed into the captured random inputs, then advance the counter."""
+        start, seed = Tensor._rng_counter, Tensor._seed & 0xFFFFFFFFFFFFFFFF
+        for kind, buf, offset, num in self._rng:
+            values = range(start + offset, start + offset + num) if kind == "counter" else [seed]
+            buf.copyin(memoryview(array("Q", values)).cast("B"))
+        Tensor._rng_counter = start + self._rng_advance
+
+    def _settle_pending_readers(self, input_bases: list[UOp]) -> None:
+        """Lazy tensors that read a buffer the replay writes are computed first: they keep the values they saw."""
+        targets = {u for r in self._written_weights if (u := r()) is not None}
+        targets.update(input_bases[s] for s in self._written_input_slots)
+        if not targets:
+            return
+        pending = [
+            t for t in list(_realize.all_tensors)
+            if _realize.buffer_of(t.uop) is None and _realize._reads_buffer_raw(t.uop, targets)
+        ]  # fmt: skip
+        if pending:
+            _realize.realize_tensors(pending)
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+
+
+def _param_names(fxn: Any) -> list[str]:
+    try:
+        return [
+            p.name
+            for p in inspect.signature(fxn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return []
+
+
+def _describe(structure: Any) -> str:
+    args_key, kw_names, _ = structure
+    n = len(args_key[1])
+    return "(" + ", ".join([f"{n} positional"] + [f"{k}=..." for k in kw_names]) + ")"
+
+
+def _flatten_return(ret: Any, out: list[Tensor | None], name: str) -> Any:
+    if ret is None:
+        out.append(None)
+        return "N"
+    if isinstance(ret, Tensor):
+        out.append(ret)
+        return "T"
+    if isinstance(ret, (list, tuple)):
+        if hasattr(ret, "_fields"):
+            return ("namedtuple", type(ret), tuple(_flatten_return(v, out, name) for v in ret))
+        return (type(ret).__name__, tuple(_flatten_return(v, out, name) for v in ret))
+    if isinstance(ret, dict):
+        keys = list(ret)
+        return ("dict", tuple(keys), tuple(_flatten_return(ret[k], out, name) for k in keys))
+    raise _jit_error()(
+        f"TinyJit({name}): return value contains a {type(ret).__name__}; only tensors (in lists, tuples, dicts) can "
+        "be returned"
+    )
+
+
+def _unflatten_return(structure: Any, it: Any) -> Any:
+    if structure in ("N", "T"):
+        return next(it)
+    if structure[0] == "namedtuple":
+        return structure[1](*(_unflatten_return(s, it) for s in structure[2]))
+    if structure[0] == "dict":
+        return {k: _unflatten_return(s, it) for k, s in zip(structure[1], structure[2], strict=True)}
+    items = [_unflatten_return(s, it) for s in structure[1]]
+    return tuple(items) if structure[0] == "tuple" else items
+
+
+def _realize_returned(ret: Any, name: str) -> None:
+    returned: list[Tensor | None] = []
+    _flatten_return(ret, returned, name)
+    todo = [t for t in returned if t is not None]
+    if todo:
+        Tensor.realize(*todo)
+        for t in todo:  # a returned view is stored as its own buffer so that replays can hand it out
+            if _realize.buffer_of(t.uop) is None:
+                t.uop = t.uop.contiguous()
+                t.realize()

@@ -1,0 +1,410 @@
+"""TinyJit: lifecycle (body runs twice, replays schedule nothing), validation errors, footguns, weights, outputs."""
+
+from __future__ import annotations
+
+import gc
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+from tg.codegen.schedule import stats
+from tg.ir.helpers import Context, GlobalCounters
+from tg.tensor import JitError, Tensor, TinyJit, dtypes
+
+
+@pytest.fixture(params=[1, 2, 0], ids=["JIT=1", "JIT=2", "JIT=0"])
+def jit_mode(request: pytest.FixtureRequest) -> int:
+    """Every test using this runs with the batch executor, the ExecItem loop and the JIT off: same values."""
+    with Context(JIT=request.param):
+        yield request.param
+
+
+def realized(values: list, dtype: object = None) -> Tensor:
+    return Tensor(values, dtype=dtype).realize()
+
+
+def test_lifecycle_body_twice_no_scheduling_on_replay(jit_mode: int) -> None:
+    runs = 0
+    w = realized([10.0, 20.0, 30.0])
+
+    @TinyJit
+    def f(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        nonlocal runs
+        runs += 1
+        return ((x + y) * w).relu().realize(), (x * 2).realize()
+
+    for i in range(10):
+        x, y = realized([i, i + 1.0, i - 5.0]), realized([1.0, 1.0, 1.0])
+        calls, kernels = stats.calls, GlobalCounters.kernel_count
+        a, b = f(x, y)
+        if jit_mode and i >= 2:
+            assert stats.calls == calls, "a replay must not schedule"
+            assert GlobalCounters.kernel_count - kernels == f.captured.kernel_count
+        xn = np.array([i, i + 1.0, i - 5.0], np.float32)
+        np.testing.assert_allclose(a.numpy(), np.maximum((xn + 1) * [10, 20, 30], 0))
+        np.testing.assert_allclose(b.numpy(), xn * 2)
+    assert runs == (2 if jit_mode else 10)
+
+
+def test_chain_of_50_kernels_matches_eager(jit_mode: int) -> None:
+    def chain(x: Tensor) -> Tensor:
+        for _ in range(50):
+            x = (x * 1.0001 + 0.5).contiguous()
+        return x.realize()
+
+    f = TinyJit(chain)
+    for i in range(4):
+        x = realized([float(i)] * 16)
+        np.testing.assert_allclose(f(x).numpy(), chain(realized([float(i)] * 16)).numpy(), rtol=1e-6)
+    if jit_mode:
+        assert f.captured.kernel_count == 50
+
+
+def test_kwargs_and_nested_containers_found_at_any_depth(jit_mode: int) -> None:
+    # F5: a tensor inside a dict inside a list is an input, not a constant baked in at capture
+    @TinyJit
+    def f(d: dict, *, scale: Tensor) -> Tensor:
+        return (d["a"][0] * 2 + scale).realize()
+
+    for i in range(4):
+        out = f({"a": [realized([float(i)])]}, scale=realized([1.0]))
+        assert out.tolist() == [2.0 * i + 1]
+
+
+def test_namedtuple_and_dict_returns(jit_mode: int) -> None:
+    Pair = namedtuple("Pair", "lo hi")
+
+    @TinyJit
+    def f(x: Tensor) -> dict:
+        return {"p": Pair((x - 1).realize(), (x + 1).realize()), "none": None}
+
+    for i in range(4):
+        out = f(realized([float(i)]))
+        assert isinstance(out["p"], Pair) and out["none"] is None
+        assert out["p"].lo.tolist() == [i - 1.0] and out["p"].hi.tolist() == [i + 1.0]
+
+
+# ---- validation errors (E1-E12) ------------------------------------------------------------------------------
+
+
+def captured(fn: object) -> TinyJit:
+    jit = TinyJit(fn)  # type: ignore[arg-type]
+    return jit
+
+
+def test_e1_argument_structure_changes() -> None:
+    f = captured(lambda x, y=None: (x * 2).realize())
+    x = realized([1.0])
+    f(x)
+    f(x)
+    with pytest.raises(JitError, match=r"called with \(1 positional, y=\.\.\.\) but captured with \(1 positional\)"):
+        f(x, y=realized([1.0]))
+
+
+def test_e2_shape_change_raises_both_ways() -> None:
+    # F3/F3b: tinygrad silently computes 4 of 6 values, or reads past the end of the buffer
+    f = captured(lambda x: (x * 2).realize())
+    f(realized([1.0] * 4))
+    f(realized([1.0] * 4))
+    with pytest.raises(JitError, match=r"input args\[0\] has shape \(6,\), captured with \(4,\)"):
+        f(realized([1.0] * 6))
+    with pytest.raises(JitError, match=r"has shape \(2,\), captured with \(4,\)"):
+        f(realized([1.0] * 2))
+
+
+def test_e3_e4_dtype_and_device_change() -> None:
+    f = captured(lambda x: (x * 2).realize())
+    f(realized([1.0, 2.0]))
+    f(realized([1.0, 2.0]))
+    with pytest.raises(JitError, match=r"input args\[0\] is int on CPU, captured as float on CPU"):
+        f(realized([1, 2], dtypes.int32))
+    with pytest.raises(JitError, match=r"is float on CPU:1, captured as float on CPU"):
+        f(Tensor([1.0, 2.0], device="CPU:1").realize())
+
+
+def test_e5_views_of_a_buffer_validated_and_followed() -> None:
+    # F12: a view of a realized buffer is an input; a different view raises, the same view of a new buffer works
+    f = captured(lambda x: (x * 10).realize())
+    base = realized([1.0, 2.0, 3.0, 4.0])
+    assert f(base[0:2]).tolist() == [10.0, 20.0]
+    assert f(base[0:2]).tolist() == [10.0, 20.0]
+    other = realized([5.0, 6.0, 7.0, 8.0])
+    assert f(other[0:2]).tolist() == [50.0, 60.0]
+    with pytest.raises(JitError, match=r"different view of its buffer than at capture \(shrink"):
+        f(base[1:3])
+
+
+def test_virtual_and_lazy_inputs_are_realized() -> None:
+    # F12: tinygrad raises "JIT inputs must be real buffers"
+    f = captured(lambda x: (x + 1).realize())
+    for v in range(4):
+        assert f(Tensor(float(v))).tolist() == v + 1.0
+    g = captured(lambda x: (x * 2).realize())
+    for v in range(4):
+        assert g(Tensor([1.0, 2.0]) + v).tolist() == [2.0 + 2 * v, 4.0 + 2 * v]
+
+
+def test_e6_aliasing_pattern() -> None:
+    # F11: f(a, a) runs (tinygrad: "duplicate inputs"); a changed pattern raises
+    f = captured(lambda x, y: (x + y).realize())
+    a = realized([1.0, 2.0])
+    assert f(a, a).tolist() == [2.0, 4.0]
+    assert f(a, a).tolist() == [2.0, 4.0]
+    b = realized([3.0, 4.0])
+    assert f(b, b).tolist() == [6.0, 8.0]
+    with pytest.raises(JitError, match=r"inputs args\[0\] and args\[1\] are two buffers now but were one"):
+        f(a, b)
+
+
+def test_e7_static_argument_changes() -> None:
+    # F1: tinygrad bakes s and keeps returning x*2
+    @TinyJit
+    def f(x: Tensor, s: float) -> Tensor:
+        return (x * s).realize()
+
+    x = realized([1.0, 2.0])
+    assert f(x, 1).tolist() == [1.0, 2.0]
+    assert f(x, 2).tolist() == [2.0, 4.0]
+    assert f(x, 2).tolist() == [2.0, 4.0]
+    with pytest.raises(JitError, match=r"argument 's' \(args\[1\]\) was 2 at capture and is 3 now"):
+        f(x, 3)
+
+
+def test_e7_list_compared_by_value_and_nan_equal() -> None:
+    # F7: a list argument used to build a tensor
+    @TinyJit
+    def f(x: Tensor, lst: list) -> Tensor:
+        return (x * Tensor(lst)).realize()
+
+    x = realized([1.0, 1.0])
+    for _ in range(3):
+        assert f(x, [1.0, float("nan")]).numpy()[0] == 1.0
+    with pytest.raises(JitError, match=r"argument 'lst'"):
+        f(x, [2.0, 2.0])
+
+
+def test_e7_objects_by_identity_and_methods() -> None:
+    class Model:
+        def __init__(self, w: list) -> None:
+            self.w = realized(w)
+
+        @TinyJit
+        def __call__(self, x: Tensor) -> Tensor:
+            return (x * self.w).realize()
+
+    m = Model([2.0, 3.0])
+    x = realized([1.0, 1.0])
+    for _ in range(4):
+        assert m(x).tolist() == [2.0, 3.0]
+    with pytest.raises(JitError, match=r"argument 'self' \(args\[0\]\) was <"):
+        Model([1.0, 1.0])(x)
+
+
+def test_e9_settings_that_change_graphs() -> None:
+    f = captured(lambda x: (x + 1).realize())
+    x = realized([1.0])
+    f(x)
+    f(x)
+    with Context(DEFAULT_FLOAT="float16"), pytest.raises(JitError, match="DEFAULT_FLOAT is float16 now but was"):
+        f(x)
+
+
+def test_e10_rebinding_a_closure_weight_raises() -> None:
+    # F6: tinygrad keeps using the old buffer after `w[0] = Tensor([100.])`
+    w = [realized([1.0])]
+    f = captured(lambda x: (x * w[0]).realize())
+    x = realized([1.0])
+    for _ in range(3):
+        assert f(x).tolist() == [1.0]
+    w[0] = realized([100.0])
+    gc.collect()
+    with pytest.raises(JitError, match=r"captured weight \(float \(1,\) on CPU\) are gone"):
+        f(x)
+
+
+def test_e11_reading_data_while_capturing() -> None:
+    # F14
+    f = captured(lambda x: Tensor([x.sum().item()]).realize())
+    x = realized([1.0, 2.0])
+    f(x)
+    with pytest.raises(JitError, match=r"cannot read tensor data while TinyJit\(.*<lambda>\) captures"):
+        f(x)
+
+
+def test_e12_non_tensor_return() -> None:
+    f = captured(lambda x: "no")
+    with pytest.raises(JitError, match="return value contains a str"):
+        f(realized([1.0]))
+
+
+def test_loaded_or_uncaptured_without_function() -> None:
+    f: TinyJit = TinyJit(None)
+    with pytest.raises(JitError, match="has not captured yet"):
+        f(realized([1.0]))
+
+
+# ---- outputs --------------------------------------------------------------------------------------------------
+
+
+def test_pass_through_outputs_follow_this_calls_input(jit_mode: int) -> None:
+    # F2: tinygrad returns the capture-time input as the first output forever
+    f = captured(lambda x: (x, x.reshape(1, 1), (x + 1).realize()))
+    for i in range(4):
+        a, r, b = f(realized([float(i)]))
+        assert a.tolist() == [i] and r.tolist() == [[i]] and b.tolist() == [i + 1.0]
+
+
+def test_rotation_outputs_kept_from_several_calls_stay_distinct(jit_mode: int) -> None:
+    # F4: tinygrad returns one Tensor object every call: all kept outputs show the last value
+    f = captured(lambda x: (x * 2).realize())
+    outs = [f(realized([float(i)])) for i in range(4)]
+    assert [o.tolist() for o in outs] == [[0.0], [2.0], [4.0], [6.0]]
+
+
+def test_output_fed_back_as_input(jit_mode: int) -> None:
+    f = captured(lambda h: (h + 1).realize())
+    h = realized([0.0])
+    for _ in range(6):
+        h = f(h)
+    assert h.tolist() == [6.0]
+
+
+def test_weight_returned_aliases_the_weight() -> None:
+    w = realized([5.0])
+    f = captured(lambda x: (w, (x + w).realize()))
+    for i in range(3):
+        ww, y = f(realized([float(i)]))
+        assert ww.tolist() == [5.0] and y.tolist() == [i + 5.0]
+    w.assign(realized([7.0])).realize()
+    ww, y = f(realized([1.0]))
+    assert ww.tolist() == [7.0] and y.tolist() == [8.0]
+
+
+# ---- weights, assigns, pruning ---------------------------------------------------------------------------------
+
+
+def test_weight_assigned_between_calls_is_seen(jit_mode: int) -> None:
+    w = realized([1.0, 2.0])
+    f = captured(lambda x: (x * w).realize())
+    x = realized([1.0, 1.0])
+    for _ in range(3):
+        assert f(x).tolist() == [1.0, 2.0]
+    w.assign(realized([10.0, 20.0])).realize()
+    assert f(x).tolist() == [10.0, 20.0]
+
+
+def test_prune_reruns_weight_only_kernels() -> None:
+    # F9: tinygrad's prune=True freezes (w*2) and keeps returning [2, 4]
+    w = realized([1.0, 2.0])
+    f = TinyJit(lambda x: (x + (w * 2).contiguous()).realize(), prune=True)
+    x = realized([0.0, 0.0])
+    for _ in range(3):
+        assert f(x).tolist() == [2.0, 4.0]
+    w.assign(realized([10.0, 10.0])).realize()
+    assert f(x).tolist() == [20.0, 20.0]
+
+
+def test_pruning_drops_input_independent_kernels() -> None:
+    def body(x: Tensor) -> Tensor:
+        const = (Tensor([1.0, 2.0]) * 3).contiguous()  # depends on nothing the replay changes
+        return (x + const).realize()
+
+    pruned, kept = TinyJit(body), TinyJit(body, prune=False)
+    for _ in range(3):
+        x = realized([1.0, 1.0])
+        assert pruned(x).tolist() == [4.0, 7.0] and kept(x).tolist() == [4.0, 7.0]
+    assert pruned.captured.kernel_count == 1 and pruned.captured.pruned_count == 1
+    assert kept.captured.kernel_count == 2
+
+
+def test_assign_to_input_and_state_inside(jit_mode: int) -> None:
+    state = realized([0.0])
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        state.assign(state + x)
+        x.assign(x * 2)
+        return state.realize(), x.realize()
+
+    xs = [realized([float(i)]) for i in range(5)]
+    for x in xs:
+        step(x)
+    assert state.tolist() == [10.0]
+    assert [x.tolist() for x in xs] == [[0.0], [2.0], [4.0], [6.0], [8.0]]
+
+
+def test_pending_reader_of_a_written_weight_keeps_old_value(jit_mode: int) -> None:
+    # F15: a lazy read of w made before a replay that writes w sees w before that replay
+    w = realized([1.0, 2.0])
+
+    @TinyJit
+    def step(x: Tensor) -> None:
+        w.assign(w + x).realize()
+
+    x = realized([1.0, 1.0])
+    step(x)
+    step(x)
+    b = w * 1
+    step(x)
+    assert b.tolist() == [3.0, 4.0] and w.tolist() == [4.0, 5.0]
+
+
+def test_random_inside_draws_like_eager(jit_mode: int) -> None:
+    def body(x: Tensor) -> Tensor:
+        return (x + Tensor.rand(4)).realize()
+
+    f = TinyJit(body)
+    x = realized([0.0] * 4)
+    Tensor.manual_seed(5)
+    jitted = [f(x).numpy() for _ in range(5)]
+    Tensor.manual_seed(5)
+    eager = [body(x).numpy() for _ in range(5)]
+    np.testing.assert_array_equal(np.array(jitted), np.array(eager))
+    assert not np.array_equal(jitted[3], jitted[4])
+
+
+def test_nested_jit_is_part_of_the_outer_capture(jit_mode: int) -> None:
+    # F13: tinygrad raises "not supported"
+    inner = captured(lambda x: (x * 2).realize())
+    outer = captured(lambda x: (inner(x) + 1).realize())
+    x = realized([1.0])
+    inner(x)
+    inner(x)
+    for i in range(4):
+        assert outer(realized([float(i)])).tolist() == [2.0 * i + 1]
+
+
+def test_reset_frees_memory_and_recaptures_a_new_shape() -> None:
+    f = captured(lambda x: ((x + 1).contiguous() * 2).realize())
+    gc.collect()
+    before = GlobalCounters.mem_used
+    for _ in range(3):
+        f(realized([1.0] * 1000))
+    f.reset()
+    gc.collect()
+    assert GlobalCounters.mem_used == before
+    for _ in range(3):
+        assert f(realized([1.0] * 6)).tolist() == [4.0] * 6
+    assert f.cnt == 3
+
+
+def test_jit_off_calls_every_time() -> None:
+    runs = 0
+
+    def body(x: Tensor) -> Tensor:
+        nonlocal runs
+        runs += 1
+        return (x + 1).realize()
+
+    f = TinyJit(body)
+    with Context(JIT=0):
+        for _ in range(4):
+            f(realized([1.0]))
+    assert runs == 4 and f.captured is None
+
+
+def test_cross_device_copies_in_a_capture(jit_mode: int) -> None:
+    f = captured(lambda x: ((x.to("CPU:1") * 2).to("CPU") + 1).realize())
+    for i in range(4):
+        assert f(realized([float(i), 1.0])).tolist() == [2.0 * i + 1, 3.0]

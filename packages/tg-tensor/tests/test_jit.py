@@ -208,6 +208,9 @@ def test_e9_settings_that_change_graphs() -> None:
     f(x)
     with Context(DEFAULT_FLOAT="float16"), pytest.raises(JitError, match="DEFAULT_FLOAT is float16 now but was"):
         f(x)
+    # F8: dropout captured in training mode must not keep applying in eval mode
+    with Context(TRAINING=1), pytest.raises(JitError, match="TRAINING is 1 now but was 0 at capture"):
+        f(x)
 
 
 def test_e10_rebinding_a_closure_weight_raises() -> None:

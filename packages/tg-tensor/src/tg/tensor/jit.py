@@ -28,6 +28,7 @@ from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, JIT
 from tg.runtime.jit import JitError
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
+from tg.tensor.autograd import TRAINING
 from tg.tensor.movement import view_base
 from tg.tensor.tensor import Tensor
 
@@ -93,8 +94,7 @@ def _value_equal(a: Any, b: Any) -> bool:
 
 def _settings() -> tuple[tuple[str, Any], ...]:
     """Settings that change the graph a function builds (compared at every replay)."""
-    training = getattr(Tensor, "training", None)
-    return (("DEFAULT_FLOAT", DEFAULT_FLOAT.value), ("DEFAULT_INT", DEFAULT_INT.value), ("TRAINING", training))
+    return (("DEFAULT_FLOAT", DEFAULT_FLOAT.value), ("DEFAULT_INT", DEFAULT_INT.value), ("TRAINING", TRAINING.value))
 
 
 # ---- inputs -----------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Python reference semantics of every ALU op, used for constant folding and by the PYTHON backend.
 
 Integer division and remainder are C-style: IDIV truncates toward zero, MOD takes the sign of the dividend
-(`-7 // 2 == -3`, `-7 % 2 == -1`). Division by zero yields 0 for ints, and so do a shift by a negative count and
+(`-7 // 2 == -3`, `-7 % 2 == -1`). Division and remainder by zero yield 0 for ints (numpy's choice; the lowering
+guards generated code the same way, see tg.codegen's `pm_int_div_guards`), and so do a shift by a negative count and
 a left shift by 64 or more (C leaves these undefined; we pick values so folding never raises or builds huge ints).
 Integer powers are computed modulo 2**64, so huge exponents fold quickly. Results are truncated to the output
 dtype (ints wrap, floats round).
@@ -27,8 +28,8 @@ def cdiv(x: int, y: int) -> int:
 
 
 def cmod(x: int, y: int) -> int:
-    """C remainder: x - y * cdiv(x, y), sign of x; x when y == 0."""
-    return x - y * cdiv(x, y)
+    """C remainder: x - y * cdiv(x, y), sign of x; 0 when y == 0."""
+    return x - y * cdiv(x, y) if y != 0 else 0
 
 
 def _safe_exp2(x: float) -> float:

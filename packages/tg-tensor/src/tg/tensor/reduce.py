@@ -72,12 +72,14 @@ def max(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
 
 
 def min(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
-    """Minimum over `axis`, computed as a max of the negated (or inverted) values."""
+    """Minimum over `axis`, computed as a max of the negated (or inverted) values; NaN propagates."""
     if self.dtype is dtypes.bool:
         return max(self.logical_not(), axis, keepdim).logical_not()
     if dtypes.is_unsigned(self.dtype):
         top = self.dtype.max
         return top - max(top - self, axis, keepdim)
+    if dtypes.is_int(self.dtype):  # ~x = -x - 1 reverses the order without overflowing at INT_MIN
+        return ~max(~self, axis, keepdim)
     return -max(-self, axis, keepdim)
 
 
@@ -92,22 +94,40 @@ def mean(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
     return s.div(count) if count else s * float("nan")
 
 
-def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    """Index of the (first) maximum along `axis` (of the flattened tensor if None)."""
-    from tg.tensor.shapes import canonical_axis as _canon_axis
+def _arg_extreme(self: Tensor, extreme: Tensor, a: int, keepdim: bool) -> Tensor:
+    """Index of the first element equal to `extreme` (or the first NaN) along axis `a`."""
     from tg.tensor.tensor import Tensor
+
+    n = self.shape[a]
+    hit = self == extreme
+    if dtypes.is_float(self.dtype):
+        hit = hit | self.isnan()  # NaN wins, as in PyTorch: the max/min is then NaN and equals nothing
+    # count down from n so the first hit wins the max-reduction
+    shape = [1] * self.ndim
+    shape[a] = n
+    idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape(shape)
+    found = max(hit.where(idx, 0), a, keepdim)
+    return (n - found).cast(dtypes.int32)
+
+
+def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the (first) maximum along `axis` (of the flattened tensor if None); the first NaN if any."""
+    from tg.tensor.shapes import canonical_axis as _canon_axis
 
     if axis is None:
         return argmax(self.flatten(), 0)
     a = _canon_axis(axis, self.ndim)
-    n = self.shape[a]
-    m = max(self, a, keepdim=True)
-    # count down from n so the first maximum wins the max-reduction
-    shape = [1] * self.ndim
-    shape[a] = n
-    idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape(shape)
-    found = max((self == m).where(idx, 0), a, keepdim)
-    return (n - found).cast(dtypes.int32)
+    return _arg_extreme(self, max(self, a, keepdim=True), a, keepdim)
+
+
+def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the (first) minimum along `axis` (of the flattened tensor if None); the first NaN if any."""
+    from tg.tensor.shapes import canonical_axis as _canon_axis
+
+    if axis is None:
+        return argmin(self.flatten(), 0)
+    a = _canon_axis(axis, self.ndim)
+    return _arg_extreme(self, min(self, a, keepdim=True), a, keepdim)
 
 
 def softmax(self: Tensor, axis: int = -1) -> Tensor:

@@ -505,13 +505,25 @@ class Tensor(_DTypeShortcuts):
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
         return Tensor(a.uop.alu(Ops.FDIV, b.uop))
 
+    def _int_division_operands(self, x: Any, reverse: bool) -> tuple[Tensor, Tensor]:
+        """Operands of `//`, `%` and `idiv`; an integer divisor that is a known constant zero raises at once."""
+        a, b = self._operands(x, reverse)
+        if not dtypes.is_float(b.dtype) and _movement.view_base(b.uop).op is Ops.CONST:
+            if _movement.view_base(b.uop).arg == 0:
+                raise ZeroDivisionError(f"integer division or modulo by zero ({b.dtype.name} constant divisor)")
+        return a, b
+
     def idiv(self, x: Any, reverse: bool = False) -> Tensor:
-        """Integer division truncating toward zero (C semantics)."""
-        return self._binary(Ops.IDIV, x, reverse)
+        """Integer division truncating toward zero (C semantics); by zero gives 0, INT_MIN by -1 wraps."""
+        a, b = self._int_division_operands(x, reverse)
+        return Tensor(a.uop.alu(Ops.IDIV, b.uop))
 
     def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
-        """Division rounded toward minus infinity (Python's `//`): `Tensor([-7, 7]) // 2` is [-4, 3]."""
-        a, b = self._operands(x, reverse)
+        """Division rounded toward minus infinity (Python's `//`): `Tensor([-7, 7]) // 2` is [-4, 3].
+
+        Integers never trap: a divisor that is zero at run time gives 0 (as numpy), `INT_MIN // -1` wraps to
+        INT_MIN; a divisor known to be the constant 0 raises ZeroDivisionError at once."""
+        a, b = self._int_division_operands(x, reverse)
         if dtypes.is_float(a.dtype):
             return (a / b).floor()
         q = Tensor(a.uop.alu(Ops.IDIV, b.uop))
@@ -519,8 +531,9 @@ class Tensor(_DTypeShortcuts):
         return ((r != 0) & ((r < 0) != (b < 0))).where(q - 1, q)
 
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
-        """Remainder with the sign of the divisor (Python's `%`): `Tensor([-7, 7]) % 3` is [2, 1]."""
-        a, b = self._operands(x, reverse)
+        """Remainder with the sign of the divisor (Python's `%`): `Tensor([-7, 7]) % 3` is [2, 1]; integer `x % 0`
+        is 0 at run time (as numpy), a known constant zero divisor raises ZeroDivisionError."""
+        a, b = self._int_division_operands(x, reverse)
         if dtypes.is_float(a.dtype):
             return a - (a / b).floor() * b
         r = Tensor(a.uop.alu(Ops.MOD, b.uop))
@@ -641,16 +654,23 @@ class Tensor(_DTypeShortcuts):
         return Tensor(c.uop.alu(Ops.WHERE, xt.uop, yt.uop))
 
     def maximum(self, x: Any) -> Tensor:
-        """Elementwise max (broadcasting)."""
+        """Elementwise max (broadcasting); a NaN on either side gives NaN, as in PyTorch."""
         return self._binary(Ops.MAX, x)
 
     def minimum(self, x: Any) -> Tensor:
-        """Elementwise min (broadcasting)."""
+        """Elementwise min (broadcasting); a NaN on either side gives NaN, as in PyTorch."""
         a, b = self._operands(x)
-        return (a < b).where(a, b)
+        pick_a = a < b
+        if dtypes.is_float(a.dtype):
+            pick_a = pick_a | a.isnan()
+        return pick_a.where(a, b)
+
+    def isnan(self) -> Tensor:
+        """True where the value is NaN (x != x)."""
+        return self != self if dtypes.is_float(self.dtype) else self.full_like(False, dtypes.bool)
 
     def clip(self, min_: Scalar | None = None, max_: Scalar | None = None) -> Tensor:
-        """Clamp into [min_, max_]."""
+        """Clamp into [min_, max_]; NaN stays NaN (PyTorch)."""
         x = self
         if min_ is not None:
             x = x.maximum(min_)
@@ -798,6 +818,7 @@ class Tensor(_DTypeShortcuts):
     min = _reduce_ops.min
     mean = _reduce_ops.mean
     argmax = _reduce_ops.argmax
+    argmin = _reduce_ops.argmin
     softmax = _reduce_ops.softmax
     log_softmax = _reduce_ops.log_softmax
     matmul = _reduce_ops.matmul

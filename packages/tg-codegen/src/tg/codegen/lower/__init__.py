@@ -14,6 +14,7 @@ from tg.codegen.lower.decompositions import (
     op_decompositions,
     pm_cleanups,
     pm_gates,
+    pm_int_div_guards,
     readable_forms,
 )
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
@@ -83,7 +84,8 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
 def _matchers(supported: frozenset[Ops], native: frozenset[DType], extra: PatternMatcher | None
               ) -> tuple[PatternMatcher, PatternMatcher]:  # fmt: skip
     # building (compiling) a matcher costs more than running it on a kernel: one set per renderer capability set
-    decompose = op_decompositions(supported) + transcendental_rules(supported) + float_emulation(native) + pm_cleanups
+    decompose = pm_int_div_guards + op_decompositions(supported) + transcendental_rules(supported)
+    decompose = decompose + float_emulation(native) + pm_cleanups
     if extra is not None:
         decompose = decompose + extra
     return decompose, readable_forms(supported)

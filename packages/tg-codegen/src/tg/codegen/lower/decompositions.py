@@ -71,6 +71,43 @@ def threefry2x32(x: UOp, key: UOp) -> UOp:
     return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
 
 
+# *** integer division guards: afterwards no integer IDIV/MOD can trap (x / 0 and INT_MIN / -1 are SIGFPE on x86) ***
+# Defined results, as numpy gives them: x // 0 == 0, x % 0 == 0, INT_MIN // -1 == INT_MIN (wraps), INT_MIN % -1 == 0.
+# A divisor that is guarded is WHERE(bad, 1, b): the rule skips it, and divisors whose bounds exclude 0 (and -1
+# next to a dividend that may be INT_MIN) are left alone, so index arithmetic keeps its plain `/` and `%`.
+
+
+def _is_guarded(d: UOp) -> bool:
+    return d.op is Ops.WHERE and d.src[1].op is Ops.CONST and d.src[1].arg == 1
+
+
+def _guard_int_div(x: UOp) -> UOp | None:
+    a, b = x.src
+    dt = x.dtype
+    if not dtypes.is_int(dt) or dt.count > 1 or _is_guarded(b):
+        return None
+    zero, one = UOp.const(dt, 0), UOp.const(dt, 1)
+    may_be_zero = b.vmin <= 0 <= b.vmax
+    may_overflow = not dtypes.is_unsigned(dt) and b.vmin <= -1 <= b.vmax and a.vmin <= dt.min
+    if not (may_be_zero or may_overflow):
+        return None
+    is_zero = b.alu(Ops.CMPEQ, zero) if may_be_zero else None
+    overflow = (a.alu(Ops.CMPEQ, UOp.const(dt, dt.min)) & b.alu(Ops.CMPEQ, UOp.const(dt, -1))) if may_overflow else None
+    bad = is_zero | overflow if is_zero is not None and overflow is not None else (is_zero if is_zero is not None
+                                                                                  else overflow)  # fmt: skip
+    assert bad is not None
+    q = UOp(x.op, dt, (a, UOp(Ops.WHERE, dt, (bad, one, b))))  # a / 1 == a: INT_MIN / -1 wraps to INT_MIN
+    if x.op is Ops.MOD or is_zero is None:
+        return q  # a % 1 == 0 covers both the zero divisor and INT_MIN % -1
+    return UOp(Ops.WHERE, dt, (is_zero, zero, q))
+
+
+pm_int_div_guards = PatternMatcher([
+    # integer quotient and remainder by a value that may be 0 (or -1 of INT_MIN) get a divisor that cannot trap
+    (UPat((Ops.IDIV, Ops.MOD), name="x"), _guard_int_div),
+])  # fmt: skip
+
+
 # *** op decompositions: afterwards only ops in the renderer's supported set remain ***
 
 

@@ -139,8 +139,8 @@ def main() -> None:
         for mode in (1, 2):
             with Context(JIT=mode):
                 jit = TinyJit(fn)
-                results[mode] = best_us(lambda jit=jit: jit(*inputs), args.replays)
-        eager = best_us(lambda fn=fn: fn(*inputs), max(3, args.replays // 30))
+                results[mode] = best_us(lambda jit=jit, inputs=inputs: jit(*inputs), args.replays)
+        eager = best_us(lambda fn=fn, inputs=inputs: fn(*inputs), max(3, args.replays // 30))
         line = f"{name:>18} {n:7d} {results[1]:17.1f} {results[1] / n:9.2f} {results[2]:17.1f} {eager:17.1f}"
         if tiny is not None:
             line += f" {tiny[key]:17.1f} {tiny[key] / n:9.2f} {results[1] / tiny[key]:11.3f}"

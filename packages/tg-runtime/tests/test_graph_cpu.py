@@ -1,4 +1,4 @@
-"""CapturedProgram and the CPU batch runner: replays equal the ExecItem loop; slots, views, variables, copies, pruning."""
+"""CapturedProgram and the CPU batch runner: replays equal the ExecItem loop (slots, views, vars, copies, pruning)."""
 
 from __future__ import annotations
 

@@ -180,6 +180,39 @@ class Tensor(_DTypeShortcuts):
             raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
 
+    # ---- Python and numpy protocols (each realizes) -----------------------------------------------------
+
+    def _scalar(self, what: str) -> ConstType:
+        if self.numel() != 1:
+            raise TypeError(f"only one-element tensors can be converted to Python {what}, got shape {self.shape}")
+        return self.item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __index__(self) -> int:
+        if not (dtypes.is_int(self.dtype) or self.dtype is dtypes.bool):
+            raise TypeError(f"only integer tensors can be used as an index, got {self.dtype.name}")
+        return int(self._scalar("index"))
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        return format(self._scalar("format"), spec)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        """`np.asarray(t)`: the values as a numpy array (realizes)."""
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the values (realizing first): a load gets its own buffer on the same device."""
+        return _unpickle, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.device,
+                           self.requires_grad)  # fmt: skip
+
     # ---- creation ---------------------------------------------------------------------------------------
 
     @staticmethod
@@ -861,6 +894,11 @@ def _fill_value(value: Scalar, dt: DType) -> ConstType:
     if dtypes.is_int(dt) and isinstance(v, int):
         check_int_range((v,), dt)
     return v
+
+
+def _unpickle(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None) -> Tensor:
+    """Inverse of `Tensor.__reduce__`: a tensor with its own buffer holding `raw`."""
+    return Tensor(_from_bytes(raw, shape, dtype, canonical_device(device)), requires_grad=requires_grad)
 
 
 def _from_bytes(raw: bytes, shape: tuple[int, ...], dt: DType, device: str) -> UOp:

@@ -89,12 +89,12 @@ def _overhead_fns(which: str) -> tuple[Callable[[], Any], Callable[[], Any] | No
     if which == "tg":
         from tg.codegen.schedule import create_schedule
         from tg.ir import Ops, UOp
-        from tg.runtime.engine import run_schedule
+        from tg.runtime.engine import run_linear
         from tg.tensor import Tensor
 
         a = Tensor.ones(16, device="CPU").contiguous().realize()
-        items, _ = create_schedule(UOp(Ops.SINK, src=((a + 1).uop,)))
-        return (lambda: (a + 1).realize()), (lambda: run_schedule(items))
+        linear = create_schedule(UOp(Ops.SINK, src=((a + 1).uop,))).linear
+        return (lambda: (a + 1).realize()), (lambda: run_linear(linear))
     from tinygrad import Tensor as TinyTensor
 
     ta = TinyTensor.ones(16, device="CPU").contiguous().realize()

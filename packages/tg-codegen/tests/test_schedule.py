@@ -1,9 +1,24 @@
 """create_schedule: kernel counts (fusion rules), kernel AST shape, ordering of assigns and copies."""
 
+from typing import NamedTuple
+
 import pytest
 
-from tg.codegen.schedule import ScheduleItem, create_schedule
+from tg.codegen.schedule import create_schedule, verify_schedule
 from tg.ir import AxisType, Ops, UOp, dtypes
+
+
+class Step(NamedTuple):
+    """A CALL of the schedule, split into its body and buffer arguments."""
+
+    ast: UOp
+    bufs: tuple[UOp, ...]
+
+
+def steps(linear: UOp) -> list[Step]:
+    assert linear.op is Ops.LINEAR and all(c.op is Ops.CALL for c in linear.src)
+    verify_schedule(linear)
+    return [Step(c.src[0], c.src[1:]) for c in linear.src]
 
 
 def buf(*shape: int, dtype=dtypes.float32, device: str = "CPU") -> UOp:
@@ -13,9 +28,8 @@ def buf(*shape: int, dtype=dtypes.float32, device: str = "CPU") -> UOp:
     return UOp.new_buffer(device, n, dtype).reshape(shape)
 
 
-def sched(*outs: UOp) -> list[ScheduleItem]:
-    items, _ = create_schedule(UOp(Ops.SINK, src=outs))
-    return items
+def sched(*outs: UOp) -> list[Step]:
+    return steps(create_schedule(UOp(Ops.SINK, src=outs)).linear)
 
 
 def kernels(*outs: UOp) -> int:
@@ -127,7 +141,8 @@ def test_pad_gates_loads():
 def test_becomes_map_gives_buffers_with_shape():
     a, b = buf(2, 3), buf(2, 3)
     out = a.alu(Ops.ADD, b)
-    items, becomes = create_schedule(UOp(Ops.SINK, src=(out,)))
+    linear, _, becomes = create_schedule(UOp(Ops.SINK, src=(out,)))
+    items = steps(linear)
     assert becomes[out].shape == (2, 3)
     base = becomes[out]
     while base.op is Ops.RESHAPE:
@@ -190,10 +205,13 @@ def test_contiguous_disk_slices_copy_without_a_kernel(tmp_path, view, offset, si
     assert src.op is Ops.BUFFER_VIEW and src.src[0] is disk and src.arg == (size, offset)
 
 
-def test_strided_disk_slices_still_need_a_kernel(tmp_path):
+def test_strided_disk_slices_copy_the_covering_span_then_finish_on_the_destination(tmp_path):
     disk = UOp.new_buffer(f"DISK:{tmp_path / 'w.bin'}", 24, dtypes.float32)
     items = sched(disk.reshape((4, 6)).shrink(((1, 3), (2, 4))).copy_to_device("CPU"))
-    assert [si.ast.op for si in items] == [Ops.SINK, Ops.COPY]  # the SINK on DISK fails at run time, clearly
+    assert [si.ast.op for si in items] == [Ops.COPY, Ops.SINK]
+    span = items[0].bufs[1]  # rows 1..2, columns 2..3: elements 8 to 15 of the file, nothing else
+    assert span.op is Ops.BUFFER_VIEW and span.src[0] is disk and span.arg == (8, 8)
+    assert str(items[1].bufs[0].device) == "CPU" and items[1].bufs[1] is items[0].bufs[0]
 
 
 def test_not_a_sink():
@@ -247,7 +265,8 @@ def test_reshaped_output_of_a_stored_value_gets_its_buffer():
     a = buf(4, 8)
     s = a.r(Ops.ADD, (1,))
     flat = s.reshape((4,))
-    items, becomes = create_schedule(UOp(Ops.SINK, src=(s, flat)))
+    linear, _, becomes = create_schedule(UOp(Ops.SINK, src=(s, flat)))
+    items = steps(linear)
     assert len(items) == 1
 
     def base(u: UOp) -> UOp:

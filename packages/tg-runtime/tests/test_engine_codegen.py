@@ -1,10 +1,9 @@
-"""run_schedule end to end with real code generation: hand-built kernel ASTs -> get_program -> C -> results."""
+"""run_schedule/run_linear end to end with real code generation: hand-built kernel ASTs -> C -> results."""
 
 import struct
 
 import pytest
 
-from tg.codegen.schedule.item import ScheduleItem
 from tg.ir.dtype import dtypes
 from tg.ir.helpers import Context, GlobalCounters
 from tg.ir.ops import AxisType, KernelInfo, Ops
@@ -12,6 +11,11 @@ from tg.ir.uop import UOp
 from tg.runtime.engine import buffer_for, get_runner, run_schedule
 
 N = 16
+
+
+def call(ast: UOp, bufs: tuple[UOp, ...]) -> UOp:
+    """A schedule step: CALL(body, *buffers)."""
+    return UOp(Ops.CALL, dtypes.void, (ast, *bufs))
 
 
 def axpy_ast(name: str = "axpy") -> UOp:
@@ -42,7 +46,7 @@ EXPECTED = [x * 2 + y for x, y in zip(XS, YS, strict=True)]
 @pytest.mark.parametrize("device", ["CPU", "CPU:1", "PYTHON"])
 def test_elementwise_kernel(device: str) -> None:
     out, a, b = buffers(device, None, XS, YS)
-    run_schedule([ScheduleItem(axpy_ast(), (out, a, b))])
+    run_schedule([call(axpy_ast(), (out, a, b))])
     assert read(out) == EXPECTED
 
 
@@ -66,21 +70,21 @@ def test_variable_and_reduction_kernels() -> None:
     dst, data = buffers("CPU", [0.0] * N, XS)
     result = UOp.new_buffer("CPU", 1, dtypes.float32)
     GlobalCounters.reset()
-    run_schedule([ScheduleItem(add_one, (dst, data)), ScheduleItem(sum_all, (result, data))], {"n": 5})
+    run_schedule([call(add_one, (dst, data)), call(sum_all, (result, data))], {"n": 5})
     assert read(dst) == [x + 1 for x in XS[:5]] + [0.0] * (N - 5)
     assert read(result) == [sum(XS)]
     assert GlobalCounters.kernel_count == 2 and GlobalCounters.global_mem > 0
     with pytest.raises(ValueError, match="needs a value for variable 'n'"):
-        run_schedule([ScheduleItem(add_one, (dst, data))])
+        run_schedule([call(add_one, (dst, data))])
 
 
 def test_copy_then_kernel_across_devices(capsys: pytest.CaptureFixture[str]) -> None:
     host_x, host_y = buffers("CPU:1", XS, YS)
     out, a, b = buffers("CPU", None, None, None)
     pairs = ((a, host_x), (b, host_y))
-    copies = [ScheduleItem(UOp(Ops.COPY, dtypes.float32, (src,)), (dst, src)) for dst, src in pairs]
+    copies = [call(UOp(Ops.COPY, dtypes.float32, (src,)), (dst, src)) for dst, src in pairs]
     with Context(DEBUG=2):
-        run_schedule([*copies, ScheduleItem(axpy_ast(), (out, a, b))])
+        run_schedule([*copies, call(axpy_ast(), (out, a, b))])
     lines = capsys.readouterr().out.splitlines()
     assert sum("copy" in line for line in lines) == 2 and any("axpy" in line for line in lines)
     assert read(out) == EXPECTED
@@ -89,7 +93,7 @@ def test_copy_then_kernel_across_devices(capsys: pytest.CaptureFixture[str]) -> 
 def test_null_device_runs_nothing() -> None:
     out, a, b = buffers("NULL", None, None, None)
     GlobalCounters.reset()
-    run_schedule([ScheduleItem(axpy_ast("axpy_null"), (out, a, b))])
+    run_schedule([call(axpy_ast("axpy_null"), (out, a, b))])
     assert GlobalCounters.kernel_count == 1
     with pytest.raises(RuntimeError, match="NULL device holds no data"):
         read(out)

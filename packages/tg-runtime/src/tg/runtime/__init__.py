@@ -16,7 +16,7 @@ from tg.runtime.device import (
     LRUAllocator,
     Program,
 )
-from tg.runtime.engine import CompiledRunner, ExecItem, Runner, buffer_for, run_schedule
+from tg.runtime.engine import CompiledRunner, ExecItem, Runner, buffer_for, run_linear, run_schedule
 
 __all__ = [
     "Allocator",
@@ -34,5 +34,6 @@ __all__ = [
     "Runner",
     "__version__",
     "buffer_for",
+    "run_linear",
     "run_schedule",
 ]

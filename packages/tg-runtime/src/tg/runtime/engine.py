@@ -1,9 +1,10 @@
-"""The execution engine: turn schedule items into runnable steps and run them.
+"""The execution engine: run a schedule (a ``LINEAR`` of ``CALL``s) step by step.
 
 ``buffer_for`` gives the device Buffer behind a tensor-level BUFFER uop (allocated on first use, released when
-the uop dies). ``run_schedule`` lowers each ``ScheduleItem`` to an :class:`ExecItem` — a runner (a compiled
+the uop dies). ``run_linear`` lowers each ``CALL(body, *buffers)`` to an :class:`ExecItem` — a runner (a compiled
 kernel or a copy) plus its buffers — and runs it, updating ``GlobalCounters``. ExecItems hold everything needed
-to run again, so a JIT can capture and replay them without the scheduler.
+to run again, so a JIT can capture and replay them without the scheduler (``capturing``), or take the LINEAR
+itself and substitute its buffer arguments.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def _update_stats(runner: Runner, nbufs: int, var_vals: dict[str, int], et: floa
 
 
 class ScheduleItemLike(Protocol):
-    """What run_schedule needs from a schedule item (tg.codegen.schedule's ScheduleItem)."""
+    """A step given as (ast, bufs): what ``lower_schedule_item`` takes besides a CALL uop."""
 
     @property
     def ast(self) -> UOp: ...
@@ -225,10 +226,16 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     return runner
 
 
-def lower_schedule_item(item: ScheduleItemLike) -> ExecItem:
-    """Turn one schedule item into an ExecItem (compiling the kernel if it is new)."""
-    bufs = [buffer_for(b) for b in item.bufs]
-    ast = item.ast
+def lower_schedule_item(item: ScheduleItemLike | UOp) -> ExecItem:
+    """Turn one step (a ``CALL(body, *buffers)`` uop, or an object with ``ast`` and ``bufs``) into an ExecItem,
+    compiling the kernel if it is new."""
+    if isinstance(item, UOp):
+        if item.op is not Ops.CALL or not item.src:
+            raise ValueError(f"a schedule step must be a CALL(body, *buffers), got {item.op}")
+        ast, buf_uops = item.src[0], item.src[1:]
+    else:
+        ast, buf_uops = item.ast, tuple(item.bufs)
+    bufs = [buffer_for(b) for b in buf_uops]
     if ast.op is Ops.SINK:
         if not bufs:
             raise ValueError("a kernel schedule item needs at least one buffer (its output)")
@@ -253,8 +260,17 @@ def lower_schedule_item(item: ScheduleItemLike) -> ExecItem:
 capturing: list[Any] = []
 
 
-def run_schedule(items: Sequence[ScheduleItemLike], var_vals: dict[Any, int] | None = None) -> None:
-    """Run schedule items in order: compile (cached) and run kernels, do copies, update GlobalCounters."""
+def run_linear(linear: UOp, var_vals: dict[Any, int] | None = None) -> None:
+    """Run a schedule, ``LINEAR(CALL(body, *buffers), ...)``, in order: compile (cached) and run kernels, do copies,
+    update GlobalCounters."""
+    if not isinstance(linear, UOp) or linear.op is not Ops.LINEAR:
+        raise TypeError(f"run_linear needs a LINEAR of CALLs, got {getattr(linear, 'op', type(linear).__name__)}")
+    run_schedule(linear.src, var_vals)
+
+
+def run_schedule(items: Sequence[ScheduleItemLike | UOp], var_vals: dict[Any, int] | None = None) -> None:
+    """Run steps in order (CALL uops, or objects with ``ast``/``bufs``): compile (cached) and run kernels, do
+    copies, update GlobalCounters."""
     vals = _normalize_var_vals(var_vals)
     for item in items:
         ei = lower_schedule_item(item)

@@ -38,7 +38,7 @@ def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
 def realize_tensors(tensors: Iterable[Tensor]) -> None:
     """Compute every tensor in `tensors` that is not yet a buffer, in one schedule."""
     from tg.codegen.schedule import create_schedule
-    from tg.runtime.engine import run_schedule
+    from tg.runtime.engine import run_linear
     from tg.tensor.autograd import note_realized
 
     todo = [t for t in tensors if buffer_of(t.uop) is None]
@@ -62,8 +62,8 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
         ]  # fmt: skip
         if extra:
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
-    schedule, becomes = create_schedule(sink)
-    run_schedule(schedule)
+    linear, var_vals, becomes = create_schedule(sink)
+    run_linear(linear, var_vals)
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:

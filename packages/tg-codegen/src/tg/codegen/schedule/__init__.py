@@ -1,6 +1,101 @@
-"""tg.codegen.schedule: tensor graph -> ordered kernels and copies (`create_schedule`)."""
+"""tg.codegen.schedule: a SINK of tensor-level UOps -> the schedule, a `LINEAR` of `CALL`s (`create_schedule`).
 
-from tg.codegen.schedule.item import ScheduleItem
-from tg.codegen.schedule.scheduler import create_schedule
+Pipeline (one module per step): callify.py normalises the graph into the cache key; on a miss, rangeify.py
+decides the stores (rules in policy.py), kernels.py builds one kernel AST per store (indexing.py does the
+index arithmetic), linear.py orders the CALLs; cache.py instantiates the template with this realize's buffers
+and memory.py lets intermediates share memory.
+"""
 
-__all__ = ["ScheduleItem", "create_schedule"]
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tg.codegen.schedule import stats
+from tg.codegen.schedule.cache import (
+    Template,
+    cache_lookup,
+    cache_store,
+    clear_schedule_cache,
+    instantiate,
+    made_buffers,
+)
+from tg.codegen.schedule.callify import Normalized
+from tg.codegen.schedule.disk import pm_disk_strided_copy
+from tg.codegen.schedule.kernels import build_kernels
+from tg.codegen.schedule.linear import order_kernels, schedule_spec, verify_schedule
+from tg.codegen.schedule.memory import plan_memory
+from tg.codegen.schedule.rangeify import Plan, numel_matches, plan_stores
+from tg.ir import Ops, UOp, graph_rewrite_map, tensor_spec, verify
+from tg.ir.helpers import SPEC
+from tg.ir.uop import sint
+
+__all__ = ["Schedule", "clear_schedule_cache", "create_schedule", "schedule_spec", "verify_schedule"]
+
+# every switch that changes fusion decisions is part of the cache key
+POLICY: tuple = ()
+
+
+class Schedule(NamedTuple):
+    """The result of scheduling: the LINEAR of CALLs in run order, variable values, and the storage of each node a
+    tensor can observe (requested outputs, CONTIGUOUS, ASSIGN) as movement ops over a BUFFER."""
+
+    linear: UOp
+    var_vals: dict[str, int]
+    becomes: dict[UOp, UOp]
+
+
+def _storage_expr(plan: Plan, node: UOp) -> UOp | None:
+    """`node`'s value as a view of the buffer holding it, if one does."""
+    base = plan.peel(node)
+    if base.op is Ops.BUFFER:
+        buf = base if numel_matches(base, node.shape) else None
+    elif base in plan.aliases:
+        inner = _storage_expr(plan, plan.aliases[base])
+        return None if inner is None else inner.reshape(node.shape)
+    else:
+        buf = plan.buffers.get(base)
+    if buf is None:
+        return None
+    if numel_matches(buf, node.shape):
+        return buf.reshape(node.shape)
+    n: sint = 1
+    for s in node.shape:
+        n = n * s
+    return buf.shrink(((0, n),)).reshape(node.shape)
+
+
+def _schedule_template(sink: UOp) -> Template:
+    rewritten = graph_rewrite_map(sink, pm_disk_strided_copy, name="disk strided copies")
+    plan = plan_stores(rewritten[sink])
+    linear = order_kernels(plan, build_kernels(plan))
+    becomes: dict[UOp, UOp] = {}
+    for orig, new in rewritten.items():
+        if orig in sink.src or orig.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+            if (expr := _storage_expr(plan, new)) is not None:
+                becomes[orig] = expr
+    return Template(linear, becomes, made_buffers(linear, becomes))
+
+
+def create_schedule(sink: UOp) -> Schedule:
+    """Schedule a SINK of tensor-level UOps: kernels and copies as a `LINEAR` of `CALL(body, *buffers)`.
+
+    A call's body is a kernel AST (a SINK; buffer arguments in PARAM slot order, output first) or a COPY (arguments
+    destination, source). Bound variables become `var_vals`. Same-structure graphs hit the schedule cache.
+    """
+    if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
+        raise TypeError(f"create_schedule expects a SINK, got {getattr(sink, 'op', type(sink).__name__)}")
+    stats.calls += 1
+    if SPEC:  # SPEC=1 (on in the test suites): the tensor graph must satisfy tg.ir's tensor spec
+        verify(sink, tensor_spec)
+    norm = Normalized(sink)
+    key = (norm.sink, POLICY)
+    if (template := cache_lookup(key)) is None:
+        template = _schedule_template(norm.sink)
+        cache_store(key, template)
+    linear, becomes_norm = instantiate(template, norm.inputs)
+    becomes = {orig: becomes_norm[n] for orig, n in norm.nodes.items() if n in becomes_norm}
+    held = {u for e in becomes.values() for u in e.toposort() if u.op is Ops.BUFFER} | set(norm.inputs)
+    linear = plan_memory(linear, held)
+    if SPEC:
+        verify_schedule(linear)
+    return Schedule(linear, norm.var_vals, becomes)

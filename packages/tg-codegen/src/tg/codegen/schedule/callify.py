@@ -1,0 +1,71 @@
+"""Normalise a tensor SINK into the structural key of its schedule.
+
+Every input BUFFER becomes a placeholder BUFFER numbered by first appearance (`UNIQUE(-1 - slot)`, same device,
+size and dtype), and every bound Variable (a BIND, also inside movement arguments) becomes its unbound
+DEFINE_VAR, its value going to `var_vals`. Two graphs that differ only in their buffers or in the values of their
+variables normalise to the same UOp (hash-consing makes it the same object), so it keys the schedule cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tg.ir import Ops, UOp
+
+
+def is_placeholder(buf: UOp) -> bool:
+    """Whether a BUFFER is an input slot of a normalised graph."""
+    return buf.op is Ops.BUFFER and buf.src[0].arg < 0
+
+
+class Normalized:
+    """A normalised SINK with the map back to this realize's buffers and variable values."""
+
+    def __init__(self, sink: UOp) -> None:
+        self.inputs: list[UOp] = []  # slot -> this realize's BUFFER
+        self.placeholders: dict[UOp, UOp] = {}  # BUFFER -> placeholder
+        self.var_vals: dict[str, int] = {}
+        self.nodes: dict[UOp, UOp] = {}  # original node -> normalised node
+        self._unbound: dict[UOp, UOp] = {}
+        for n in sink.toposort():
+            self.nodes[n] = self._normalise(n)
+        self.sink = self.nodes[sink]
+
+    def _bind(self, b: UOp) -> UOp:
+        var, val = b.src[0], b.src[1].arg
+        name = str(var.arg[0])
+        if self.var_vals.setdefault(name, val) != val:
+            raise ValueError(
+                f"variable {name!r} is bound to two values in one schedule: {self.var_vals[name]} and {val}"
+            )
+        return var
+
+    def _strip(self, x: Any) -> Any:
+        """`x` (a movement argument) with every BIND replaced by its variable."""
+        if isinstance(x, tuple):
+            return tuple(self._strip(v) for v in x)
+        if not isinstance(x, UOp):
+            return x
+        if (ret := self._unbound.get(x)) is None:
+            binds = {b: self._bind(b) for b in x.toposort() if b.op is Ops.BIND}
+            ret = self._unbound[x] = x.substitute(binds) if binds else x
+        return ret
+
+    def _normalise(self, n: UOp) -> UOp:
+        if n.op is Ops.BUFFER:
+            if (p := self.placeholders.get(n)) is None:
+                p = self.placeholders[n] = UOp(n.op, n.dtype, (UOp.unique(-1 - len(self.inputs)), n.src[1]), n.arg)
+                self.inputs.append(n)
+            return p
+        if n.op is Ops.BIND:
+            return self._bind(n)
+        src = tuple(self.nodes[s] for s in n.src)
+        arg = self._strip(n.arg) if n.op in _SYMBOLIC_ARGS else n.arg
+        if arg is n.arg and all(a is b for a, b in zip(src, n.src, strict=True)):
+            return n
+        ret = UOp(n.op, n.dtype, src, arg, n.tag)
+        _ = ret._shape, ret.device  # computed now, sources first: lazily on a deep graph they would recurse
+        return ret
+
+
+_SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})

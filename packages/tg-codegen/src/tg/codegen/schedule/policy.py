@@ -1,0 +1,114 @@
+"""All fusion policy in one place: which tensor-graph nodes are *stored* (end a kernel and get a buffer).
+
+Everything not stored is computed inline by the kernel that reads it. The rules (also in the package README,
+"## Scheduling"; the ids match `shared/specs/scheduler.md`):
+
+| id | when | decision |
+| -- | ---- | -------- |
+| S1 | a SINK source (a requested output) that is not already a buffer | store (new output buffer) |
+| S2 | `CONTIGUOUS(x)` | store, unless x is already one contiguous run of a buffer (alias, no kernel) |
+| S3 | `ASSIGN(t, v)` | store v into t's buffer |
+| H1 | an assign value that reads its target buffer at another index than the store's | v goes to a temporary first |
+| S5 | `COPY(x)` | x must be storage (or a contiguous run of a DISK buffer); else x is stored first |
+| R2 | a node read at different indices by its consumers (or by two kernels) | candidate |
+| R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
+| C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
+| C2 | any other candidate | keep stored |
+
+S-rules are structural (`pm_structural_stores`, one rewrite, sources first). R-rules need the indices consumers
+read at, so they run in the range walk (`rangeify.plan_stores`, consumers first). C-rules need everything below
+a candidate to be final, so they run last (sources first). Each is a single pass: nothing restarts.
+To add a rule (e.g. a split-reduce), add a row here and one matcher or predicate below; nothing else in the
+scheduler decides what is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tg.ir import GroupOp, Ops, PatternMatcher, UOp, UPat
+
+if TYPE_CHECKING:
+    from tg.codegen.schedule.rangeify import Plan
+
+# store reasons (rule ids of the table above)
+OUTPUT, CONTIGUOUS, ASSIGN, HAZARD, COPY, COPY_SOURCE, MULTI_INDEX, BROADCAST = (
+    "S1", "S2", "S3", "H1", "S5", "S5-source", "R2", "R3")  # fmt: skip
+
+# ops whose value is free or already storage: never stored (S7)
+NEVER_STORED = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE})
+# ops that only rename a value (looked through when asking "is this already a buffer?")
+PASSTHROUGH = frozenset({Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
+# the most distinct buffers a recomputed region may read (C1)
+MAX_RECOMPUTE_BUFFERS = 3
+
+
+@dataclass
+class Store:
+    """Why a node is stored; `removable` stores are candidates the cost rule (C1) may undo."""
+
+    reasons: set[str] = field(default_factory=set)
+    removable: bool = True
+
+
+# ---- A1: structural stores (a rewrite that only fills the plan; sources before users) ----------------------------
+
+
+def _store_output(ctx: Plan, x: UOp) -> None:
+    for out in x.src:  # S1: requested outputs
+        if ctx.storage_node(out) is None:
+            ctx.store(ctx.peel(out), OUTPUT)
+
+
+def _store_contiguous(ctx: Plan, x: UOp) -> None:
+    if ctx.storage_node(x.src[0]) is not None:  # S2: already a contiguous buffer: an alias, no kernel
+        ctx.aliases[x] = x.src[0]
+    else:
+        ctx.store(x, CONTIGUOUS)
+
+
+def _store_copy(ctx: Plan, x: UOp) -> None:
+    if ctx.storage_node(x.src[0]) is None and ctx.disk_view(x.src[0]) is None:  # S5: copies move whole buffers
+        ctx.store(ctx.peel(x.src[0]), COPY_SOURCE)
+    ctx.store(x, COPY)
+
+
+pm_structural_stores = PatternMatcher([
+    # S2: CONTIGUOUS is a user-requested kernel boundary
+    (UPat(Ops.CONTIGUOUS, name="x"), _store_contiguous),
+    # S3: an ASSIGN writes its value into the target's buffer
+    (UPat(Ops.ASSIGN, name="x"), lambda ctx, x: ctx.store(x, ASSIGN)),
+    # S5: a COPY is its own schedule step reading a stored source
+    (UPat(Ops.COPY, name="x"), _store_copy),
+    # S1: the SINK's sources are the outputs (visited last: the stores above are known)
+    (UPat(Ops.SINK, name="x"), _store_output),
+])  # fmt: skip
+
+
+# ---- A2: candidates found in the range walk (consumers first) ------------------------------------------------------
+
+
+def candidate_reason(x: UOp, consumers_agree: bool, under_broadcast: bool) -> str | None:
+    """R2/R3: the reason to make `x` a store candidate, given what its consumers ask for."""
+    if not consumers_agree:
+        return MULTI_INDEX  # R2: computed once per distinct index otherwise
+    if under_broadcast and (x.op is Ops.REDUCE_AXIS or x.op in GroupOp.Elementwise):
+        return BROADCAST  # R3: computed once per broadcast element otherwise
+    return None
+
+
+# ---- A3: the cost rule (sources first, once everything below is decided) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Region:
+    """What computing a node inline costs: the distinct buffers it reads (capped) and whether it reduces one."""
+
+    buffers: frozenset[UOp] = frozenset()
+    reduces_buffer: bool = False
+
+
+def keep_candidate(region: Region) -> bool:
+    """C1/C2: keep a candidate stored unless recomputing it is cheap (few buffers, no reduction over memory)."""
+    return len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer

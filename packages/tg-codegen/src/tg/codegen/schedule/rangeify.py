@@ -1,0 +1,224 @@
+"""Phase (a): decide which nodes are stored (`plan_stores`), by the rules of `policy.py`, in three linear passes.
+
+1. `pm_structural_stores` (one rewrite, sources first): outputs, CONTIGUOUS, ASSIGN, COPY.
+2. The range walk (consumers before producers): every node gets the index its consumers read it at, in terms of
+   fresh RANGEs of the kernel that reads it (movement ops map indices with `movement_index`, reductions add REDUCE
+   ranges). A node whose consumers disagree (R2) or that sits under a broadcast (R3) becomes a store candidate.
+3. The cost rule (sources first): a candidate whose region is cheap to recompute is un-stored (C1).
+Then every kept store gets its buffer (an assign writes its target's buffer).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from tg.codegen.schedule import policy
+from tg.codegen.schedule.indexing import Index, and_gates, as_index, is_one, movement_index, total_size
+from tg.ir import AxisType, GroupOp, Ops, UOp, graph_rewrite
+from tg.ir.uop import sint
+
+Ask = tuple[Index, "UOp | None", UOp]  # an index into a node, its gate, and the stored node whose kernel reads it
+
+
+def numel_matches(buf: UOp, shape: tuple[sint, ...]) -> bool:
+    """Whether BUFFER `buf` holds exactly as many elements as `shape` (never for symbolic shapes)."""
+    n = total_size(shape)
+    return isinstance(n, int) and isinstance(buf.arg, int) and buf.arg == n
+
+
+def buffer_size(shape: tuple[sint, ...]) -> int:
+    """Elements of a buffer that can hold a value of `shape` (the maximum over the variables' ranges)."""
+    n = total_size(shape)
+    return n if isinstance(n, int) else int(n.vmax)
+
+
+class Plan:
+    """The stores of one schedule: node -> Store, aliases (values already in a buffer), and final buffers."""
+
+    def __init__(self, sink: UOp) -> None:
+        self.sink = sink
+        self.order = list(sink.toposort())  # iterative: deep graphs need no recursion
+        self.position = {n: i for i, n in enumerate(self.order)}
+        self.stores: dict[UOp, policy.Store] = {}
+        self.aliases: dict[UOp, UOp] = {}  # node -> a node that already holds its value (a buffer or a store)
+        self.buffers: dict[UOp, UOp] = {}  # kept stored node -> the BUFFER its kernel writes
+        self.index_memo: dict[Any, tuple[Index, UOp | None]] = {}  # movement_index memo, shared with kernels.py
+        self._next_axis = 0
+
+    # ---- where values live ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def peel(node: UOp) -> UOp:
+        """`node` under its reshapes and pass-through markers."""
+        while node.op in policy.PASSTHROUGH:
+            node = node.src[0]
+        return node
+
+    def storage_node(self, node: UOp) -> UOp | None:
+        """The node that holds `node`'s value contiguously (a full BUFFER, or a stored/aliased node), if any."""
+        base = self.peel(node)
+        if base.op is Ops.BUFFER:
+            return base if numel_matches(base, node.shape) else None
+        if base in self.aliases:
+            return self.storage_node(self.aliases[base])
+        if base in self.stores and not self.stores[base].removable:
+            return base
+        return None
+
+    def disk_view(self, node: UOp) -> UOp | None:
+        """A BUFFER_VIEW for copying `node` off a DISK buffer without a kernel, when it is one contiguous run."""
+        if (rng := contiguous_range(node)) is None:
+            return None
+        buf, offset, size = rng
+        if not str(buf.device).startswith("DISK"):
+            return None
+        return UOp(Ops.BUFFER_VIEW, buf.dtype, (buf,), (size, offset))
+
+    def store(self, node: UOp, reason: str, removable: bool = False) -> None:
+        """Record that `node` is stored for `reason` (a non-removable reason wins over candidates)."""
+        st = self.stores.setdefault(node, policy.Store(removable=removable))
+        st.reasons.add(reason)
+        st.removable = st.removable and removable
+
+    def fresh(self, shape: tuple[sint, ...], kind: AxisType = AxisType.LOOP) -> Index:
+        """New ranges over `shape` (constant 0 for size-1 axes); ids are unique within this plan."""
+        out = []
+        for s in shape:
+            if is_one(s):
+                out.append(as_index(0))
+            else:
+                out.append(UOp(Ops.RANGE, as_index(0).dtype, (as_index(s),), (self._next_axis, kind)))
+                self._next_axis += 1
+        return tuple(out)
+
+    def assign_target(self, node: UOp) -> UOp:
+        """The BUFFER an ASSIGN node writes."""
+        target = self.peel(node.src[0])
+        if target.op is Ops.ASSIGN:
+            return self.assign_target(target)
+        if target.op is Ops.BUFFER:
+            return target
+        raise ValueError(f"assign target must be a realized buffer (possibly reshaped), got a {target.op} node")
+
+
+def contiguous_range(node: UOp) -> tuple[UOp, int, int] | None:
+    """(BUFFER, offset, size) in elements when `node` is one contiguous run of a BUFFER (reshapes and shrinks that
+    keep the elements in order and adjacent), else None. Symbolic views are never a known run."""
+    if node.op is Ops.BUFFER:
+        return (node, 0, node.arg) if isinstance(node.arg, int) else None
+    if node.op in policy.PASSTHROUGH:
+        return contiguous_range(node.src[0])
+    if node.op is not Ops.SHRINK or (inner := contiguous_range(node.src[0])) is None:
+        return None
+    shape, bounds = node.src[0].shape, node.arg
+    if not all(isinstance(s, int) for s in shape) or not all(isinstance(b, int) for bd in bounds for b in bd):
+        return None
+    buf, offset, _ = inner
+    partial = [i for i, ((b, e), s) in enumerate(zip(bounds, shape, strict=True)) if (b, e) != (0, s)]
+    # whole dims after the last cut one and single indices before it: the run has no gaps
+    if partial and any(e - b != 1 for b, e in bounds[: partial[-1]]):
+        return None
+    start, stride = 0, 1
+    b: Any
+    s: Any
+    for (b, _), s in zip(reversed(bounds), reversed(shape), strict=True):
+        start += b * stride
+        stride *= s
+    size = total_size(node.shape)
+    assert isinstance(size, int)
+    return buf, offset + start, size
+
+
+# ---- the range walk --------------------------------------------------------------------------------------------
+
+_NOT_WALKED = policy.NEVER_STORED | {Ops.SINK, Ops.COPY}
+
+
+def _reads(consumer: UOp, x: UOp) -> bool:
+    """Whether `consumer` reads the value of source `x` (an assign does not read its target)."""
+    return not (consumer.op is Ops.ASSIGN and consumer.src[0] is x and consumer.src[1] is not x)
+
+
+def _same(a: Ask, b: Ask) -> bool:
+    return a[2] is b[2] and a[1] is b[1] and all(i is j for i, j in zip(a[0], b[0], strict=True))
+
+
+def _range_walk(plan: Plan) -> None:
+    consumers: defaultdict[UOp, list[UOp]] = defaultdict(list)
+    for n in plan.order:
+        for s in n.src:
+            consumers[s].append(n)
+    inp: dict[UOp, Ask] = {}  # node -> the index its sources are read at
+    under: dict[UOp, bool] = {}  # node -> a broadcast is above it (no store in between)
+    for x in reversed(plan.order):
+        if x.op in _NOT_WALKED:
+            continue
+        users = [c for c in consumers[x] if c in inp and _reads(c, x)]
+        asks = [inp[c] for c in users]
+        ub = any(under[c] for c in users)
+        out: Ask
+        if x in plan.stores:
+            out = (plan.fresh(x.shape), None, x)
+        elif not asks:
+            continue
+        elif (reason := policy.candidate_reason(x, all(_same(a, asks[0]) for a in asks[1:]), ub)) is not None:
+            out = (plan.fresh(x.shape), None, x)
+            plan.store(x, reason, removable=True)
+        else:
+            out = asks[0]  # R1: one index in one kernel for every consumer: fuse
+        if x in plan.stores:
+            ub = False  # the buffer ends the broadcast
+        if x.op is Ops.EXPAND:
+            ub = True
+        if x.op in GroupOp.Movement:
+            idx, gate = movement_index(x, out[0], plan.index_memo)
+            inp[x] = (idx, and_gates(out[1], gate), out[2])
+        elif x.op is Ops.REDUCE_AXIS:
+            red = plan.fresh(x.src[0].shape, AxisType.REDUCE)
+            inp[x] = (tuple(red[a] if a in x.arg[1] else i for a, i in enumerate(out[0])), out[1], out[2])
+        else:
+            inp[x] = out
+        under[x] = ub
+
+
+# ---- the cost rule -----------------------------------------------------------------------------------------------
+
+
+def _cap(bufs: frozenset[UOp]) -> frozenset[UOp]:
+    limit = policy.MAX_RECOMPUTE_BUFFERS + 1
+    return bufs if len(bufs) <= limit else frozenset(list(bufs)[:limit])
+
+
+def _unstore_cheap(plan: Plan) -> None:
+    seen: dict[UOp, policy.Region] = {}  # node -> its region as its consumers see it
+    empty = policy.Region()
+    for x in plan.order:
+        if x.op in (Ops.BUFFER, Ops.BUFFER_VIEW):
+            seen[x] = policy.Region(frozenset({x}))
+            continue
+        srcs = [seen.get(s, empty) for s in x.src]
+        bufs = _cap(frozenset().union(*(r.buffers for r in srcs))) if srcs else frozenset()
+        reduces = any(r.reduces_buffer for r in srcs) or (x.op is Ops.REDUCE_AXIS and bool(bufs))
+        region = policy.Region(bufs, reduces)
+        if (st := plan.stores.get(x)) is not None and st.removable and not policy.keep_candidate(region):
+            del plan.stores[x]  # C1: recompute at each consumer
+        seen[x] = policy.Region(frozenset({x})) if x in plan.stores else region
+
+
+def plan_stores(sink: UOp) -> Plan:
+    """Decide every store of `sink` (rules in policy.py) and give each its buffer."""
+    plan = Plan(sink)
+    graph_rewrite(sink, policy.pm_structural_stores, ctx=plan, name="structural stores")
+    _range_walk(plan)
+    _unstore_cheap(plan)
+    for node in plan.order:
+        if node not in plan.stores:
+            continue
+        if node.op is Ops.ASSIGN:
+            plan.buffers[node] = plan.assign_target(node)
+        else:
+            if (device := node.device) is None:
+                raise ValueError(f"cannot store a {node.op} node without a device")
+            plan.buffers[node] = UOp.new_buffer(device, buffer_size(node.shape), node.dtype)
+    return plan

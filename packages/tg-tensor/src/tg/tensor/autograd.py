@@ -143,7 +143,7 @@ _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK
 def track_result(t: Tensor) -> None:
     """Set up a new op result: in grad mode it requires grad if an input does; under no_grad a result that would
     require grad is cut off by a DETACH (views of stored tensors stay views, so writes through them still work)."""
-    if not reaches_grad(t.uop):
+    if not dtypes.is_float(t.dtype) or not reaches_grad(t.uop):  # integer results never carry gradient
         return
     if is_grad_enabled():
         t._requires_grad, t._is_leaf = True, False

@@ -75,22 +75,70 @@ def broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
     return self.expand(shape)
 
 
-def pad(self: Tensor, padding: Sequence[tuple[int, int] | None], value: Scalar = 0) -> Tensor:
-    """Pad each dim with (before, after) elements of `value` (negative amounts crop): `t.pad(((1, 1), None))`."""
-    if len(padding) != self.ndim:
+def _pad_pairs(self: Tensor, padding: Any) -> list[tuple[int, int]]:
+    """Per-dim (before, after) pairs from either form: pairs/None per dim, or torch's flat tuple (last dim first)."""
+    items = list(padding)
+    if items and all(isinstance(p, int) for p in items):
+        if len(items) % 2 or len(items) // 2 > self.ndim:
+            raise ValueError(f"pad: a flat padding needs an even count of at most 2*{self.ndim} ints, got {padding}")
+        flat = [(int(items[i]), int(items[i + 1])) for i in range(0, len(items), 2)]
+        return [(0, 0)] * (self.ndim - len(flat)) + flat[::-1]
+    if len(items) != self.ndim:
         raise ValueError(f"pad: need one (before, after) per dim of {self.shape}, got {tuple(padding)}")
-    pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in items]
+
+
+def pad(self: Tensor, padding: Any, mode: str = "constant", value: Scalar = 0) -> Tensor:
+    """Pad each dim: `t.pad(((1, 1), None))` or torch's flat form `t.pad((left, right, top, bottom))`.
+
+    `mode` is 'constant' (with `value`), 'reflect', 'replicate' or 'circular'; negative amounts crop.
+    """
+    pads = _pad_pairs(self, padding)
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
     x = self
     if any(b < 0 or a < 0 for b, a in pads):
         x = x.shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True)])
         pads = [(max(b, 0), max(a, 0)) for b, a in pads]
     if all(b == 0 and a == 0 for b, a in pads):
         return x
+    if mode != "constant":
+        return _pad_mode(x, pads, mode)
     padded = _new(x.uop.pad(tuple(pads)))
     if value == 0:
         return padded
     mask = _new(UOp.full(x.shape, True, dtypes.bool, x.device).pad(tuple(pads)))
     return mask.where(padded, value)
+
+
+def _pad_mode(x: Tensor, pads: list[tuple[int, int]], mode: str) -> Tensor:
+    """reflect / replicate / circular padding, one dim at a time, out of slices of x."""
+    for d, (before, after) in enumerate(pads):
+        n = x.shape[d]
+        if not before and not after:
+            continue
+        if mode == "reflect" and (before >= n or after >= n):
+            raise ValueError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {d} of size {n}")
+        if mode == "circular" and (before > n or after > n):
+            raise ValueError(f"pad: circular padding ({before}, {after}) is larger than dim {d} of size {n}")
+        if n == 0:
+            raise ValueError(f"pad: cannot {mode}-pad the empty dim {d}")
+
+        def part(lo: int, hi: int, d: int = d, src: Tensor = x) -> Tensor:
+            bounds: list[tuple[int, int] | None] = [None] * src.ndim
+            bounds[d] = (lo, hi)
+            return src.shrink(bounds)
+
+        pieces = []
+        if mode == "reflect":
+            pieces = [part(1, before + 1).flip(d), x, part(n - after - 1, n - 1).flip(d)]
+        elif mode == "replicate":
+            pieces = [part(0, 1).expand(*[before if i == d else -1 for i in range(x.ndim)]), x,
+                      part(n - 1, n).expand(*[after if i == d else -1 for i in range(x.ndim)])]  # fmt: skip
+        else:
+            pieces = [part(n - before, n), x, part(0, after)]
+        x = cat(*[p for p in pieces if p.shape[d] > 0], dim=d)
+    return x
 
 
 def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
@@ -146,20 +194,44 @@ def unsqueeze(self: Tensor, dim: int) -> Tensor:
     return self.reshape((*self.shape[:d], 1, *self.shape[d:]))
 
 
-def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-    """Concatenate along `dim`: `a.cat(b, dim=1)`; other dims must match."""
-    ts = [self, *others]
-    d = canonical_axis(dim, self.ndim)
+def _tensor_list(op: str, first: Any, rest: tuple[Any, ...]) -> list[Tensor]:
+    """The tensors of `cat`/`stack` from any of: a.cat(b, c), Tensor.cat(a, b), Tensor.cat([a, b]), a.cat([b, c])."""
+    from tg.tensor.tensor import Tensor
+
+    items: list[Any] = []
+    for x in (first, *rest):
+        items.extend(x if isinstance(x, (list, tuple)) else [x])
+    if not items:
+        raise ValueError(f"{op} needs at least one tensor")
+    for x in items:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{op} needs Tensors, got {type(x).__name__}")
+    return items
+
+
+def cat(self: Any, *others: Any, dim: int | None = None, axis: int | None = None) -> Tensor:
+    """Concatenate along `dim`: `a.cat(b, dim=1)`, `Tensor.cat([a, b])`; other dims must match."""
+    from tg.tensor.args import pick
+
+    ts = _tensor_list("cat", self, others)
+    first = ts[0]
+    if first.ndim == 0:
+        raise ValueError("cat: zero-dimensional tensors cannot be concatenated (use stack)")
+    d = canonical_axis(pick("cat", "dim", dim, "axis", axis, 0), first.ndim)
     for t in ts:
-        if t.ndim != self.ndim or any(
-            i != d and a != b for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=True))
+        if t.ndim != first.ndim or any(
+            i != d and a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
         ):
             raise ValueError(f"cat: shapes {' and '.join(str(x.shape) for x in ts)} differ outside dim {d}")
+        if t.device != first.device:
+            raise RuntimeError(f"cat: tensors are on different devices: {first.device} and {t.device}")
     dt = least_upper_dtype(*[t.dtype for t in ts])
-    ts = [t.cast(dt) for t in ts]
+    ts = [t.cast(dt) for t in ts if t.shape[d] > 0] or [ts[0].cast(dt)]
+    if len(ts) == 1:
+        return ts[0]
     total, offset, out = sum(t.shape[d] for t in ts), 0, None
     for t in ts:
-        pad = [(0, 0)] * self.ndim
+        pad = [(0, 0)] * first.ndim
         pad[d] = (offset, total - offset - t.shape[d])
         offset += t.shape[d]
         piece = t.pad(pad)
@@ -168,17 +240,16 @@ def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
     return out
 
 
-def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
-    """Stack same-shaped tensors along a new `dim`: `Tensor.stack(a, b)`."""
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-        tensors = tuple(tensors[0])
-    if not tensors:
-        raise ValueError("stack needs at least one tensor")
-    d = canonical_axis(dim, tensors[0].ndim + 1)
+def stack(self: Any, *others: Any, dim: int | None = None, axis: int | None = None) -> Tensor:
+    """Stack same-shaped tensors along a new `dim`: `Tensor.stack(a, b)`, `Tensor.stack([a, b], dim=1)`."""
+    from tg.tensor.args import pick
+
+    tensors = _tensor_list("stack", self, others)
+    d = canonical_axis(pick("stack", "dim", dim, "axis", axis, 0), tensors[0].ndim + 1)
     for t in tensors:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {' and '.join(str(x.shape) for x in tensors)} differ")
-    return tensors[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in tensors[1:]], dim=d)
+    return cat(*[t.unsqueeze(d) for t in tensors], dim=d)
 
 
 # views a write can go through: each view element is at most one element of the source (PAD: padding is
@@ -230,3 +301,199 @@ def assign_into_view(target: UOp, value: UOp) -> UOp:
     for v in reversed(views):
         out = v.replace(src=(out, *v.src[1:]))
     return out
+
+
+# ---- composite movement: repeat, split, roll, windows, triangles --------------------------------------------------
+
+
+def repeat(self: Tensor, repeats: Any, *more: int) -> Tensor:
+    """Tile the tensor `repeats[i]` times along dim i (torch's `repeat`, numpy's `tile`): `t.repeat(2, 1)`."""
+    reps = shape_arg((repeats, *more))
+    if len(reps) < self.ndim:
+        raise ValueError(f"repeat: need at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"repeat: repeat counts must be non-negative, got {reps}")
+    base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+    paired = base.reshape(tuple(d for s in base.shape for d in (1, s)))
+    expanded = paired.expand(tuple(d for r, s in zip(reps, base.shape, strict=True) for d in (r, s)))
+    return expanded.reshape(tuple(r * s for r, s in zip(reps, base.shape, strict=True)))
+
+
+def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+    """Repeat each element `repeats` times along `dim` (the flattened tensor if None): [1, 2] -> [1, 1, 2, 2]."""
+    if not isinstance(repeats, int) or repeats < 0:
+        raise ValueError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+    x = self.flatten() if dim is None else self
+    d = canonical_axis(0 if dim is None else dim, x.ndim)
+    x = x.unsqueeze(d + 1)
+    x = x.expand(*[repeats if i == d + 1 else -1 for i in range(x.ndim)])
+    return x.flatten(d, d + 1)
+
+
+def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Pieces of `sizes` elements along `dim` (an int: equal pieces, the last may be smaller)."""
+    d = canonical_axis(dim, self.ndim)
+    n = self.shape[d]
+    if isinstance(sizes, int):
+        if sizes <= 0:
+            raise ValueError(f"split: the piece size must be positive, got {sizes}")
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    sizes = list(sizes)
+    if sum(sizes) != n or any(s < 0 for s in sizes):
+        raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of dim {d} of {self.shape}")
+    out, start = [], 0
+    for s in sizes:
+        bounds: list[tuple[int, int] | None] = [None] * self.ndim
+        bounds[d] = (start, start + s)
+        out.append(self.shrink(bounds))
+        start += s
+    return tuple(out)
+
+
+def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """At most `chunks` pieces of equal size (the last may be smaller) along `dim`, as torch."""
+    if not isinstance(chunks, int) or chunks <= 0:
+        raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+    d = canonical_axis(dim, self.ndim)
+    n = self.shape[d]
+    return split(self, max(1, math.ceil(n / chunks)), d) if n else (self,) * chunks
+
+
+def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    """Split dim `dim` into `sizes` (one may be -1): `t.unflatten(1, (2, -1))`."""
+    d = canonical_axis(dim, self.ndim)
+    return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1 :])
+
+
+def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Rotate elements by `shifts` along `dims` (the flattened tensor if None), as torch.roll."""
+    if dims is None:
+        if not isinstance(shifts, int):
+            raise ValueError("roll: give dims= when shifts is a sequence")
+        return roll(self.flatten(), shifts, 0).reshape(self.shape)
+    shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
+    dim_list = [dims] if isinstance(dims, int) else list(dims)
+    if len(shift_list) != len(dim_list):
+        raise ValueError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
+    x = self
+    for s, dim in zip(shift_list, dim_list, strict=True):
+        d = canonical_axis(dim, x.ndim)
+        n = x.shape[d]
+        if n == 0 or s % n == 0:
+            continue
+        head, tail = split(x, [n - s % n, s % n], d)
+        x = cat(tail, head, dim=d)
+    return x
+
+
+def windows(self: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+    """Sliding windows over the last len(kernel) dims: (..., i1, i2) -> (..., o1, o2, k1, k2), movement ops only.
+
+    Row j of a window is found by repeating the dim and reshaping rows of length L = i*f + d: row j then starts at
+    element j*d (mod i), so window element (o, j) is element o*stride + j*dilation with no arithmetic.
+    """
+    n = len(kernel)
+    lead, sizes = self.shape[:-n], self.shape[-n:]
+    outs = []
+    for i, k, s, d in zip(sizes, kernel, stride, dilation, strict=True):
+        if d * (k - 1) + 1 > i:
+            raise ValueError(f"window of size {k} (dilation {d}) is larger than the input size {i}")
+        outs.append((i - d * (k - 1) - 1) // s + 1)
+    rows = [
+        i * max(1, math.ceil((o * s - d) / i)) + d for i, o, s, d in zip(sizes, outs, stride, dilation, strict=True)
+    ]
+    x = self.repeat(*[1] * len(lead), *[math.ceil(k * L / i) for k, L, i in zip(kernel, rows, sizes, strict=True)])
+    x = x.shrink([None] * len(lead) + [(0, k * L) for k, L in zip(kernel, rows, strict=True)])
+    x = x.reshape(*lead, *[v for k, L in zip(kernel, rows, strict=True) for v in (k, L)])
+    x = x.shrink(
+        [None] * len(lead) + [(0, v) for k, o, s in zip(kernel, outs, stride, strict=True) for v in (k, o * s)]
+    )
+    x = x.reshape(*lead, *[v for k, o, s in zip(kernel, outs, stride, strict=True) for v in (k, o, s)])
+    x = x.shrink([None] * len(lead) + [(0, v) for k, o in zip(kernel, outs, strict=True) for v in (k, o, 1)])
+    x = x.reshape(*lead, *[v for k, o in zip(kernel, outs, strict=True) for v in (k, o)])
+    nl = len(lead)
+    return x.permute(*range(nl), *[nl + 2 * j + 1 for j in range(n)], *[nl + 2 * j for j in range(n)])
+
+
+def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """Windows of `size` every `step` along `dim`: dim becomes the window count, the window is a new last dim."""
+    d = canonical_axis(dim, self.ndim)
+    if size <= 0 or step <= 0:
+        raise ValueError(f"unfold: size and step must be positive, got size={size}, step={step}")
+    if size > self.shape[d]:
+        raise ValueError(f"unfold: size {size} is larger than dim {d} of {self.shape}")
+    x = self.transpose(d, -1) if d != self.ndim - 1 else self
+    w = windows(x, (size,), (step,), (1,))  # (..., o, size) with dim d's other dims permuted
+    if d != self.ndim - 1:
+        w = w.transpose(d, -2)
+    return w
+
+
+def _triangle(self: Tensor, diagonal: int, lower: bool) -> Tensor:
+    from tg.tensor.tensor import Tensor
+
+    if self.ndim < 2:
+        raise ValueError(f"{'tril' if lower else 'triu'} needs at least 2 dims, got shape {self.shape}")
+    r, c = self.shape[-2:]
+    rows = Tensor.arange(r, device=self.device).reshape(r, 1)
+    cols = Tensor.arange(c, device=self.device).reshape(1, c)
+    keep = (cols <= rows + diagonal) if lower else (cols >= rows + diagonal)
+    return keep.where(self, self.zeros_like() if self.dtype is not dtypes.bool else False)
+
+
+def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two dims (elements above `diagonal` zeroed)."""
+    return _triangle(self, diagonal, True)
+
+
+def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two dims (elements below `diagonal` zeroed)."""
+    return _triangle(self, diagonal, False)
+
+
+def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of dims (dim1, dim2) as a new last dim, as torch.diagonal."""
+    a, b = canonical_axis(dim1, self.ndim), canonical_axis(dim2, self.ndim)
+    if a == b:
+        raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+    rest = [i for i in range(self.ndim) if i not in (a, b)]
+    x = self.permute(*rest, a, b)
+    r, c = x.shape[-2:]
+    x = x.shrink([None] * len(rest) + [(max(0, -offset), r), (max(0, offset), c)]) if r and c else x
+    n = max(0, min(x.shape[-2], x.shape[-1]))
+    x = x.shrink([None] * len(rest) + [(0, n), (0, n)])
+    # element (i, i) of an n x n matrix is every (n+1)-th element of the flattened matrix
+    flat = x.reshape(*x.shape[:-2], n * n)
+    if n == 0:
+        return flat
+    flat = flat.pad([(0, 0)] * len(rest) + [(0, n)]).reshape(*x.shape[:-2], n, n + 1)
+    return flat.shrink([None] * len(rest) + [None, (0, 1)]).reshape(*x.shape[:-2], n)
+
+
+def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+    """1-D: a square matrix with self on `diagonal`; 2-D: the diagonal (torch.diag)."""
+    from tg.tensor.tensor import Tensor
+
+    if self.ndim == 2:
+        return self.diagonal(diagonal)
+    if self.ndim != 1:
+        raise ValueError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
+    n = self.shape[0] + abs(diagonal)
+    eye = Tensor.eye(self.shape[0], dtype=dtypes.bool, device=self.device)
+    m = eye.where(self.reshape(1, -1), self.zeros_like().reshape(1, -1))
+    return m.pad(((max(0, -diagonal), max(0, diagonal)), (max(0, diagonal), max(0, -diagonal))))[:n, :n]
+
+
+def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-D tensors: `x.meshgrid(y)`, indexing 'ij' (matrix) or 'xy' (Cartesian)."""
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = _tensor_list("meshgrid", self, args)
+    for t in ts:
+        if t.ndim != 1:
+            raise ValueError(f"meshgrid needs 1-d tensors, got shape {t.shape}")
+    shape = tuple(t.shape[0] for t in ts)
+    grids = [t.reshape(*[-1 if i == j else 1 for i in range(len(ts))]).expand(shape) for j, t in enumerate(ts)]
+    if indexing == "xy" and len(ts) >= 2:  # Cartesian: the first two output dims swap
+        grids = [g.transpose(0, 1) for g in grids]
+    return tuple(grids)

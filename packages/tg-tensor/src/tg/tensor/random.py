@@ -11,7 +11,8 @@ import math
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import DType, Ops, UOp, dtypes, to_dtype
+from tg.ir import DType, Ops, UOp, dtypes
+from tg.tensor.args import dtype_arg
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -66,7 +67,7 @@ def rand(
     from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    dt = dtype_arg(dtype) or dtypes.default_float
     if not dtypes.is_float(dt):
         raise ValueError(f"rand needs a float dtype, got {dt.name}")
     bits = _random_bits(shp, device)
@@ -84,7 +85,7 @@ def uniform(
     requires_grad: bool | None = None,
 ) -> Tensor:
     """Uniform random numbers in [low, high)."""
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    dt = dtype_arg(dtype) or dtypes.default_float
     return _leaf((rand(*shape, device=device, dtype=dtypes.float32) * (high - low) + low).cast(dt), requires_grad)
 
 
@@ -95,7 +96,7 @@ def randn(
     from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    dt = dtype_arg(dtype) or dtypes.default_float
     u = rand(2, *shp, device=device, dtype=dtypes.float32)
     radius = ((1.0 - u[0]).log() * -2.0).sqrt()
     return _leaf((radius * (u[1] * (2 * math.pi)).cos()).cast(dt), requires_grad)
@@ -110,7 +111,7 @@ def normal(
     requires_grad: bool | None = None,
 ) -> Tensor:
     """Normal random numbers with `mean` and `std`."""
-    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    dt = dtype_arg(dtype) or dtypes.default_float
     return _leaf((randn(*shape, device=device, dtype=dtypes.float32) * std + mean).cast(dt), requires_grad)
 
 
@@ -120,5 +121,5 @@ def randint(
     """Random integers in [low, high)."""
     if high <= low:
         raise ValueError(f"randint needs low < high, got [{low}, {high})")
-    dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+    dt = dtype_arg(dtype) or dtypes.int32
     return (rand(*shape, device=device, dtype=dtypes.float32) * (high - low)).cast(dtypes.int32).cast(dt) + low

@@ -1,4 +1,4 @@
-"""Reductions (sum, max, min, mean, prod, argmax, softmax) and matmul as Tensor methods.
+"""Reductions (sum, prod, max, min, mean, var, std, any, all, argmax, argmin, logsumexp, softmax) and matmul.
 
 These functions are attached to `Tensor` in tensor.py; `self` is always a Tensor. A reduction is one
 REDUCE_AXIS node (reduced dims kept as 1, then reshaped away unless keepdim); matmul is a broadcast
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg.ir import DType, Ops, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
+from tg.ir import DType, Ops, dtypes, least_upper_dtype, sum_acc_dtype
+from tg.tensor.args import dtype_arg, pick
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -51,47 +52,191 @@ def _reduce(self: Tensor, op: Ops, axis: AxisArg = None, keepdim: bool = False) 
     return ret.reshape(tuple(s for i, s in enumerate(ret.shape) if i not in axes))
 
 
-def sum(self: Tensor, axis: AxisArg = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
-    """Sum over `axis`: `t.sum()`, `t.sum(1, keepdim=True)`; bools and small ints sum as int32, halves in float32."""
-    acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    ret = _reduce(self.cast(acc), Ops.ADD, axis, keepdim)
+def _opts(op: str, axis: AxisArg, dim: AxisArg, keepdim: bool | None, keepdims: bool | None) -> tuple[AxisArg, bool]:
+    """(axis, keepdim) from either spelling of each (`dim=`, `keepdims=` are PyTorch's/numpy's)."""
+    return pick(op, "axis", axis, "dim", dim), bool(pick(op, "keepdim", keepdim, "keepdims", keepdims, False))
+
+
+def sum(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    dtype: DType | str | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """Sum over `axis`/`dim`: `t.sum()`, `t.sum(1, keepdim=True)`; bools and small ints sum as int32, halves in
+    float32 (rounded back once)."""
+    axis, kd = _opts("sum", axis, dim, keepdim, keepdims)
+    acc = dtype_arg(dtype) or sum_acc_dtype(self.dtype)
+    ret = _reduce(self.cast(acc), Ops.ADD, axis, kd)
     # half inputs accumulate in float32 but keep their dtype (like tinygrad/torch)
     return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) and self.dtype.itemsize < 4 else ret
 
 
-def prod(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
-    """Product over `axis`."""
-    return _reduce(self.cast(sum_acc_dtype(self.dtype)), Ops.MUL, axis, keepdim)
+def prod(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    dtype: DType | str | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """Product over `axis`/`dim`."""
+    axis, kd = _opts("prod", axis, dim, keepdim, keepdims)
+    return _reduce(self.cast(dtype_arg(dtype) or sum_acc_dtype(self.dtype)), Ops.MUL, axis, kd)
 
 
-def max(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
-    """Maximum over `axis`: `t.max(0)`."""
+def max(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """Maximum over `axis`/`dim`: `t.max(0)` (values only; `argmax` gives the indices)."""
+    axis, kd = _opts("max", axis, dim, keepdim, keepdims)
     if self.dtype is dtypes.bool:
-        return _reduce(self.cast(dtypes.int32), Ops.MAX, axis, keepdim).cast(dtypes.bool)
-    return _reduce(self, Ops.MAX, axis, keepdim)
+        return _reduce(self.cast(dtypes.int32), Ops.MAX, axis, kd).cast(dtypes.bool)
+    return _reduce(self, Ops.MAX, axis, kd)
 
 
-def min(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
-    """Minimum over `axis`, computed as a max of the negated (or inverted) values; NaN propagates."""
+def min(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """Minimum over `axis`/`dim`, computed as a max of the negated (or inverted) values; NaN propagates."""
+    axis, kd = _opts("min", axis, dim, keepdim, keepdims)
     if self.dtype is dtypes.bool:
-        return max(self.logical_not(), axis, keepdim).logical_not()
+        return max(self.logical_not(), axis, kd).logical_not()
     if dtypes.is_unsigned(self.dtype):
         top = self.dtype.max
-        return top - max(top - self, axis, keepdim)
+        return top - max(top - self, axis, kd)
     if dtypes.is_int(self.dtype):  # ~x = -x - 1 reverses the order without overflowing at INT_MIN
-        return ~max(~self, axis, keepdim)
-    return -max(-self, axis, keepdim)
+        return ~max(~self, axis, kd)
+    return -max(-self, axis, kd)
 
 
-def mean(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
-    """Arithmetic mean over `axis` (integer inputs give the default float)."""
-    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
-    axes = _axes(self, axis)
-    count = 1
-    for a in axes:
-        count *= self.shape[a]
-    s = sum(x, axis, keepdim)
+def mean(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    dtype: DType | str | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """Arithmetic mean over `axis`/`dim` (integer inputs give the default float)."""
+    axis, kd = _opts("mean", axis, dim, keepdim, keepdims)
+    x = self.cast(dtype) if dtype is not None else self
+    x = x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+    count = _count(self, axis)
+    s = sum(x, axis, kd)
     return s.div(count) if count else s * float("nan")
+
+
+def _count(t: Tensor, axis: AxisArg) -> int:
+    count = 1
+    for a in _axes(t, axis):
+        count *= t.shape[a]
+    return count
+
+
+def var(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    correction: float | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+    unbiased: bool | None = None,
+) -> Tensor:
+    """Variance over `axis`/`dim` with `correction` (1 = Bessel's, the default; torch's `unbiased=False` is 0),
+    computed in two passes (mean first)."""
+    axis, kd = _opts("var", axis, dim, keepdim, keepdims)
+    corr = pick("var", "correction", correction, "unbiased", None if unbiased is None else int(unbiased), 1)
+    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+    squares = (x - mean(x, axis, keepdim=True)).square()
+    n = _count(self, axis)
+    return sum(squares, axis, kd).div(n - corr) if n - corr > 0 else sum(squares, axis, kd) * float("nan")
+
+
+def std(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    correction: float | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+    unbiased: bool | None = None,
+) -> Tensor:
+    """Standard deviation: `sqrt(var(...))` with the same arguments."""
+    return var(self, axis, keepdim, correction, dim=dim, keepdims=keepdims, unbiased=unbiased).sqrt()
+
+
+def var_mean(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    correction: float | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+    unbiased: bool | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(var, mean) over `axis`/`dim`."""
+    v = var(self, axis, keepdim, correction, dim=dim, keepdims=keepdims, unbiased=unbiased)
+    return v, mean(self, axis, keepdim, dim=dim, keepdims=keepdims)
+
+
+def std_mean(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    correction: float | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+    unbiased: bool | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(std, mean) over `axis`/`dim`."""
+    v, m = var_mean(self, axis, keepdim, correction, dim=dim, keepdims=keepdims, unbiased=unbiased)
+    return v.sqrt(), m
+
+
+def any_(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """True where any element along `axis`/`dim` is nonzero."""
+    axis, kd = _opts("any", axis, dim, keepdim, keepdims)
+    return max(self.cast(dtypes.bool), axis, kd)
+
+
+def all_(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """True where every element along `axis`/`dim` is nonzero."""
+    axis, kd = _opts("all", axis, dim, keepdim, keepdims)
+    return any_(self.logical_not(), axis, kd).logical_not()
 
 
 def _arg_extreme(self: Tensor, extreme: Tensor, a: int, keepdim: bool) -> Tensor:
@@ -110,51 +255,120 @@ def _arg_extreme(self: Tensor, extreme: Tensor, a: int, keepdim: bool) -> Tensor
     return (n - found).cast(dtypes.int32)
 
 
-def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    """Index of the (first) maximum along `axis` (of the flattened tensor if None); the first NaN if any."""
+def _arg(
+    op: str, self: Tensor, axis: int | None, dim: int | None, keepdim: bool | None, keepdims: bool | None
+) -> Tensor:
     from tg.tensor.shapes import canonical_axis as _canon_axis
+    from tg.tensor.tensor import Tensor
 
-    if axis is None:
-        return argmax(self.flatten(), 0)
-    a = _canon_axis(axis, self.ndim)
-    return _arg_extreme(self, max(self, a, keepdim=True), a, keepdim)
-
-
-def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    """Index of the (first) minimum along `axis` (of the flattened tensor if None); the first NaN if any."""
-    from tg.tensor.shapes import canonical_axis as _canon_axis
-
-    if axis is None:
-        return argmin(self.flatten(), 0)
-    a = _canon_axis(axis, self.ndim)
-    return _arg_extreme(self, min(self, a, keepdim=True), a, keepdim)
-
-
-def softmax(self: Tensor, axis: int = -1) -> Tensor:
-    """exp(x - max) / sum(exp(x - max)) along `axis`."""
-    e = (self - max(self, axis, keepdim=True)).exp()
-    return e / sum(e, axis, keepdim=True)
+    ax = pick(op, "axis", axis, "dim", dim)
+    kd = bool(pick(op, "keepdim", keepdim, "keepdims", keepdims, False))
+    if ax is None:
+        ret = _arg(op, self.flatten(), 0, None, False, None)
+        return ret.reshape((1,) * self.ndim) if kd else ret
+    if not isinstance(ax, int):
+        raise TypeError(f"{op} takes one axis, got {ax!r}")
+    a = _canon_axis(ax, self.ndim)
+    if self.ndim == 0:
+        return Tensor.zeros((), dtype=dtypes.int32, device=self.device)
+    if self.shape[a] == 0:
+        raise ValueError(f"{op} of an empty dim (shape {self.shape}, dim {a})")
+    extreme = max(self, a, keepdim=True) if op == "argmax" else min(self, a, keepdim=True)
+    return _arg_extreme(self, extreme, a, kd)
 
 
-def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
-    """x - max - log(sum(exp(x - max))) along `axis`."""
-    m = self - max(self, axis, keepdim=True)
-    return m - sum(m.exp(), axis, keepdim=True).log()
+def argmax(
+    self: Tensor, axis: int | None = None, keepdim: bool | None = None, *, dim: int | None = None,
+    keepdims: bool | None = None,
+) -> Tensor:  # fmt: skip
+    """Index of the (first) maximum along `axis`/`dim` (of the flattened tensor if None), as int32; the first NaN
+    if any (PyTorch)."""
+    return _arg("argmax", self, axis, dim, keepdim, keepdims)
 
 
-def matmul(self: Tensor, w: Tensor) -> Tensor:
-    """Matrix product with numpy's rules for 1-D and batched operands: `a @ b`."""
+def argmin(
+    self: Tensor, axis: int | None = None, keepdim: bool | None = None, *, dim: int | None = None,
+    keepdims: bool | None = None,
+) -> Tensor:  # fmt: skip
+    """Index of the (first) minimum along `axis`/`dim`, as int32; the first NaN if any."""
+    return _arg("argmin", self, axis, dim, keepdim, keepdims)
+
+
+def logsumexp(
+    self: Tensor,
+    axis: AxisArg = None,
+    keepdim: bool | None = None,
+    *,
+    dim: AxisArg = None,
+    keepdims: bool | None = None,
+) -> Tensor:
+    """log(sum(exp(x))) along `axis`/`dim`, shifted by the (detached) max: -inf for all -inf, inf with an inf."""
+    axis, kd = _opts("logsumexp", axis, dim, keepdim, keepdims)
+    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+    m = max(x.detach(), axis, keepdim=True)
+    shift = (m.abs() == float("inf")).where(0.0, m)  # all -inf stays -inf, an inf stays inf (no inf - inf)
+    ret = sum((x - shift).exp(), axis, keepdim=True).log() + shift
+    return ret if kd else ret.reshape(tuple(s for i, s in enumerate(ret.shape) if i not in _axes(x, axis)))
+
+
+def _softmax_axis(op: str, axis: int | None, dim: int | None) -> int:
+    ax = pick(op, "axis", axis, "dim", dim, -1)
+    if not isinstance(ax, int):
+        raise TypeError(f"{op} takes one axis, got {ax!r}")
+    return ax
+
+
+def softmax(
+    self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *, dim: int | None = None
+) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along `axis`/`dim` (default -1); the max is detached."""
+    ax = _softmax_axis("softmax", axis, dim)
+    x = self.cast(dtype) if dtype is not None else self
+    x = x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+    e = (x - max(x.detach(), ax, keepdim=True)).exp()
+    return e / sum(e, ax, keepdim=True)
+
+
+def log_softmax(
+    self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *, dim: int | None = None
+) -> Tensor:
+    """(x - max) - log(sum(exp(x - max))) along `axis`/`dim` (default -1); the max is detached."""
+    ax = _softmax_axis("log_softmax", axis, dim)
+    x = self.cast(dtype) if dtype is not None else self
+    x = x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+    m = x - max(x.detach(), ax, keepdim=True)
+    return m - sum(m.exp(), ax, keepdim=True).log()
+
+
+def softmin(
+    self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *, dim: int | None = None
+) -> Tensor:
+    """softmax(-x) along `axis`/`dim`."""
+    return softmax(-self, _softmax_axis("softmin", axis, dim), dtype)
+
+
+def matmul(self: Tensor, w: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """Matrix product with numpy's rules for 1-D and batched operands: `a @ b` (`dtype=` accumulates in it)."""
+    from tg.tensor.shapes import broadcast_shape
     from tg.tensor.tensor import Tensor
 
     if not isinstance(w, Tensor):
         raise TypeError(f"matmul needs a Tensor, got {type(w).__name__}")
+    if reverse:
+        return matmul(w, self, dtype=dtype)
     if self.ndim == 0 or w.ndim == 0:
         raise ValueError(f"matmul needs at least 1-d operands, got shapes {self.shape} and {w.shape}")
     k = self.shape[-1]
     kw = w.shape[-2] if w.ndim >= 2 else w.shape[0]
     if k != kw:
         raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
-    dt = least_upper_dtype(self.dtype, w.dtype)
+    try:
+        broadcast_shape(self.shape[:-2], w.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"matmul: batch dims {self.shape[:-2]} and {w.shape[:-2]} of {self.shape} @ {w.shape} do not broadcast"
+        ) from None
+    dt = dtype_arg(dtype) or least_upper_dtype(self.dtype, w.dtype)
     x, w = self.cast(dt), w.cast(dt)
     if w.ndim == 1:
         return sum(x * w, -1)
@@ -164,6 +378,6 @@ def matmul(self: Tensor, w: Tensor) -> Tensor:
     return sum(x.unsqueeze(-2) * w.transpose(-1, -2).unsqueeze(-3), -1)
 
 
-def dot(self: Tensor, w: Tensor) -> Tensor:
+def dot(self: Tensor, w: Tensor, dtype: DType | str | None = None) -> Tensor:
     """Alias of matmul."""
-    return matmul(self, w)
+    return matmul(self, w, dtype=dtype)

@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
+from tg.tensor import activation as _act
 from tg.tensor import autograd as _autograd
 from tg.tensor import indexing as _indexing
 from tg.tensor import movement as _movement
+from tg.tensor import nnops as _nn
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
+from tg.tensor.args import dtype_arg, pick
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
 from tg.tensor.shapes import broadcast_shape, shape_arg
 
@@ -37,7 +40,7 @@ def canonical_device(device: str | None) -> str:
 
 
 def _to_dtype(dtype: DType | str | None) -> DType | None:
-    return None if dtype is None else to_dtype(dtype)
+    return dtype_arg(dtype)
 
 
 class _DTypeShortcuts:
@@ -457,12 +460,12 @@ class Tensor(_DTypeShortcuts):
 
     def cast(self, dtype: DType | str) -> Tensor:
         """Convert to `dtype`: `t.cast(dtypes.int32)` (floats truncate toward zero)."""
-        dt = to_dtype(dtype)
+        dt = to_dtype(dtype_arg(dtype) or dtype)
         return self if dt is self.dtype else Tensor(self.uop.cast(dt))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """Reinterpret the bits as `dtype` (same itemsize)."""
-        dt = to_dtype(dtype)
+        dt = to_dtype(dtype_arg(dtype) or dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise ValueError(
                 f"bitcast needs equal itemsizes: {self.dtype.name} ({self.dtype.itemsize}) -> {dt.name} ({dt.itemsize})"
@@ -484,7 +487,20 @@ class Tensor(_DTypeShortcuts):
     squeeze = _movement.squeeze
     unsqueeze = _movement.unsqueeze
     cat = _movement.cat
-    stack = staticmethod(_movement.stack)
+    stack = _movement.stack
+    repeat = _movement.repeat
+    repeat_interleave = _movement.repeat_interleave
+    split = _movement.split
+    chunk = _movement.chunk
+    unflatten = _movement.unflatten
+    roll = _movement.roll
+    unfold = _movement.unfold
+    tril = _movement.tril
+    triu = _movement.triu
+    diagonal = _movement.diagonal
+    diag = _movement.diag
+    meshgrid = _movement.meshgrid
+    _windows = _movement.windows
 
     @property
     def T(self) -> Tensor:
@@ -702,8 +718,17 @@ class Tensor(_DTypeShortcuts):
         """True where the value is NaN (x != x)."""
         return self != self if dtypes.is_float(self.dtype) else self.full_like(False, dtypes.bool)
 
-    def clip(self, min_: Scalar | None = None, max_: Scalar | None = None) -> Tensor:
-        """Clamp into [min_, max_]; NaN stays NaN (PyTorch)."""
+    def clip(
+        self,
+        min_: Any = None,
+        max_: Any = None,
+        *,
+        min: Any = None,
+        max: Any = None,
+    ) -> Tensor:
+        """Clamp into [min_, max_] (torch's `min=`/`max=` keywords too): `t.clip(0, 1)`, `t.clip(max=6)`; NaN stays
+        NaN (PyTorch)."""
+        min_, max_ = pick("clip", "min_", min_, "min", min), pick("clip", "max_", max_, "max", max)
         x = self
         if min_ is not None:
             x = x.maximum(min_)
@@ -791,10 +816,6 @@ class Tensor(_DTypeShortcuts):
         t = self.trunc()
         return t if not dtypes.is_float(self.dtype) else (self > t).where(t + 1, t)
 
-    def relu(self) -> Tensor:
-        """max(x, 0)."""
-        return self.maximum(0)
-
     def sigmoid(self) -> Tensor:
         """1 / (1 + e^-x)."""
         if (narrow := self._via_float32(Tensor.sigmoid)) is not None:
@@ -842,6 +863,64 @@ class Tensor(_DTypeShortcuts):
         ret = (neg & is_int.logical_not()).where(math.nan, signed)
         return (exp == 0).where(1.0, ret)
 
+    # ---- activations and composite math: see activation.py ------------------------------------------------
+
+    relu = _act.relu
+    relu6 = _act.relu6
+    leaky_relu = _act.leaky_relu
+    elu = _act.elu
+    celu = _act.celu
+    selu = _act.selu
+    softplus = _act.softplus
+    logsigmoid = _act.logsigmoid
+    silu = _act.silu
+    swish = _act.swish
+    mish = _act.mish
+    quick_gelu = _act.quick_gelu
+    gelu = _act.gelu
+    softsign = _act.softsign
+    hardsigmoid = _act.hardsigmoid
+    hardswish = _act.hardswish
+    hardtanh = _act.hardtanh
+    log10 = _act.log10
+    sinh = _act.sinh
+    cosh = _act.cosh
+    asinh = _act.asinh
+    acosh = _act.acosh
+    atanh = _act.atanh
+    atan = _act.atan
+    asin = _act.asin
+    acos = _act.acos
+    erf = _act.erf
+    tan = _act.tan
+    lerp = _act.lerp
+    copysign = _act.copysign
+    logaddexp = _act.logaddexp
+    isinf = _act.isinf
+    isfinite = _act.isfinite
+    isclose = _act.isclose
+    allclose = _act.allclose
+    clamp = _act.clamp
+
+    # ---- neural-network ops: see nnops.py ---------------------------------------------------------------
+
+    conv2d = _nn.conv2d
+    conv_transpose2d = _nn.conv_transpose2d
+    max_pool2d = _nn.max_pool2d
+    avg_pool2d = _nn.avg_pool2d
+    linear = _nn.linear
+    layernorm = _nn.layernorm
+    batchnorm = _nn.batchnorm
+    normalize = _nn.normalize
+    dropout = _nn.dropout
+    one_hot = _nn.one_hot
+    sparse_categorical_crossentropy = _nn.sparse_categorical_crossentropy
+    cross_entropy = _nn.cross_entropy
+    nll_loss = _nn.nll_loss
+    binary_crossentropy = _nn.binary_crossentropy
+    binary_crossentropy_logits = _nn.binary_crossentropy_logits
+    scaled_dot_product_attention = _nn.scaled_dot_product_attention
+
     # ---- reductions and matmul: see reduce.py -----------------------------------------------------------
 
     _reduce = _reduce_ops._reduce
@@ -850,10 +929,18 @@ class Tensor(_DTypeShortcuts):
     max = _reduce_ops.max
     min = _reduce_ops.min
     mean = _reduce_ops.mean
+    var = _reduce_ops.var
+    std = _reduce_ops.std
+    var_mean = _reduce_ops.var_mean
+    std_mean = _reduce_ops.std_mean
+    any = _reduce_ops.any_
+    all = _reduce_ops.all_
     argmax = _reduce_ops.argmax
     argmin = _reduce_ops.argmin
+    logsumexp = _reduce_ops.logsumexp
     softmax = _reduce_ops.softmax
     log_softmax = _reduce_ops.log_softmax
+    softmin = _reduce_ops.softmin
     matmul = _reduce_ops.matmul
     dot = _reduce_ops.dot
 

@@ -1,0 +1,271 @@
+"""Activation functions and composite elementwise math as Tensor methods (attached in tensor.py).
+
+Formulations avoid cancellation and overflow at the extremes: clamps instead of differences of relus
+(`relu6(1e8) == 6`), `where` forms whose unused branch cannot produce inf/NaN in the gradient, and
+log1p-style forms for `softplus`/`logsigmoid`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tg.ir import dtypes
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+# torch's exact SELU constants
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _f(x: Tensor) -> Tensor:
+    return x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+
+
+def relu(self: Tensor) -> Tensor:
+    """max(x, 0), with gradient 0 at 0 and NaN passed through (torch)."""
+    return (self <= 0).where(self.zeros_like(), self)
+
+
+def relu6(self: Tensor) -> Tensor:
+    """min(max(x, 0), 6)."""
+    return relu(self).minimum(6)
+
+
+def leaky_relu(self: Tensor, neg_slope: float = 0.01, *, negative_slope: float | None = None) -> Tensor:
+    """x for x > 0, slope * x otherwise (torch's `negative_slope=` accepted)."""
+    slope = neg_slope if negative_slope is None else negative_slope
+    return (self > 0).where(self, self * slope)
+
+
+def _expm1_neg(x: Tensor) -> Tensor:
+    """exp(x) - 1 for x <= 0 (masked to 0 elsewhere, so the unused branch never overflows)."""
+    safe = (x < 0).where(x, 0.0)
+    return safe.exp() - 1
+
+
+def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha * (exp(x) - 1) otherwise."""
+    x = _f(self)
+    return (x > 0).where(x, alpha * _expm1_neg(x))
+
+
+def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    x = _f(self)
+    return (x > 0).where(x, alpha * _expm1_neg(x / alpha))
+
+
+def selu(self: Tensor, alpha: float = _SELU_ALPHA, gamma: float = _SELU_SCALE) -> Tensor:
+    """gamma * elu(x, alpha) with torch's exact constants."""
+    return gamma * elu(self, alpha)
+
+
+def softplus(self: Tensor, beta: float = 1.0, threshold: float | None = None) -> Tensor:
+    """log(1 + exp(beta x)) / beta as (relu(bx) + log(1 + exp(-|bx|))) / beta: no overflow anywhere."""
+    x = _f(self) * beta
+    ret = (relu(x) + ((-x.abs()).exp() + 1).log()) * (1.0 / beta)
+    return ret if threshold is None else (x > threshold).where(_f(self), ret)
+
+
+def logsigmoid(self: Tensor) -> Tensor:
+    """log(sigmoid(x)) = -softplus(-x)."""
+    return -softplus(-self)
+
+
+def silu(self: Tensor) -> Tensor:
+    """x * sigmoid(x)."""
+    return self * _f(self).sigmoid()
+
+
+def swish(self: Tensor) -> Tensor:
+    """Alias of silu."""
+    return silu(self)
+
+
+def mish(self: Tensor) -> Tensor:
+    """x * tanh(softplus(x))."""
+    return self * softplus(self).tanh()
+
+
+def quick_gelu(self: Tensor) -> Tensor:
+    """x * sigmoid(1.702 x)."""
+    return self * (_f(self) * 1.702).sigmoid()
+
+
+def gelu(self: Tensor, approximate: str = "none") -> Tensor:
+    """Gaussian error linear unit; torch's default `'none'` uses erf, `'tanh'` the tanh approximation."""
+    x = _f(self)
+    if approximate == "tanh":
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+
+
+def softsign(self: Tensor) -> Tensor:
+    """x / (1 + |x|)."""
+    return self / (1 + self.abs())
+
+
+def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    """clip(alpha x + beta, 0, 1)."""
+    return (alpha * _f(self) + beta).clip(0, 1)
+
+
+def hardswish(self: Tensor) -> Tensor:
+    """x * clip(x + 3, 0, 6) / 6."""
+    x = _f(self)
+    return x * (x + 3).clip(0, 6) * (1 / 6)
+
+
+def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """clip(x, min_val, max_val)."""
+    return self.clip(min_val, max_val)
+
+
+# ---- composite math -------------------------------------------------------------------------------------------
+
+
+def log10(self: Tensor) -> Tensor:
+    """Base-10 logarithm."""
+    return _f(self).log2() * (1 / math.log2(10))
+
+
+def sinh(self: Tensor) -> Tensor:
+    """(e^x - e^-x) / 2."""
+    x = _f(self)
+    return (x.exp() - (-x).exp()) * 0.5
+
+
+def cosh(self: Tensor) -> Tensor:
+    """(e^x + e^-x) / 2."""
+    x = _f(self)
+    return (x.exp() + (-x).exp()) * 0.5
+
+
+def asinh(self: Tensor) -> Tensor:
+    """sign(x) * log(|x| + sqrt(x^2 + 1))."""
+    x = _f(self)
+    a = x.abs()
+    return x.sign() * (a + (a * a + 1).sqrt()).log()
+
+
+def acosh(self: Tensor) -> Tensor:
+    """log(x + sqrt(x^2 - 1)) for x >= 1."""
+    x = _f(self)
+    return (x + (x * x - 1).sqrt()).log()
+
+
+def atanh(self: Tensor) -> Tensor:
+    """log((1 + x) / (1 - x)) / 2."""
+    x = _f(self)
+    return ((1 + x) / (1 - x)).log() * 0.5
+
+
+def atan(self: Tensor) -> Tensor:
+    """Arc tangent: range-reduced to |x| <= tan(pi/8) and a minimax polynomial (float32 accuracy)."""
+    x = _f(self)
+    a = x.abs()
+    big = a > 2.414213562373095  # tan(3pi/8)
+    mid = (a > 0.4142135623730950) & big.logical_not()  # tan(pi/8)
+    safe_a = big.where(a, 1.0)  # keep 1/a finite in the unused branch
+    t = big.where(-1 / safe_a, mid.where((a - 1) / (a + 1), a))
+    base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
+    z = t * t
+    poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * t + t
+    return x.sign() * (base + poly)
+
+
+def asin(self: Tensor) -> Tensor:
+    """Arc sine as atan(x / sqrt(1 - x^2)) (NaN outside [-1, 1])."""
+    x = _f(self)
+    inside = x.abs() < 1
+    safe = inside.where(x, 0.0)
+    ret = atan(safe / (1 - safe * safe).sqrt())
+    edge = (x.abs() == 1).where(x.sign() * (math.pi / 2), math.nan)
+    return inside.where(ret, edge)
+
+
+def acos(self: Tensor) -> Tensor:
+    """Arc cosine as pi/2 - asin(x)."""
+    return math.pi / 2 - asin(self)
+
+
+def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
+    """self + weight * (end - self)."""
+    return self + (end - self) * weight
+
+
+def copysign(self: Tensor, other: Any) -> Tensor:
+    """|self| with the sign of `other` (negative zero counts as negative)."""
+    from tg.tensor.tensor import Tensor
+
+    o = other if isinstance(other, Tensor) else Tensor(other, device=self.device, dtype=_f(self).dtype)
+    negative = (o < 0) | ((o == 0) & (1 / _f(o) < 0))
+    a = _f(self).abs()
+    return negative.where(-a, a)
+
+
+def logaddexp(self: Tensor, other: Any) -> Tensor:
+    """log(exp(a) + exp(b)) as max + log(1 + exp(-|a - b|)); equal infinities give that infinity."""
+    a, b = _f(self)._operands(other)
+    m = a.maximum(b)
+    both_inf = (a == b) & (a.abs() == math.inf)
+    diff = both_inf.where(0.0, (a - b).abs())
+    return both_inf.where(a, m + ((-diff).exp() + 1).log())
+
+
+def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    """True at +inf (and/or -inf)."""
+    pos = (self == math.inf) if detect_positive else self.zeros_like(dtype=dtypes.bool)
+    return (pos | (self == -math.inf)) if detect_negative else pos
+
+
+def isfinite(self: Tensor) -> Tensor:
+    """True where neither inf nor NaN."""
+    return (self == self) & isinf(self).logical_not()
+
+
+def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """|a - b| <= atol + rtol * |b| elementwise (equal infinities are close; NaNs only with equal_nan)."""
+    a, b = self._operands(other)
+    close = ((a - b).abs() <= atol + rtol * b.abs()) | (a == b)
+    if equal_nan:
+        close = close | ((a != a) & (b != b))
+    return close
+
+
+def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """True if every element is close (a Python bool, as torch)."""
+    return bool(isclose(self, other, rtol, atol, equal_nan).all().item())
+
+
+def clamp(self: Tensor, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
+    """Alias of clip (tinygrad's `min_`/`max_` and torch's `min`/`max` keywords)."""
+    return self.clip(min_, max_, min=min, max=max)
+
+
+def erf(self: Tensor) -> Tensor:
+    """The error function: an odd Taylor polynomial below |x| = 0.8 (keeps relative accuracy near 0), Abramowitz
+    and Stegun 7.1.26 above (absolute error < 1.5e-7)."""
+    x = _f(self)
+    a = x.abs()
+    z = x * x
+    coeffs = [1.0, -1 / 3, 1 / 10, -1 / 42, 1 / 216, -1 / 1320, 1 / 9360, -1 / 75600, 1 / 685440]
+    series = z * coeffs[-1] + coeffs[-2]
+    for c in reversed(coeffs[:-2]):
+        series = series * z + c
+    small = x * series * (2 / math.sqrt(math.pi))
+    t = 1 / (1 + 0.3275911 * a)
+    poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+    large = x.sign() * (1 - poly * (-z).exp())
+    return (a < 0.8).where(small, large)
+
+
+def tan(self: Tensor) -> Tensor:
+    """sin(x) / cos(x)."""
+    x = _f(self)
+    return x.sin() / x.cos()

@@ -1,0 +1,46 @@
+"""Argument canonicalisation at the API boundary: tinygrad and PyTorch spellings of axes, keepdim and dtypes.
+
+Every reduction, scan and softmax-like op takes `axis=` (tinygrad) or `dim=` (PyTorch), and `keepdim=` or
+`keepdims=`; giving both spellings is a TypeError. dtypes may be a DType, a name, a numpy dtype or scalar type,
+a torch dtype, or a Python type with numpy's meaning (`bool`, `int` -> int64, `float` -> float64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tg.ir import DType, dtypes, to_dtype
+
+AxisArg = int | Sequence[int] | None
+
+_PY_TYPES: dict[type, DType] = {bool: dtypes.bool, int: dtypes.int64, float: dtypes.float64}
+
+
+def pick(op: str, name: str, value: Any, alias: str, alias_value: Any, default: Any = None) -> Any:
+    """One of two spellings of an argument (`axis`/`dim`, `keepdim`/`keepdims`); TypeError when both are given."""
+    if value is not None and alias_value is not None:
+        raise TypeError(f"{op}() got both {name}= and {alias}= (they are the same argument)")
+    if value is not None:
+        return value
+    return default if alias_value is None else alias_value
+
+
+def dtype_arg(dtype: Any) -> DType | None:
+    """`dtype` as a DType (None stays None): DType, name, numpy dtype/type, torch dtype or Python type."""
+    if dtype is None or isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        return to_dtype(dtype.removeprefix("torch."))
+    if isinstance(dtype, type) and dtype in _PY_TYPES:
+        return _PY_TYPES[dtype]
+    module = type(dtype).__module__.split(".")[0]
+    if module == "torch":
+        return to_dtype(str(dtype).removeprefix("torch."))
+    if module == "numpy" or (isinstance(dtype, type) and dtype.__module__ == "numpy"):
+        import numpy as np
+
+        from tg.tensor.data import from_numpy_dtype
+
+        return from_numpy_dtype(np.dtype(dtype))
+    raise TypeError(f"unsupported dtype {dtype!r}: pass a tg dtype, a name like 'float32', or a numpy dtype")

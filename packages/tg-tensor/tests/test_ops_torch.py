@@ -1,0 +1,147 @@
+# ruff: noqa: E501 - one case per line reads best as a table
+"""Forward and backward of the Tensor API against PyTorch, driven by one table (skipped where torch is absent).
+
+Each case gives input generators, a tg function and a torch function taking the same inputs (translating argument
+names where they differ). The test compares the forward value and, for float inputs, the gradient of
+sum(out * r) for a random r (all ones would hide transposition bugs).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tg.tensor import Tensor
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def randn(*shape: int, scale: float = 1.0) -> Callable[[np.random.Generator], np.ndarray]:
+    return lambda r: (r.standard_normal(shape) * scale).astype(np.float32)
+
+
+def uniform(lo: float, hi: float, *shape: int) -> Callable[[np.random.Generator], np.ndarray]:
+    return lambda r: r.uniform(lo, hi, shape).astype(np.float32)
+
+
+def ints(lo: int, hi: int, *shape: int) -> Callable[[np.random.Generator], np.ndarray]:
+    return lambda r: r.integers(lo, hi, shape).astype(np.int64)
+
+
+def distinct(*shape: int) -> Callable[[np.random.Generator], np.ndarray]:
+    """Values without ties (max/sort gradients are only unique then)."""
+    return lambda r: r.permutation(int(np.prod(shape))).reshape(shape).astype(np.float32) / 7 - 1
+
+
+Case = tuple[str, list[Callable[[np.random.Generator], np.ndarray]], Callable[..., Any], Callable[..., Any]]
+
+CASES: list[Case] = [
+    # reductions with PyTorch argument names
+    ("sum_dim", [randn(3, 4, 5)], lambda x: x.sum(dim=(0, 2), keepdim=True), lambda x: x.sum(dim=(0, 2), keepdim=True)),
+    ("mean_keepdims", [randn(3, 4)], lambda x: x.mean(axis=1, keepdims=True), lambda x: x.mean(1, keepdim=True)),
+    ("prod", [uniform(0.5, 1.5, 3, 4)], lambda x: x.prod(1), lambda x: x.prod(1)),
+    ("max_dim", [distinct(3, 4)], lambda x: x.max(dim=1), lambda x: x.max(dim=1).values),
+    ("min_all", [distinct(3, 4)], lambda x: x.min(), lambda x: x.min()),
+    ("var", [randn(4, 5)], lambda x: x.var(dim=1), lambda x: x.var(dim=1)),
+    ("var_biased", [randn(4, 5)], lambda x: x.var(0, correction=0), lambda x: x.var(0, correction=0)),
+    ("std", [randn(4, 5)], lambda x: x.std(), lambda x: x.std()),
+    ("logsumexp", [randn(3, 6, scale=10)], lambda x: x.logsumexp(dim=1), lambda x: x.logsumexp(dim=1)),
+    ("softmax", [randn(3, 6, scale=5)], lambda x: x.softmax(dim=0), lambda x: x.softmax(dim=0)),
+    ("log_softmax", [randn(3, 6, scale=5)], lambda x: x.log_softmax(1), lambda x: x.log_softmax(1)),
+    ("softmin", [randn(3, 6)], lambda x: x.softmin(-1), lambda x: F.softmin(x, -1)),
+    ("argmax", [distinct(3, 5)], lambda x: x.argmax(dim=1), lambda x: x.argmax(dim=1)),
+    ("argmin_keepdim", [distinct(3, 5)], lambda x: x.argmin(0, keepdim=True), lambda x: x.argmin(0, keepdim=True)),
+    # linear algebra
+    ("matmul_batched", [randn(2, 3, 4), randn(4, 5)], lambda a, b: a @ b, lambda a, b: a @ b),
+    ("matmul_broadcast", [randn(2, 1, 3, 4), randn(3, 4, 2)], lambda a, b: a @ b, lambda a, b: a @ b),
+    ("linear", [randn(5, 3), randn(3, 4), randn(4)], lambda x, w, b: x.linear(w, b), lambda x, w, b: x @ w + b),
+    # movement
+    ("cat_list", [randn(2, 3), randn(2, 2)], lambda a, b: Tensor.cat([a, b], dim=1), lambda a, b: torch.cat([a, b], dim=1)),
+    ("stack_list", [randn(2, 3), randn(2, 3)], lambda a, b: Tensor.stack([a, b], dim=2), lambda a, b: torch.stack([a, b], 2)),
+    ("pad_flat", [randn(2, 3, 4)], lambda x: x.pad((1, 2, 0, 1)), lambda x: F.pad(x, (1, 2, 0, 1))),
+    ("pad_reflect", [randn(2, 3, 4)], lambda x: x.pad((2, 1, 1, 2), mode="reflect"), lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect")),
+    ("pad_replicate", [randn(2, 3, 4)], lambda x: x.pad((2, 1), mode="replicate"), lambda x: F.pad(x, (2, 1), mode="replicate")),
+    ("pad_circular", [randn(1, 3, 4)], lambda x: x.pad((1, 3), mode="circular"), lambda x: F.pad(x, (1, 3), mode="circular")),
+    ("repeat", [randn(2, 3)], lambda x: x.repeat(2, 1, 3), lambda x: x.repeat(2, 1, 3)),
+    ("repeat_interleave", [randn(2, 3)], lambda x: x.repeat_interleave(2, dim=1), lambda x: x.repeat_interleave(2, dim=1)),
+    ("roll", [randn(3, 4)], lambda x: x.roll((1, -3), (0, 1)), lambda x: x.roll((1, -3), (0, 1))),
+    ("split", [randn(5, 4)], lambda x: x.split([2, 3])[1], lambda x: x.split([2, 3])[1]),
+    ("chunk", [randn(7, 4)], lambda x: x.chunk(3)[2], lambda x: x.chunk(3)[2]),
+    ("unflatten", [randn(3, 8)], lambda x: x.unflatten(1, (2, -1)), lambda x: x.unflatten(1, (2, -1))),
+    ("unfold", [randn(3, 10)], lambda x: x.unfold(1, 3, 2), lambda x: x.unfold(1, 3, 2)),
+    ("tril", [randn(2, 4, 5)], lambda x: x.tril(1), lambda x: x.tril(1)),
+    ("triu", [randn(4, 5)], lambda x: x.triu(-1), lambda x: x.triu(-1)),
+    ("diagonal", [randn(3, 4, 5)], lambda x: x.diagonal(1, 1, 2), lambda x: x.diagonal(1, 1, 2)),
+    ("diag", [randn(4)], lambda x: x.diag(-1), lambda x: x.diag(-1)),
+    # activations and composite math
+    ("relu", [randn(4, 5)], lambda x: x.relu(), F.relu),
+    ("gelu", [randn(4, 5)], lambda x: x.gelu(), F.gelu),
+    ("silu", [randn(4, 5)], lambda x: x.silu(), F.silu),
+    ("mish", [randn(4, 5)], lambda x: x.mish(), F.mish),
+    ("elu", [randn(4, 5)], lambda x: x.elu(), F.elu),
+    ("softplus", [randn(4, 5, scale=20)], lambda x: x.softplus(), F.softplus),
+    ("logsigmoid", [randn(4, 5, scale=20)], lambda x: x.logsigmoid(), F.logsigmoid),
+    ("hardswish", [randn(4, 5, scale=3)], lambda x: x.hardswish(), F.hardswish),
+    ("leaky_relu", [randn(4, 5)], lambda x: x.leaky_relu(negative_slope=0.2), lambda x: F.leaky_relu(x, 0.2)),
+    ("clamp_kw", [randn(4, 5)], lambda x: x.clamp(min=-0.5, max=0.5), lambda x: x.clamp(min=-0.5, max=0.5)),
+    ("clip_max_only", [randn(4, 5)], lambda x: x.clip(max=0.3), lambda x: x.clip(max=0.3)),
+    ("lerp", [randn(4), randn(4)], lambda a, b: a.lerp(b, 0.3), lambda a, b: a.lerp(b, 0.3)),
+    ("logaddexp", [randn(5), randn(5)], lambda a, b: a.logaddexp(b), torch.logaddexp),
+    ("atan", [randn(20, scale=3)], lambda x: x.atan(), torch.atan),
+    ("asinh", [randn(20, scale=3)], lambda x: x.asinh(), torch.asinh),
+    ("erf", [randn(20)], lambda x: x.erf(), torch.erf),
+    # neural-network ops
+    ("conv2d", [randn(2, 4, 7, 6), randn(6, 2, 3, 3), randn(6)],
+     lambda x, w, b: x.conv2d(w, b, groups=2, stride=2, padding=1), lambda x, w, b: F.conv2d(x, w, b, 2, 1, 1, 2)),
+    ("conv2d_same_dilated", [randn(1, 3, 8, 8), randn(4, 3, 3, 3)],
+     lambda x, w: x.conv2d(w, padding="same", dilation=2), lambda x, w: F.conv2d(x, w, padding="same", dilation=2)),
+    ("conv1d", [randn(2, 3, 9), randn(4, 3, 3)], lambda x, w: x.conv2d(w, stride=2), lambda x, w: F.conv1d(x, w, stride=2)),
+    ("conv3d", [randn(1, 2, 4, 5, 4), randn(3, 2, 2, 2, 2)], lambda x, w: x.conv2d(w, padding=1), lambda x, w: F.conv3d(x, w, padding=1)),
+    ("conv_transpose2d", [randn(2, 4, 5, 5), randn(4, 3, 3, 3)],
+     lambda x, w: x.conv_transpose2d(w, stride=2, padding=1, output_padding=1),
+     lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1)),
+    ("max_pool2d", [distinct(2, 3, 7, 7)], lambda x: x.max_pool2d(3, stride=2, padding=1),
+     lambda x: F.max_pool2d(x, 3, stride=2, padding=1)),
+    ("max_pool2d_ceil", [distinct(1, 2, 7, 6)], lambda x: x.max_pool2d(2, ceil_mode=True), lambda x: F.max_pool2d(x, 2, ceil_mode=True)),
+    ("avg_pool2d", [randn(2, 3, 6, 7)], lambda x: x.avg_pool2d(3, stride=2, padding=1, count_include_pad=False),
+     lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)),
+    ("avg_pool2d_ceil", [randn(1, 2, 7, 7)], lambda x: x.avg_pool2d(2, ceil_mode=True), lambda x: F.avg_pool2d(x, 2, ceil_mode=True)),
+    ("layernorm", [randn(3, 8)], lambda x: x.layernorm(), lambda x: F.layer_norm(x, (8,))),
+    ("batchnorm", [randn(4, 3, 2), randn(3), randn(3), randn(3), uniform(0.5, 2, 3)],
+     lambda x, w, b, m, v: x.batchnorm(w, b, m, v.rsqrt()),
+     lambda x, w, b, m, v: (x - m[:, None]) * (w / v.sqrt())[:, None] + b[:, None]),
+    ("normalize", [randn(3, 5)], lambda x: x.normalize(dim=1), lambda x: F.normalize(x, dim=1)),
+    ("sdpa_causal", [randn(2, 3, 4, 8), randn(2, 3, 5, 8), randn(2, 3, 5, 8)],
+     lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+    ("cross_entropy", [randn(6, 5), ints(0, 5, 6)], lambda x, y: x.cross_entropy(y, label_smoothing=0.1),
+     lambda x, y: F.cross_entropy(x, y, label_smoothing=0.1)),
+    ("cross_entropy_nd", [randn(2, 5, 3), ints(0, 5, 2, 3)], lambda x, y: x.cross_entropy(y), F.cross_entropy),
+    ("sparse_ce", [randn(6, 5), ints(0, 5, 6)], lambda x, y: x.sparse_categorical_crossentropy(y), F.cross_entropy),
+    ("nll_loss", [randn(6, 5), ints(0, 5, 6)], lambda x, y: x.log_softmax(1).nll_loss(y), lambda x, y: F.nll_loss(x.log_softmax(1), y)),
+    ("bce", [uniform(0.05, 0.95, 4, 3), uniform(0, 1, 4, 3)], lambda p, y: p.binary_crossentropy(y), F.binary_cross_entropy),
+    ("bce_logits", [randn(4, 3, scale=10), uniform(0, 1, 4, 3)], lambda x, y: x.binary_crossentropy_logits(y),
+     F.binary_cross_entropy_with_logits),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,gens,tg_fn,torch_fn", CASES, ids=[c[0] for c in CASES])
+def test_forward_and_backward_match_torch(name, gens, tg_fn, torch_fn, device):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    arrays = [g(rng) for g in gens]
+    ours = [Tensor(a, device=device, requires_grad=True if a.dtype == np.float32 else None) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=a.dtype == np.float32) for a in arrays]
+    out, ref = tg_fn(*ours), torch_fn(*theirs)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=f"{name} forward")
+    if not out.requires_grad:
+        return
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    (out * Tensor(r, device=device)).sum().backward()
+    (ref * torch.tensor(r)).sum().backward()
+    for i, (t, p) in enumerate(zip(ours, theirs, strict=True)):
+        if p.grad is not None:
+            assert t.grad is not None, f"{name}: input {i} got no gradient"
+            np.testing.assert_allclose(t.grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=f"{name} grad {i}")

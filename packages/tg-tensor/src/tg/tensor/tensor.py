@@ -672,10 +672,16 @@ class Tensor(_DTypeShortcuts):
         return self._binary(Ops.CMPLT, x, True)
 
     def __le__(self, x: Any) -> Tensor:
-        return self._binary(Ops.CMPLT, x, True).logical_not()
+        a, b = self._operands(x)
+        if dtypes.is_float(a.dtype):  # NaN compares False both ways, so "not greater" is not "less or equal"
+            return (a < b) | (a == b)
+        return Tensor(b.uop.alu(Ops.CMPLT, a.uop)).logical_not()
 
     def __ge__(self, x: Any) -> Tensor:
-        return self._binary(Ops.CMPLT, x).logical_not()
+        a, b = self._operands(x)
+        if dtypes.is_float(a.dtype):
+            return (b < a) | (a == b)
+        return Tensor(a.uop.alu(Ops.CMPLT, b.uop)).logical_not()
 
     def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
         return self._binary(Ops.CMPEQ, x)

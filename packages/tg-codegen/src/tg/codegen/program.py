@@ -13,6 +13,7 @@ from typing import Any
 
 from tg.codegen.linearize import linearize
 from tg.codegen.lower import kernel_name, lower_kernel
+from tg.codegen.lower.gpudims import launch_dims
 from tg.codegen.opt import apply_opts
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import PtrDType
@@ -128,8 +129,9 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None)
     ins = sorted({b.arg for u in uops if u.op is Ops.LOAD and (b := buffer_of(u.src[0])).op is Ops.PARAM})
     variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
     ops, mem = estimate(uops)
+    global_size, local_size = launch_dims(uops) or (None, None)
     return ProgramSpec(
-        name=name, src=src, device=renderer.device, ast=ast, uops=uops, global_size=None,
-        local_size=None, globals=tuple(sorted(p.arg for p in params)), outs=tuple(outs), ins=tuple(ins),
+        name=name, src=src, device=renderer.device, ast=ast, uops=uops, global_size=global_size,
+        local_size=local_size, globals=tuple(sorted(p.arg for p in params)), outs=tuple(outs), ins=tuple(ins),
         vars=variables, ops=ops, mem=mem, applied_opts=applied,
     )  # fmt: skip

@@ -97,9 +97,11 @@ class _DeviceRegistry:
             if name in NOT_DEFAULT or name not in self.backends:
                 continue
             try:
-                yield self[name].device
+                dev = self[name]
             except (DeviceUnavailable, ImportError):
                 continue
+            if dev.default_capable:  # e.g. OpenCL on the CPU (PoCL) opens but is never the default
+                yield dev.device
 
     @property
     def DEFAULT(self) -> str:
@@ -548,6 +550,11 @@ class Compiled:
         if self.runtime_t is None:
             raise RuntimeError(f"device {self.device} cannot run programs")
         return self.runtime_t(name, lib)
+
+    @property
+    def default_capable(self) -> bool:
+        """Whether Device.DEFAULT may pick this device when DEV is not set (backends may say no, e.g. PoCL)."""
+        return True
 
     def synchronize(self) -> None:
         """Wait until all work submitted to the device is done (synchronous devices need not override it)."""

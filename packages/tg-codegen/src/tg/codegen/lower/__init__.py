@@ -17,6 +17,7 @@ from tg.codegen.lower.decompositions import (
     pm_int_div_guards,
     readable_forms,
 )
+from tg.codegen.lower.gpudims import add_gpudims
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
 from tg.codegen.lower.transcendental import transcendental_rules
 from tg.codegen.render.renderer import Renderer
@@ -66,6 +67,8 @@ def kernel_name(ast: UOp) -> str:
 def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     """Run every lowering pass on kernel AST `ast` for `renderer`; returns the lowered SINK (not yet linear)."""
     check_kernel_ast(ast)
+    # GPU targets: the output loops become work-item ids (SPECIAL)
+    ast = add_gpudims(ast, renderer)
     # loops: one END per range, REDUCE becomes accumulator registers, ranges shared by two loops get unshared
     sink = graph_rewrite(ast, pm_split_ends)
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=itertools.count())

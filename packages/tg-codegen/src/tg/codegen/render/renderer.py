@@ -30,6 +30,7 @@ class Renderer:
     global_max: tuple[int, ...] | None = None  # maximum launch grid per dimension, None: the kernel loops itself
     local_max: tuple[int, ...] | None = None  # maximum workgroup size per dimension
     shared_max: int = 0  # bytes of shared memory per workgroup
+    max_local_threads: int = 1  # most threads in one workgroup (the product of its local sizes)
     # ALU ops the target renders directly; everything else must be decomposed by lowering
     supported_ops: frozenset[Ops] = frozenset()
     # float dtypes the target computes in natively (others are computed in float32 and stored as bits)

@@ -1,0 +1,151 @@
+"""GPU launch dimensions: the output loops of a kernel become work-item ids (SPECIAL) for renderers with a grid.
+
+A renderer with `global_max` set (OpenCL, CUDA) runs one work-item per point of the output loops instead of
+looping. `add_gpudims` replaces those RANGEs by expressions over SPECIALs named `gidx<d>` (work-group index in
+dimension d) and `lidx<d>` (index inside the work-group) and drops them from their ENDs:
+
+- GLOBAL/LOOP ranges that close every store become the grid; LOCAL ranges (made by opts) become the work-group.
+  Ranges are mapped innermost (highest axis id) to dimension 0; more than three, or a dimension over the
+  renderer's `global_max`, are merged into fewer dimensions and recovered with `//` and `%`.
+- Without LOCAL ranges, each dimension of constant size gets a work-group of the largest power of two that
+  divides it, up to `max_local_threads` threads in all (the default local-size heuristic): range = gidx*l + lidx.
+- A kernel whose stores close different loops (several outputs of different shapes) keeps its loops and runs as
+  a single work-item: correct, but slow; the scheduler rarely makes such kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import dtypes
+from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp, sint
+
+_GRID_TYPES = (AxisType.GLOBAL, AxisType.LOOP)
+
+
+def _closed_ranges(store_root: UOp) -> set[UOp]:
+    """The ranges closed by the chain of ENDs on top of one SINK source."""
+    closed: set[UOp] = set()
+    while store_root.op is Ops.END:
+        closed.update(store_root.src[1:])
+        store_root = store_root.src[0]
+    return closed
+
+
+def _axis(r: UOp) -> int:
+    return r.arg[0] if isinstance(r.arg, tuple) else int(r.arg)
+
+
+def _prod(xs: list[sint]) -> sint:
+    ret: sint = 1
+    for x in xs:
+        ret = ret * x
+    return ret
+
+
+def _pow2_divisor(size: sint, limit: int) -> int:
+    """The largest power of two <= limit dividing a constant size (1 for symbolic sizes)."""
+    if not isinstance(size, int) or size <= 0 or limit < 1:
+        return 1
+    return math.gcd(size, 1 << int(math.log2(limit)))
+
+
+def _group_dims(ranges: list[UOp], limits: tuple[int, ...]) -> list[list[UOp]]:
+    """Ranges (outermost first) grouped into at most len(limits) dimensions, innermost group first."""
+    ndims = min(len(limits), 3)
+    if len(ranges) <= ndims:
+        groups = [[r] for r in ranges[::-1]]
+    else:  # the innermost ndims-1 ranges keep their own dimension, the outer rest share the last one
+        groups = [[r] for r in ranges[::-1][: ndims - 1]] + [ranges[: len(ranges) - (ndims - 1)]]
+    for d, g in enumerate(groups):
+        size = _prod([_size(r) for r in g])
+        if isinstance(size, int) and size > limits[d]:
+            return [ranges]  # too big for its dimension: everything in dimension 0 (the largest)
+    return groups
+
+
+def _size(r: UOp) -> sint:
+    end = r.src[0]
+    return end.arg if end.op is Ops.CONST else end
+
+
+def _decompose(idx: UOp, group: list[UOp]) -> dict[UOp, UOp]:
+    """Index expressions for ranges (outermost first) that share one dimension whose flat index is `idx`."""
+    if len(group) == 1:
+        return {group[0]: idx}
+    ret = {}
+    stride: sint = 1
+    for r in group[::-1]:
+        q = idx if isinstance(stride, int) and stride == 1 else idx // stride
+        ret[r] = q if r is group[0] else q % _size(r)
+        stride = stride * _size(r)
+    return ret
+
+
+def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
+    """Replace a kernel's grid ranges by SPECIAL work-item ids for `renderer` (unchanged if it has no grid)."""
+    if renderer.global_max is None:
+        return sink
+    ranges = {u for u in sink.toposort() if u.op is Ops.RANGE}
+    grid = {r for r in ranges if r.arg[1] in _GRID_TYPES}
+    local = sorted((r for r in ranges if r.arg[1] is AxisType.LOCAL), key=_axis)
+    if not grid and not local:
+        return sink
+    for root in sink.src:  # every store must run over the same grid, or the kernel keeps its loops
+        if not grid | set(local) <= _closed_ranges(root):
+            if local:
+                raise ValueError("a kernel with LOCAL ranges must close them (and its grid ranges) on every store")
+            return sink
+    subs: dict[UOp, UOp] = {}
+    dt = dtypes.int32
+    global_groups = _group_dims(sorted(grid, key=_axis), renderer.global_max) if grid else []
+    if local:
+        local_max = renderer.local_max or (1,)
+        for d, group in enumerate(_group_dims(local, local_max)):
+            subs.update(_decompose(UOp.special(_prod([_size(r) for r in group]), f"lidx{d}", dt), group))
+        for d, group in enumerate(global_groups):
+            subs.update(_decompose(UOp.special(_prod([_size(r) for r in group]), f"gidx{d}", dt), group))
+    else:
+        budget = renderer.max_local_threads
+        local_max = renderer.local_max or (1, 1, 1)
+        for d, group in enumerate(global_groups):
+            size = _prod([_size(r) for r in group])
+            lsize = _pow2_divisor(size, min(budget, local_max[d] if d < len(local_max) else 1))
+            budget //= lsize
+            gid = UOp.special(size // lsize if lsize > 1 else size, f"gidx{d}", dt)
+            idx = gid if lsize == 1 else gid * lsize + UOp.special(lsize, f"lidx{d}", dt)
+            subs.update(_decompose(idx, group))
+    gone = set(subs)
+
+    def strip(u: UOp) -> UOp:  # drop the replaced ranges from the ENDs above each store
+        if u.op is not Ops.END:
+            return u
+        inner = strip(u.src[0])
+        keep = tuple(r for r in u.src[1:] if r not in gone)
+        return inner if not keep else u.replace(src=(inner, *keep))
+
+    stripped = sink.replace(src=tuple(strip(s) for s in sink.src))
+    return stripped.substitute(subs)
+
+
+def launch_dims(uops: list[UOp]) -> tuple[tuple[sint, ...], tuple[int, ...]] | None:
+    """(work-groups per dimension, work-group size) from a linear program's SPECIALs; None if it has none."""
+    specials = {str(u.arg): u for u in uops if u.op is Ops.SPECIAL}
+    if not specials:
+        return None
+    ndims = 1 + max(int(name.lstrip("gilxd")) for name in specials)
+    groups: list[sint] = [1] * ndims
+    local: list[int] = [1] * ndims
+    for name, u in specials.items():
+        d = int(name.lstrip("gilxd"))
+        end = u.src[0]
+        size: sint = end.arg if end.op is Ops.CONST else end
+        if name.startswith("gidx"):
+            groups[d] = size
+        elif name.startswith("lidx"):
+            if not isinstance(size, int):
+                raise ValueError(f"work-group size {name} must be a constant, got {size}")
+            local[d] = size
+    return tuple(groups), tuple(local)

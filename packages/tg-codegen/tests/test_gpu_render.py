@@ -1,0 +1,111 @@
+"""GPU code generation without a GPU: work-item ids (SPECIAL), launch dims and the OpenCL/CUDA C spellings."""
+
+from __future__ import annotations
+
+import pytest
+
+from tg.codegen.lower.gpudims import add_gpudims
+from tg.codegen.program import get_program
+from tg.codegen.render.cstyle import ClangRenderer
+from tg.codegen.render.opencl import OpenCLRenderer
+from tg.ir.dtype import dtypes
+from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp
+
+f32 = dtypes.float32
+
+
+def elementwise(*shape: int, types: tuple[AxisType, ...] | None = None) -> UOp:
+    """out[i, j, ...] = in[i, j, ...] * 2 over ranges of the given sizes (and axis types)."""
+    types = types or (AxisType.LOOP,) * len(shape)
+    rngs = [UOp.range(s, i, t) for i, (s, t) in enumerate(zip(shape, types, strict=True))]
+    idx: UOp | int = 0
+    for r, s in zip(rngs, shape, strict=True):
+        idx = idx * s + r
+    assert isinstance(idx, UOp)
+    n = 1
+    for s in shape:
+        n *= s
+    val = UOp.param(1, f32, n).index(idx).load() * UOp.const(f32, 2.0)
+    return UOp.sink(UOp.param(0, f32, n).index(idx).store(val).end(*rngs))
+
+
+def test_grid_ranges_become_group_and_local_ids() -> None:
+    p = get_program(elementwise(6, 1024), OpenCLRenderer())
+    assert "get_group_id(0)" in p.src and "get_local_id(0)" in p.src and "for (" not in p.src
+    assert p.global_size == (4, 6) and p.local_size == (256, 1)
+    assert "__kernel void E_6_1024(__global float* restrict data0" in p.src
+
+
+def test_local_size_respects_the_thread_budget_and_divisibility() -> None:
+    ren = OpenCLRenderer(max_local_threads=64)
+    p = get_program(elementwise(7, 12), ren)  # 12 = 4*3: the largest power-of-two divisor is 4
+    assert p.local_size == (4, 1) and p.global_size == (3, 7)
+    p = get_program(elementwise(31), OpenCLRenderer())  # a prime: no work-group, one group per item
+    assert p.local_size == (1,) and p.global_size == (31,)
+
+
+def test_more_ranges_than_dimensions_are_merged() -> None:
+    p = get_program(elementwise(2, 3, 5, 7), OpenCLRenderer())
+    assert len(p.global_size or ()) == 3
+    assert p.global_size == (7, 5, 3) and p.local_size == (1, 1, 2)  # 2*3 share dimension 2: 6 = 3 groups of 2
+    assert "/3" in p.src.replace(" ", "") or "%3" in p.src.replace(" ", "")
+
+
+def test_explicit_local_ranges_map_to_local_ids() -> None:
+    ast = elementwise(8, 4, types=(AxisType.GLOBAL, AxisType.LOCAL))
+    p = get_program(ast, OpenCLRenderer())
+    assert p.global_size == (8,) and p.local_size == (4,)
+    assert "get_local_id(0)" in p.src and "get_group_id(0)" in p.src
+
+
+def test_reduce_loops_stay_loops_inside_a_work_item() -> None:
+    ro, rr = UOp.range(64, 0), UOp.range(8, 1, AxisType.REDUCE)
+    red = UOp.param(1, f32, 512).index(ro * 8 + rr).load().reduce(rr, arg=Ops.ADD)
+    p = get_program(UOp.sink(UOp.param(0, f32, 64).index(ro).store(red).end(ro)), OpenCLRenderer())
+    assert p.global_size == (1,) and p.local_size == (64,)
+    assert "for (int ridx1 = 0; ridx1 < 8; ridx1++)" in p.src
+
+
+def test_cpu_renderer_keeps_loops() -> None:
+    ast = elementwise(6, 1024)
+    assert add_gpudims(ast, ClangRenderer()) is ast
+    p = get_program(ast, ClangRenderer())
+    assert p.global_size is None and p.local_size is None
+
+
+def test_stores_over_different_loops_keep_their_loops() -> None:
+    r0, r1 = UOp.range(4, 0), UOp.range(6, 1)
+    a = UOp.param(0, f32, 4).index(r0).store(UOp.const(f32, 1.0)).end(r0)
+    b = UOp.param(1, f32, 6).index(r1).store(UOp.const(f32, 2.0)).end(r1)
+    p = get_program(UOp.sink(a, b), OpenCLRenderer())
+    assert p.global_size is None and "for (" in p.src
+
+
+def test_opencl_spellings() -> None:
+    ren = OpenCLRenderer()
+    assert ren.render_const(2**64 - 1, dtypes.uint64) == "18446744073709551615ul"
+    assert ren.render_const(-(2**63), dtypes.int64) == "(-9223372036854775807l-1l)"
+    assert ren.render_cast("x", dtypes.float32, dtypes.bool) == "((x)!=0)"
+    assert ren.render_bitcast("x", f32, dtypes.uint32) == "as_uint(x)"
+    assert ren.render_dtype(dtypes.bool.ptr()) == "uchar" and ren.render_dtype(dtypes.bool) == "bool"
+    r = UOp.range(8, 0)
+    src = get_program(
+        UOp.sink(
+            UOp.param(0, dtypes.float64, 8)
+            .index(r)
+            .store(UOp.param(1, dtypes.float64, 8).index(r).load().sqrt())
+            .end(r)
+        ),
+        ren,
+    ).src
+    assert "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in src and "sqrt(" in src and "#include" not in src
+
+
+def test_local_ranges_must_close_every_store() -> None:
+    rl = UOp.range(4, 0, AxisType.LOCAL)
+    r1 = UOp.range(4, 1)
+    a = UOp.param(0, f32, 4).index(rl).store(UOp.const(f32, 1.0)).end(rl)
+    b = UOp.param(1, f32, 4).index(r1).store(UOp.const(f32, 1.0)).end(r1)
+    with pytest.raises(ValueError, match="LOCAL"):
+        get_program(UOp.sink(a, b), OpenCLRenderer())

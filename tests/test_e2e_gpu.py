@@ -1,0 +1,98 @@
+"""GPU-style kernels on OpenCL (PoCL runs them on the CPU) give the same results as the CPU device.
+
+Skipped where no OpenCL device opens. Work-item ids, merged launch dimensions, default and explicit work-groups
+(LOCAL ranges) are compared bit for bit against the CPU device running the same kernel AST as loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tg.codegen.program import get_program
+from tg.ir.dtype import dtypes
+from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp
+from tg.runtime.device import Buffer, Device, DeviceUnavailable
+from tg.tensor import Tensor
+
+
+@pytest.fixture(scope="module")
+def cl() -> str:
+    try:
+        Device["CL"]
+    except DeviceUnavailable as e:
+        pytest.skip(f"no OpenCL device: {e}")
+    return "CL"
+
+
+def _run(ast: UOp, device: str, inputs: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+    dev = Device[device]
+    p = get_program(ast, dev.renderer)
+    prg = dev.runtime(p.name, dev.compiler.compile_cached(p.src))
+    arrays = [out.copy(), *inputs]
+    bufs = [Buffer(device, a.size, dtypes.float32).copyin(memoryview(np.ascontiguousarray(a))) for a in arrays]
+    prg(*[bufs[slot]._buf for slot in p.globals], global_size=p.global_size, local_size=p.local_size, wait=True)
+    result = np.empty_like(out)
+    bufs[0].copyout(memoryview(result))
+    return result
+
+
+def _split_sum_kernel(n_out: int, n_red: int, out_types: tuple[AxisType, AxisType]) -> UOp:
+    """out[g*L + l] = sum_r inp[(g*L + l)*n_red + r] with the output axis split into (g, l) of the given types."""
+    lsize = 8
+    g, lo = UOp.range(n_out // lsize, 0, out_types[0]), UOp.range(lsize, 1, out_types[1])
+    r = UOp.range(n_red, 2, AxisType.REDUCE)
+    i = g * lsize + lo
+    red = UOp.param(1, dtypes.float32, n_out * n_red).index(i * n_red + r).load().reduce(r, arg=Ops.ADD)
+    return UOp.sink(UOp.param(0, dtypes.float32, n_out).index(i).store(red).end(g, lo))
+
+
+@pytest.mark.parametrize("types", [(AxisType.LOOP, AxisType.LOOP), (AxisType.GLOBAL, AxisType.LOCAL)])
+def test_local_work_groups_match_cpu(cl: str, types: tuple[AxisType, AxisType]) -> None:
+    rng = np.random.default_rng(0)
+    inp = rng.standard_normal(64 * 33).astype(np.float32)
+    ast = _split_sum_kernel(64, 33, types)
+    got = _run(ast, cl, [inp], np.zeros(64, np.float32))
+    want = _run(ast, "CPU", [inp], np.zeros(64, np.float32))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, inp.reshape(64, 33).sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1,), (31,), (4096,), (6, 1024), (2, 3, 5, 7), (3, 1, 4, 1, 5, 9)])
+def test_elementwise_and_reductions_match_cpu(cl: str, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape).astype(np.float32)
+    for fn in (lambda x, y: x * y + 1, lambda x, y: (x - y).relu().sum(axis=-1), lambda x, y: x.max() + y.sum()):
+        got = fn(Tensor(a, device=cl), Tensor(b, device=cl)).numpy()
+        want = fn(Tensor(a, device="CPU"), Tensor(b, device="CPU")).numpy()
+        np.testing.assert_array_equal(got, want)
+
+
+def test_matmul_and_transcendentals_match_cpu(cl: str) -> None:
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((33, 65)).astype(np.float32), rng.standard_normal((65, 17)).astype(np.float32)
+    got = (Tensor(a, device=cl) @ Tensor(b, device=cl)).numpy()
+    np.testing.assert_array_equal(got, (Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy())
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    x = Tensor(a, device=cl)
+    np.testing.assert_allclose(x.exp().numpy(), np.exp(a), rtol=1e-6)
+    np.testing.assert_allclose(x.sin().numpy(), np.sin(a), rtol=1e-5, atol=1e-6)
+
+
+def test_int_and_bool_semantics_match_cpu(cl: str) -> None:
+    vals = np.array([0, 1, -1, 2**31 - 1, -(2**31), 7, -7, 255], np.int32)
+    for fn in (lambda t: t // 3, lambda t: t % 3, lambda t: (t > 0).where(t, -t), lambda t: t.cast(dtypes.uint8)):
+        got = fn(Tensor(vals, device=cl)).numpy()
+        np.testing.assert_array_equal(got, fn(Tensor(vals, device="CPU")).numpy())
+    f = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.5], np.float32)
+    got = (Tensor(f, device=cl) != 0).numpy()
+    np.testing.assert_array_equal(got, (Tensor(f, device="CPU") != 0).numpy())
+
+
+def test_large_elementwise_uses_work_groups(cl: str) -> None:
+    n = 1 << 22
+    x = Tensor.arange(n, device=cl).cast(dtypes.float32)
+    out = (x * 2).numpy()
+    np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32) * 2)

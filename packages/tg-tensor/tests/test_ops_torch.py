@@ -76,6 +76,15 @@ CASES: list[Case] = [
     ("triu", [randn(4, 5)], lambda x: x.triu(-1), lambda x: x.triu(-1)),
     ("diagonal", [randn(3, 4, 5)], lambda x: x.diagonal(1, 1, 2), lambda x: x.diagonal(1, 1, 2)),
     ("diag", [randn(4)], lambda x: x.diag(-1), lambda x: x.diag(-1)),
+    # indexing
+    ("getitem_tensor", [randn(4, 5), ints(-4, 4, 2, 3)], lambda x, i: x[i, 1:4], lambda x, i: x[i, 1:4]),
+    ("getitem_lists", [randn(4, 5, 3)], lambda x: x[[0, 0, 3], :, [1, 2, 0]], lambda x: x[[0, 0, 3], :, [1, 2, 0]]),
+    ("gather", [randn(3, 5), ints(0, 5, 3, 4)], lambda x, i: x.gather(1, i), lambda x, i: x.gather(1, i)),
+    ("scatter_add", [randn(3, 5), ints(0, 5, 3, 4), randn(3, 4)], lambda x, i, s: x.scatter(1, i, s, reduce="add"),
+     lambda x, i, s: x.scatter_add(1, i, s)),
+    ("scatter_reduce_amax", [distinct(3, 5), ints(0, 5, 3, 4), distinct(3, 4)],
+     lambda x, i, s: x.scatter_reduce(1, i, s, "amax"), lambda x, i, s: x.scatter_reduce(1, i, s, "amax")),
+    ("masked_fill", [randn(3, 5)], lambda x: x.masked_fill(x > 0, 0.5), lambda x: x.masked_fill(x > 0, 0.5)),
     # activations and composite math
     ("relu", [randn(4, 5)], lambda x: x.relu(), F.relu),
     ("gelu", [randn(4, 5)], lambda x: x.gelu(), F.gelu),

@@ -1,10 +1,20 @@
-"""Basic indexing (`t[1:3, ::2, None, ..., -1]`) as movement ops: shrink, flip, pad+reshape for strides."""
+"""Indexing: basic (`t[1:3, ::2, None, ..., -1]`) as movement ops (shrink, flip, pad+reshape for strides) and
+advanced (int tensors/lists of any int dtype, bool masks) as one-hot selections that fuse into one reduce; plus
+`__setitem__`, gather, scatter, scatter_reduce, masked_fill, masked_select and nonzero.
+
+Advanced indices broadcast together and follow numpy's placement rule: adjacent ones put the broadcast dims where
+they stand, separated ones put them first. Out-of-range tensor indices are not checked per element (they select
+nothing, giving 0); a bool mask realizes to find its count (the result's shape depends on the data).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
-from tg.tensor.data import is_int
+from tg.ir import dtypes
+from tg.tensor.data import is_int, is_numpy
+from tg.tensor.shapes import broadcast_shape, canonical_axis
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -14,27 +24,98 @@ def _normalize(index: Any, ndim: int) -> list[Any]:
     """The index as a list with Ellipsis expanded to full slices."""
     items = list(index) if isinstance(index, tuple) else [index]
     for it in items:
-        if not (it is None or it is Ellipsis or isinstance(it, slice) or is_int(it)) or isinstance(it, bool):
-            raise TypeError(f"unsupported index {it!r}: only ints, slices, None and ... are supported")
+        if not (it is None or it is Ellipsis or isinstance(it, slice) or is_int(it) or _is_advanced(it)) or isinstance(
+            it, bool
+        ):
+            raise TypeError(
+                f"unsupported index {it!r}: use ints, slices, None, ..., int/bool tensors or lists of ints/bools"
+            )
     if sum(it is Ellipsis for it in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(it is not None and it is not Ellipsis for it in items)
+    used = sum(_dims_used(it) for it in items)
     if used > ndim:
         raise IndexError(f"too many indices for tensor of dimension {ndim}: got {used}")
-    if Ellipsis in items:
-        pos = items.index(Ellipsis)
+    if any(it is Ellipsis for it in items):
+        pos = next(i for i, it in enumerate(items) if it is Ellipsis)
         items[pos : pos + 1] = [slice(None)] * (ndim - used)
     else:
         items += [slice(None)] * (ndim - used)
     return items
 
 
+def _is_advanced(it: Any) -> bool:
+    from tg.tensor.tensor import Tensor
+
+    return isinstance(it, (Tensor, list)) or (is_numpy(it) and getattr(it, "ndim", 0) > 0)
+
+
+def _dims_used(it: Any) -> int:
+    """How many dims of the indexed tensor an index item consumes (a bool mask: one per mask dim)."""
+    from tg.tensor.tensor import Tensor
+
+    if it is None or it is Ellipsis:
+        return 0
+    if isinstance(it, Tensor) and it.dtype is dtypes.bool:
+        return max(it.ndim, 1)
+    if isinstance(it, list) and _nested_bools(it):
+        return _list_ndim(it)
+    if is_numpy(it) and getattr(it, "dtype", None) is not None and it.dtype.kind == "b":
+        return max(it.ndim, 1)
+    return 1
+
+
+def _nested_bools(x: Any) -> bool:
+    while isinstance(x, list) and x:
+        x = x[0]
+    return isinstance(x, bool)
+
+
+def _list_ndim(x: Any) -> int:
+    n = 0
+    while isinstance(x, list):
+        n, x = n + 1, (x[0] if x else None)
+    return n
+
+
+def _index_tensors(self: Tensor, items: list[Any]) -> list[Any]:
+    """Lists/arrays made Tensors, bool masks turned into int index tensors (one per mask dim; realizes the mask)."""
+    from tg.tensor.tensor import Tensor
+
+    out: list[Any] = []
+    for it in items:
+        if isinstance(it, list) or is_numpy(it):
+            it = Tensor(it, device=self.device)
+        if isinstance(it, Tensor):
+            if it.dtype is dtypes.bool:
+                if it.ndim == 0:
+                    raise IndexError("a 0-d bool index is not supported; use a bool mask with the tensor's shape")
+                coords = nonzero(it)  # (count, mask dims)
+                out.extend(coords[:, d] for d in range(it.ndim))
+                continue
+            if dtypes.is_float(it.dtype):
+                raise IndexError(f"tensors used as indices must be integer or bool tensors, got {it.dtype.name}")
+            if it.device != self.device:
+                it = it.to(self.device)
+        out.append(it)
+    return out
+
+
 def __getitem__(self: Tensor, index: Any) -> Tensor:
-    """Basic indexing with ints (negative ok), slices (any step, negative too), None and Ellipsis.
+    """Indexing with ints (negative ok), slices (any step), None, Ellipsis, int tensors/lists (any int dtype,
+    negatives wrap, broadcast together) and bool masks.
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]])[1, ::-1].tolist()
     [6, 5, 4]
+    >>> Tensor([[1, 2, 3], [4, 5, 6]])[[1, 0], [2, 2]].tolist()
+    [6, 3]
     """
+    raw = list(index) if isinstance(index, tuple) else [index]
+    if any(_is_advanced(it) for it in raw):
+        return _advanced_get(self, _index_tensors(self, _normalize(tuple(raw), self.ndim)))
+    return _basic_get(self, index)
+
+
+def _basic_get(self: Tensor, index: Any) -> Tensor:
     items = _normalize(index, self.ndim)
     bounds: list[tuple[int, int]] = []
     flips: list[int] = []
@@ -94,7 +175,8 @@ def _stride(x: Tensor, d: int, step: int) -> Tensor:
 
 
 def __setitem__(self: Tensor, index: Any, value: Any) -> None:
-    """`t[index] = value`: write into the indexed elements of t's buffer (realized at once).
+    """`t[index] = value`: write into the indexed elements of t's buffer (realized at once); advanced indices
+    work too (with repeated indices the last write wins, as numpy).
 
     `value` (a Tensor or Python data) is cast to t's dtype and broadcast to the indexed shape. A lazy `t` is
     realized first; a `t` that is itself a view of another tensor's buffer writes into that buffer.
@@ -111,15 +193,274 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
 
     if view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN):
         self.realize()  # the write needs a buffer to go to
-    view = self[index]
     v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
     if v.device != self.device:
         raise ValueError(f"setitem device mismatch: target {self.device} vs value {v.device}")
-    v = v.cast(self.dtype)
-    if v.ndim > view.ndim:
-        raise ValueError(f"setitem: cannot broadcast value of shape {v.shape} to the indexed shape {view.shape}")
-    v = v.reshape((1,) * (view.ndim - v.ndim) + v.shape)._broadcast_to(view.shape)
+    raw = list(index) if isinstance(index, tuple) else [index]
+    if any(_is_advanced(it) for it in raw):
+        mask = raw[0] if len(raw) == 1 and isinstance(raw[0], Tensor) and raw[0].dtype is dtypes.bool else None
+        if mask is not None and mask.shape == self.shape[: mask.ndim] and v.numel() == 1:
+            # x[mask] = scalar: a where over the whole tensor, no need to count the mask
+            view = self
+            m = mask.reshape(*mask.shape, *[1] * (self.ndim - mask.ndim))
+            v = m.where(v.cast(self.dtype).reshape(()), self)
+        else:
+            view, v = _advanced_set(self, _index_tensors(self, _normalize(tuple(raw), self.ndim)), v)
+    else:
+        view = self[index]
+        v = v.cast(self.dtype)
+        if v.ndim > view.ndim:
+            raise ValueError(f"setitem: cannot broadcast value of shape {v.shape} to the indexed shape {view.shape}")
+        v = v.reshape((1,) * (view.ndim - v.ndim) + v.shape)._broadcast_to(view.shape)
     written = view_base(assign_into_view(view.uop, v.uop))
     # self reads through the write (it is the tensor being written, not an earlier read of the buffer)
     self.uop = self.uop.substitute({view_base(self.uop): written})
     realize_tensors([Tensor(written)])
+
+
+# ---- advanced indexing ---------------------------------------------------------------------------------------
+
+
+def _plan(self: Tensor, items: list[Any]) -> tuple[Tensor, list[int], list[Tensor], bool, int]:
+    """Apply the basic part of an index and describe the advanced part: (view, advanced dims of the view, their
+    index tensors broadcast together and wrapped, whether they stay in place, their position in the result)."""
+    from tg.tensor.tensor import Tensor
+
+    # with any tensor index, ints are 0-d index tensors too (numpy's rule; it matters for the placement)
+    items = [Tensor(int(it), device=self.device, dtype=dtypes.int32) if is_int(it) else it for it in items]
+    basic = [slice(None) if isinstance(it, Tensor) else it for it in items]
+    view = _basic_get(self, tuple(basic))
+    adv_dims, adv_items, positions, out_dim = [], [], [], 0
+    for pos, it in enumerate(items):
+        if it is None:
+            out_dim += 1
+        elif isinstance(it, Tensor):
+            adv_dims.append(out_dim)
+            adv_items.append(it)
+            positions.append(pos)
+            out_dim += 1
+        else:
+            out_dim += 1
+    shape = broadcast_shape(*[t.shape for t in adv_items])
+    idx = []
+    for t, d in zip(adv_items, adv_dims, strict=True):
+        n = view.shape[d]
+        t = t.cast(dtypes.int32) if t.dtype.itemsize < 4 or dtypes.is_unsigned(t.dtype) else t
+        idx.append(
+            (t < 0).where(t + n, t)._broadcast_to(shape) if not dtypes.is_unsigned(t.dtype) else t._broadcast_to(shape)
+        )
+    adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+    rest_before = sum(1 for d in range(view.ndim) if d not in adv_dims and d < adv_dims[0])
+    return view, adv_dims, idx, adjacent, rest_before if adjacent else 0
+
+
+def _selection(view: Tensor, adv_dims: list[int], idx: list[Tensor]) -> Tensor:
+    """bool (B..., n1, ..., nk): True where broadcast index position b selects element (i1, ..., ik)."""
+    from tg.tensor.tensor import Tensor
+
+    k, nb = len(adv_dims), idx[0].ndim
+    mask = None
+    for j, (d, t) in enumerate(zip(adv_dims, idx, strict=True)):
+        n = view.shape[d]
+        onehot = t.unsqueeze(-1) == Tensor.arange(n, device=view.device, dtype=t.dtype)
+        onehot = onehot.reshape(*t.shape, *[n if i == j else 1 for i in range(k)])
+        mask = onehot if mask is None else mask & onehot
+    assert mask is not None and mask.ndim == nb + k
+    return mask
+
+
+def _advanced_get(self: Tensor, items: list[Any]) -> Tensor:
+    view, adv_dims, idx, _, at = _plan(self, items)
+    rest = [d for d in range(view.ndim) if d not in adv_dims]
+    k, shape_b = len(adv_dims), idx[0].shape
+    mask = _selection(view, adv_dims, idx)  # (B..., n1..nk)
+    moved = view.permute(*rest, *adv_dims)  # (R..., n1..nk)
+    moved = moved.reshape(*[view.shape[d] for d in rest], *[1] * len(shape_b), *[view.shape[d] for d in adv_dims])
+    zero = False if view.dtype is dtypes.bool else 0
+    picked = mask.where(moved, zero)
+    picked = (
+        picked.max(tuple(range(picked.ndim - k, picked.ndim)))
+        if view.dtype is dtypes.bool
+        else picked.sum(tuple(range(picked.ndim - k, picked.ndim)), dtype=view.dtype)
+    )  # (R..., B...)
+    nr, nb = len(rest), len(shape_b)
+    order = [*range(at), *range(nr, nr + nb), *range(at, nr)]
+    return picked.permute(*order)
+
+
+def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor, Tensor]:
+    """(basic view, its new contents) for `self[items] = value`; with repeated indices the last write wins."""
+    from tg.tensor.tensor import Tensor
+
+    view, adv_dims, idx, _, at = _plan(self, items)
+    rest = [d for d in range(view.ndim) if d not in adv_dims]
+    k, shape_b = len(adv_dims), idx[0].shape
+    nr, nb = len(rest), len(shape_b)
+    result_shape = [view.shape[d] for d in rest]
+    result_shape[at:at] = list(shape_b)
+    v = value.cast(view.dtype)
+    if v.ndim > len(result_shape):
+        raise ValueError(
+            f"setitem: cannot broadcast value of shape {value.shape} to the indexed shape {tuple(result_shape)}"
+        )
+    v = v.reshape((1,) * (len(result_shape) - v.ndim) + v.shape)._broadcast_to(tuple(result_shape))
+    v = v.permute(*range(at), *range(at + nb, nr + nb), *range(at, at + nb))  # (R..., B...)
+    mask = _selection(view, adv_dims, idx)  # (B..., n1..nk)
+    # which broadcast position writes each element: the last one that selects it (1-based, 0 = untouched)
+    order = Tensor.arange(1, math.prod(shape_b) + 1, device=self.device, dtype=dtypes.int32).reshape(*shape_b, *[1] * k)
+    last = mask.where(order, 0).max(tuple(range(nb))) if nb else mask.cast(dtypes.int32)  # (n1..nk)
+    chosen = mask & (order == last.reshape(*[1] * nb, *last.shape))
+    v = v.reshape(*v.shape, *[1] * k)
+    zero = False if view.dtype is dtypes.bool else 0
+    written = chosen.where(v, zero)
+    written = (
+        written.max(tuple(range(nr, nr + nb)))
+        if view.dtype is dtypes.bool
+        else written.sum(tuple(range(nr, nr + nb)), dtype=view.dtype)
+    )  # (R..., n1..nk)
+    moved = view.permute(*rest, *adv_dims)
+    new = (last > 0).where(written, moved)
+    inverse = [0] * view.ndim
+    for i, d in enumerate([*rest, *adv_dims]):
+        inverse[d] = i
+    return view, new.permute(*inverse)
+
+
+def nonzero(self: Tensor) -> Tensor:
+    """Coordinates of the nonzero elements, shape (count, ndim) int32, in row-major order (realizes self)."""
+    from tg.tensor.tensor import Tensor
+
+    flat = self.cast(dtypes.bool).flatten().tolist() if self.ndim else [bool(self.item())]
+    coords = []
+    for i, hit in enumerate(flat):
+        if hit:
+            c, rem = [], i
+            for s in reversed(self.shape):
+                c.append(rem % s)
+                rem //= s
+            coords.append(c[::-1])
+    if not coords:
+        return Tensor.zeros(0, self.ndim, dtype=dtypes.int32, device=self.device)
+    return Tensor(coords, dtype=dtypes.int32, device=self.device)
+
+
+def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+    """`value` where `mask` is True, self elsewhere (mask broadcasts)."""
+    return mask.cast(dtypes.bool).where(value, self)
+
+
+def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+    """The elements where `mask` (broadcast to self) is True, as a 1-d tensor (realizes the mask)."""
+    m = mask.cast(dtypes.bool)._broadcast_to(broadcast_shape(self.shape, mask.shape))
+    x = self._broadcast_to(m.shape)
+    return x.flatten()[m.flatten()] if x.ndim else x.reshape(1)[m.reshape(1)]
+
+
+# ---- gather / scatter along one dim ------------------------------------------------------------------------------
+
+
+def _onehot_along(self: Tensor, dim: int, index: Tensor, op: str) -> tuple[int, Tensor, Tensor]:
+    """(dim, self with dim moved last and cut to index's other sizes, one-hot (..., m, n) of index along dim)."""
+    from tg.tensor.tensor import Tensor
+
+    d = canonical_axis(dim, self.ndim)
+    if index.ndim != self.ndim:
+        raise ValueError(f"{op}: index {index.shape} needs as many dims as the input {self.shape}")
+    if dtypes.is_float(index.dtype) or index.dtype is dtypes.bool:
+        raise TypeError(f"{op}: index must be an integer tensor, got {index.dtype.name}")
+    for i, (a, b) in enumerate(zip(index.shape, self.shape, strict=True)):
+        if i != d and a > b:
+            raise ValueError(f"{op}: index {index.shape} is larger than the input {self.shape} in dim {i}")
+    x = self.transpose(d, -1)
+    ix = index.transpose(d, -1)
+    x = x.shrink([(0, s) for s in ix.shape[:-1]] + [None])
+    n = self.shape[d]
+    onehot = ix.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=ix.dtype)
+    return d, x, onehot
+
+
+def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    """out[i][j] = self[i][index[i][j]] for dim=1 (torch.gather): index has self's rank, any smaller sizes."""
+    d, x, onehot = _onehot_along(self, dim, index, "gather")
+    zero = False if self.dtype is dtypes.bool else 0
+    picked = onehot.where(x.unsqueeze(-2), zero)
+    out = picked.max(-1) if self.dtype is dtypes.bool else picked.sum(-1, dtype=self.dtype)
+    return out.transpose(d, -1)
+
+
+def _scatter_parts(self: Tensor, dim: int, index: Tensor, src: Any, op: str) -> tuple[int, Tensor, Tensor, Tensor]:
+    """(dim, self with dim last, one-hot (..., m, n) padded to self's other sizes, src as (..., m, 1))."""
+    from tg.tensor.tensor import Tensor
+
+    d, _, onehot = _onehot_along(self, dim, index, op)
+    s = src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+    if isinstance(src, Tensor):
+        if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape, strict=True)):
+            raise ValueError(f"{op}: src {src.shape} must be at least as large as index {index.shape} in every dim")
+        s = src.shrink([(0, n) for n in index.shape]).cast(self.dtype)
+    s = s.transpose(d, -1).unsqueeze(-1)
+    x = self.transpose(d, -1)
+    pads = [(0, a - b) for a, b in zip(x.shape[:-1], onehot.shape[:-2], strict=True)]
+    onehot = onehot.pad([*pads, (0, 0), (0, 0)])
+    s = s.pad([*pads, (0, 0), (0, 0)])
+    return d, x, onehot, s
+
+
+def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    """Write `src` into self at `index` along `dim` (torch.scatter; repeated indices: the last write wins);
+    `reduce='add'` or `'multiply'` combines with the existing value instead."""
+    d, x, onehot, s = _scatter_parts(self, dim, index, src, "scatter")
+    if reduce == "add":
+        return (x + onehot.where(s, 0).sum(-2, dtype=self.dtype)).transpose(d, -1)
+    if reduce == "multiply":
+        return (x * onehot.where(s, 1).prod(-2).cast(self.dtype)).transpose(d, -1)
+    if reduce is not None:
+        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    return _scatter_last(x, onehot, s).transpose(d, -1)
+
+
+def _scatter_last(x: Tensor, onehot: Tensor, s: Tensor) -> Tensor:
+    from tg.tensor.tensor import Tensor
+
+    m = onehot.shape[-2]
+    order = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape(m, 1)
+    last = onehot.where(order, 0).max(-2, keepdim=True)  # (..., 1, n)
+    chosen = onehot & (order == last)
+    zero = False if x.dtype is dtypes.bool else 0
+    written = chosen.where(s, zero)
+    written = written.max(-2) if x.dtype is dtypes.bool else written.sum(-2, dtype=x.dtype)
+    return (last.squeeze(-2) > 0).where(written, x)
+
+
+def scatter_reduce(
+    self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True
+) -> Tensor:
+    """Combine `src` into self at `index` along `dim` with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'
+    (torch.scatter_reduce); with include_self=False the existing values of written elements are left out."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+    d, x, onehot, s = _scatter_parts(self, dim, index, src, "scatter_reduce")
+    hit = onehot.any(-2)
+    if reduce in ("sum", "mean"):
+        total = onehot.where(s, 0).sum(-2, dtype=self.dtype)
+        if reduce == "sum":
+            out = total + x if include_self else hit.where(total, x)
+        else:
+            count = onehot.sum(-2) + (1 if include_self else 0)
+            acc = total + x if include_self else total
+            mean = acc / count.maximum(1)
+            mean = mean if dtypes.is_float(self.dtype) else (acc // count.maximum(1)).cast(self.dtype)
+            out = hit.where(mean.cast(self.dtype), x)
+    elif reduce == "prod":
+        p = onehot.where(s, 1).prod(-2).cast(self.dtype)
+        out = p * x if include_self else hit.where(p, x)
+    else:
+        lowest = float("-inf") if dtypes.is_float(self.dtype) else self.dtype.min
+        if reduce == "amax":
+            m = onehot.where(s, lowest).max(-2)
+            out = hit.where(m.maximum(x) if include_self else m, x)
+        else:
+            highest = float("inf") if dtypes.is_float(self.dtype) else self.dtype.max
+            m = onehot.where(s, highest).min(-2)
+            out = hit.where(m.minimum(x) if include_self else m, x)
+    return out.transpose(d, -1)

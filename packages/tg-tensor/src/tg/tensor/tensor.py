@@ -954,6 +954,12 @@ class Tensor(_DTypeShortcuts):
 
     __getitem__ = _indexing.__getitem__
     __setitem__ = _indexing.__setitem__
+    gather = _indexing.gather
+    scatter = _indexing.scatter
+    scatter_reduce = _indexing.scatter_reduce
+    masked_fill = _indexing.masked_fill
+    masked_select = _indexing.masked_select
+    nonzero = _indexing.nonzero
 
     # ---- random numbers: see random.py ------------------------------------------------------------------
 

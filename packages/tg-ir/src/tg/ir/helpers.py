@@ -120,6 +120,9 @@ CAPTURE_PROCESS_REPLAY = ContextVar("CAPTURE_PROCESS_REPLAY", 0)
 IGNORE_OOB = ContextVar("IGNORE_OOB", 1)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+# multi-device allreduce: auto | naive | ring (auto: ring above the threshold, in elements, on more than 2 devices)
+ALLREDUCE = ContextVar("ALLREDUCE", "auto")
+RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)
 
 
 def cache_dir() -> pathlib.Path:

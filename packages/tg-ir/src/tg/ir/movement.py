@@ -111,6 +111,11 @@ class MovementMixin:
             return tuple(1 if i in self.arg[1] else s for i, s in enumerate(ps))  # REDUCE_AXIS keeps dims
         if op in _PASS_SHAPE:
             return src[0]._shape
+        if op is Ops.MULTI:  # the logical shape: shards side by side on the sharded axis
+            ps = src[0]._shape
+            if ps is None or self.arg is None:
+                return ps
+            return tuple(s * len(src) if i == self.arg else s for i, s in enumerate(ps))
         if op in GroupOp.Elementwise:
             shapes = [s._shape for s in src if s._shape is not None]
             if not shapes:
@@ -152,6 +157,8 @@ class MovementMixin:
             node = stack.pop()
             if node.op is Ops.DEVICE:
                 return node.arg
+            if node.op is Ops.MULTI:
+                return tuple(str(s.device) for s in node.src)
             if node.op in (Ops.BUFFER, Ops.COPY):
                 return node.src[1].device
             if node is not self and "device" in node.__dict__:  # already known below this node
@@ -278,6 +285,18 @@ class MovementMixin:
         if not (isinstance(device, str) or (isinstance(device, tuple) and all(isinstance(d, str) for d in device))):
             raise TypeError(f"copy_to_device: device must be a str or a tuple of str, got {device!r}")
         return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)), arg)  # type: ignore[attr-defined,arg-type]
+
+    def multi(self, *others: UOp, axis: int | None) -> UOp:
+        """MULTI(self, *others): one logical tensor made of one graph per device, split on `axis` (None: replicated)."""
+        from tg.ir.uop import UOp
+
+        srcs: tuple[UOp, ...] = (self, *others)  # type: ignore[arg-type]
+        dtype = srcs[0].dtype
+        if any(s.dtype is not dtype or s.shape != self.shape for s in srcs):
+            raise ValueError(f"multi: every shard needs one dtype and shape, got {[(s.dtype, s.shape) for s in srcs]}")
+        if axis is not None and not 0 <= axis < len(self.shape):
+            raise ValueError(f"multi: axis {axis} out of range for shard shape {_fs(self.shape)}")
+        return UOp(Ops.MULTI, dtype, srcs, axis)
 
     def assign(self, value: UOp) -> UOp:
         """ASSIGN(self, value): write `value` into the buffer behind self (shapes and dtypes must match)."""

@@ -97,6 +97,7 @@ class Ops(IntEnum):
     ASSIGN = auto()
     MSELECT = auto()
     MSTACK = auto()
+    MULTI = auto()  # a tensor sharded over devices: src = one graph per device, arg = sharded axis (None: replicated)
     RESHAPE = auto()
     PERMUTE = auto()
     EXPAND = auto()

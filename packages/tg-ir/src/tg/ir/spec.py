@@ -117,6 +117,7 @@ tensor_spec = shared_spec + PatternMatcher([
     (UPat(Ops.ASSIGN, name="x", src=(UPat.var("t"), UPat.var("v")), allow_any_len=True),
      lambda x, t, v: x.dtype is t.dtype is v.dtype and t._shape == v._shape),
     (UPat((Ops.MSELECT, Ops.MSTACK), name="x"), lambda x: len(x.src) >= 1),
+    (UPat(Ops.MULTI, name="x"), lambda x: len(x.src) >= 1 and all(s.dtype is x.dtype for s in x.src)),
     (UPat((Ops.KERNEL, Ops.CALL)), lambda: True),
 ])  # fmt: skip
 

@@ -30,6 +30,25 @@ def buffer_of(uop: UOp) -> UOp | None:
     return None
 
 
+def is_realized(uop: UOp) -> bool:
+    """Whether `uop` needs no computation: a buffer reshaped, or a MULTI of such buffers (a realized sharded tensor)."""
+    if uop.op is Ops.MULTI:
+        return all(buffer_of(s) is not None for s in uop.src)
+    return buffer_of(uop) is not None
+
+
+def _lower_multi(sink: UOp) -> tuple[UOp, dict[UOp, Any]]:
+    """Sharded roots become one root per shard (tg.codegen.schedule.multi); returns the new sink and root values."""
+    from tg.codegen.schedule.multi import Sharded, push_multi
+
+    done = push_multi(sink.src)
+    values = {r: done[r] for r in sink.src}
+    roots: list[UOp] = []
+    for v in values.values():
+        roots.extend(v.shards if isinstance(v, Sharded) else (v,))
+    return UOp(Ops.SINK, src=tuple(dict.fromkeys(roots))), values
+
+
 def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
     """True if `uop`'s graph reads one of `buffers` directly (not through an ASSIGN of it)."""
     return any(u.op is Ops.BUFFER and u in buffers for u in uop.toposort(lambda u: u.op is not Ops.ASSIGN))
@@ -41,7 +60,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     from tg.runtime.engine import run_linear
     from tg.tensor.autograd import note_realized
 
-    todo = [t for t in tensors if buffer_of(t.uop) is None]
+    todo = [t for t in tensors if not is_realized(t.uop)]
     if not todo:
         return
     roots = [t.uop for t in todo]
@@ -62,13 +81,24 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
         ]  # fmt: skip
         if extra:
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
+    multi_values: dict[UOp, Any] = {}
+    if any(u.op is Ops.MULTI or (u.op is Ops.DEVICE and isinstance(u.arg, tuple)) for u in sink.toposort()):
+        sink, multi_values = _lower_multi(sink)
     linear, var_vals, becomes = create_schedule(sink)
     run_linear(linear, var_vals)
+    if multi_values:
+        from tg.codegen.schedule.multi import Sharded
+
+        for root, v in multi_values.items():
+            if isinstance(v, Sharded):
+                becomes[root] = UOp(Ops.MULTI, root.dtype, tuple(becomes.get(s, s) for s in v.shards), v.axis)
+            else:
+                becomes[root] = becomes.get(v, v)
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
     for t in list(all_tensors):
         if (new := becomes.get(t.uop)) is not None:
             t.uop = new
-        elif buffer_of(t.uop) is None:
+        elif not is_realized(t.uop):
             # a lazy graph that reads values stored just now: read the buffers instead of recomputing later
             t.uop = t.uop.substitute(becomes)
 
@@ -89,7 +119,11 @@ def host_bytes(t: Tensor) -> bytearray:
     data = bytearray(t.numel() * t.dtype.itemsize)
     if not data:
         return data
-    if buffer_of(t.uop) is None and t.device.startswith("DISK"):
+    if isinstance(t.uop.device, tuple):  # sharded: gather to the first device
+        from tg.tensor.tensor import Tensor
+
+        t = Tensor(t.uop.copy_to_device(t.uop.device[0]))
+    elif buffer_of(t.uop) is None and t.device.startswith("DISK"):
         # DISK runs no kernels: a view of a file (e.g. a contiguous slice) is read through a copy to the host
         from tg.tensor.tensor import Tensor
 

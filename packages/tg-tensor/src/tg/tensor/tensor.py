@@ -16,6 +16,7 @@ from tg.tensor import activation as _act
 from tg.tensor import autograd as _autograd
 from tg.tensor import indexing as _indexing
 from tg.tensor import movement as _movement
+from tg.tensor import multi as _multi
 from tg.tensor import nnops as _nn
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
@@ -31,6 +32,9 @@ ShapeArg = int | Sequence[int]
 def canonical_device(device: str | None) -> str:
     """The canonical name of `device` (None -> Device.DEFAULT); unknown backends list the available ones."""
     from tg.runtime.device import Device
+
+    if isinstance(device, tuple):  # a sharded tensor's devices (constants made "like" it are replicated)
+        return tuple(canonical_device(d) for d in device)
 
     name = Device.canonicalize(device)
     backend = name.split(":", 1)[0]
@@ -142,11 +146,20 @@ class Tensor(_DTypeShortcuts):
 
     @property
     def device(self) -> str:
-        """The canonical device name."""
+        """The canonical device name; for a sharded tensor the tuple of its devices (typed `str` for the common
+        single-device case: see `devices`)."""
         d = self.uop.device
+        if isinstance(d, tuple):
+            return d  # type: ignore[return-value]
         if not isinstance(d, str):
-            raise RuntimeError(f"tensor has no single device: {d!r}")
+            raise RuntimeError(f"tensor has no device: {d!r}")
         return d
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices holding this tensor: one for an ordinary tensor, several for a sharded one."""
+        d = self.uop.device
+        return d if isinstance(d, tuple) else (str(d),)
 
     @property
     def ndim(self) -> int:
@@ -353,12 +366,19 @@ class Tensor(_DTypeShortcuts):
         """The raw bytes of the values (realizes)."""
         return memoryview(bytes(_realize.host_bytes(self)))
 
-    def to(self, device: str | None) -> Tensor:
-        """This tensor on `device` (a COPY when the device differs): `t.to("PYTHON")`."""
+    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """This tensor on `device` (a COPY when the device differs): `t.to("PYTHON")`; a sharded tensor gathers its
+        shards; a tuple of devices replicates (`shard(devices)`)."""
+        if isinstance(device, (tuple, list)):
+            return self.shard(tuple(device))
         dev = canonical_device(device)
         if dev == self.device:
             return self
         return Tensor(self.uop.copy_to_device(dev))
+
+    shard = _multi.shard
+    shard_ = _multi.shard_
+    shard_like = _multi.shard_like
 
     def contiguous(self) -> Tensor:
         """Force the value into its own buffer when realized (a fusion boundary)."""
@@ -445,7 +465,7 @@ class Tensor(_DTypeShortcuts):
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]
-        if base.op is Ops.BUFFER:
+        if base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
             self.uop = self.uop.assign(x.uop)
         elif _movement.view_base(self.uop).op in (Ops.BUFFER, Ops.ASSIGN):
             # a view of stored data: the write goes to the whole buffer, realized now so that every tensor

@@ -1,0 +1,200 @@
+"""Multi-device tensors over CPU:0..3: sharding, per-op rules, resharding, allreduce (naive and ring), training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tg.ir import Ops
+from tg.ir.helpers import Context
+from tg.runtime import engine
+from tg.runtime.engine import BufferCopy
+from tg.tensor import Tensor
+
+
+def devices(n: int) -> tuple[str, ...]:
+    return ("CPU", *[f"CPU:{i}" for i in range(1, n)])
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def add(self, ei: object) -> None:
+        self.items.append(ei)
+
+
+def copies_while(fn) -> tuple[int, object]:  # type: ignore[no-untyped-def]
+    """(number of buffer copies run, result) while `fn()` realizes."""
+    rec = _Recorder()
+    engine.capturing.append(rec)
+    try:
+        out = fn()
+    finally:
+        engine.capturing.remove(rec)
+    return sum(isinstance(ei.runner, BufferCopy) for ei in rec.items), out
+
+
+def arr(*shape: int) -> np.ndarray:
+    return np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) - 5
+
+
+N = [2, 3, 4]
+
+
+@pytest.mark.parametrize("n", N)
+def test_shard_round_trip_and_layout(n: int) -> None:
+    a = arr(n * 2, 3)
+    t = Tensor(a).shard(devices(n), axis=0)
+    assert t.shape == (n * 2, 3) and t.device == devices(n) and t.devices == devices(n)
+    t.realize()
+    assert t.uop.op is Ops.MULTI and t.uop.arg == 0
+    for i, shard in enumerate(t.uop.src):  # each device holds its own rows only
+        assert shard.device == devices(n)[i]
+        np.testing.assert_array_equal(Tensor(shard).numpy(), a[2 * i : 2 * i + 2])
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(t.to("CPU:1").numpy(), a)
+    rep = Tensor(a).shard(devices(n))
+    np.testing.assert_array_equal(rep.numpy(), a)
+    np.testing.assert_array_equal(t.to(devices(n)).numpy(), a)
+
+
+def test_shard_errors() -> None:
+    with pytest.raises(ValueError, match=r"shape \(3, 2\) axis 0 has 3 elements, not divisible by 2 devices"):
+        Tensor(arr(3, 2)).shard(devices(2), axis=0)
+    with pytest.raises(ValueError, match="devices must be distinct"):
+        Tensor(arr(2)).shard(("CPU", "CPU"), axis=0)
+    with pytest.raises(RuntimeError, match=r"tensors are on different devices: \('CPU', 'CPU:1'\) and CPU"):
+        Tensor(arr(2)).shard(devices(2), axis=0) + Tensor(arr(2))
+
+
+@pytest.mark.parametrize("n", N)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_elementwise_with_sharded_replicated_and_scalar(n: int, axis: int) -> None:
+    a, b = arr(2 * n, 2 * n), arr(2 * n, 2 * n) * 0.5
+    ta, tb = Tensor(a).shard(devices(n), axis=axis), Tensor(b).shard(devices(n), axis=axis)
+    rb = Tensor(b).shard(devices(n))
+    np.testing.assert_allclose((ta * tb + 1).numpy(), a * b + 1)
+    np.testing.assert_allclose((ta - rb).numpy(), a - b)
+    np.testing.assert_allclose((rb - ta).relu().numpy(), np.maximum(b - a, 0))
+    np.testing.assert_allclose(ta.cast("int32").numpy(), a.astype(np.int32))
+    other = Tensor(b).shard(devices(n), axis=1 - axis)  # different axes: resharded
+    np.testing.assert_allclose((ta + other).numpy(), a + b)
+
+
+@pytest.mark.parametrize("n", N)
+def test_reductions(n: int) -> None:
+    a = arr(2 * n, 3, 2)
+    t = Tensor(a).shard(devices(n), axis=0)
+    np.testing.assert_allclose(t.sum().numpy(), a.sum())
+    np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0))
+    np.testing.assert_allclose(t.sum(1).numpy(), a.sum(1))
+    np.testing.assert_allclose(t.max(0).numpy(), a.max(0))
+    np.testing.assert_allclose(t.mean(2).numpy(), a.mean(2))
+    np.testing.assert_allclose(t.softmax(0).numpy(), np.exp(a) / np.exp(a).sum(0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", N)
+def test_movement_ops(n: int) -> None:
+    a = arr(2 * n, 4)
+    t = Tensor(a).shard(devices(n), axis=0)
+    np.testing.assert_array_equal(t.reshape(n, 8).numpy(), a.reshape(n, 8))  # axis stays whole
+    np.testing.assert_array_equal(t.reshape(8 * n).numpy(), a.reshape(-1))
+    np.testing.assert_array_equal(t.reshape(4, 2 * n).numpy(), a.reshape(4, 2 * n))  # resharded
+    np.testing.assert_array_equal(t.T.numpy(), a.T)
+    np.testing.assert_array_equal(
+        t.reshape(2 * n, 1, 4).expand(2 * n, 3, 4).numpy(), np.broadcast_to(a[:, None], (2 * n, 3, 4))
+    )
+    np.testing.assert_array_equal(t[:, 1:3].numpy(), a[:, 1:3])  # shrink off the axis: per shard
+    np.testing.assert_array_equal(t[1:3].numpy(), a[1:3])  # shrink on the axis: gathered
+    np.testing.assert_array_equal(t.pad(((0, 0), (1, 1))).numpy(), np.pad(a, ((0, 0), (1, 1))))
+    np.testing.assert_array_equal(t.pad(((1, 0), (0, 0))).numpy(), np.pad(a, ((1, 0), (0, 0))))
+    np.testing.assert_array_equal(t.flip(1).numpy(), a[:, ::-1])
+    np.testing.assert_array_equal(t.flip(0).numpy(), a[::-1])
+
+
+@pytest.mark.parametrize("n", N)
+def test_cat_stack_matmul(n: int) -> None:
+    a, b = arr(2 * n, 3), arr(2 * n, 3) + 100
+    ta, tb = Tensor(a).shard(devices(n), axis=0), Tensor(b).shard(devices(n), axis=0)
+    np.testing.assert_array_equal(ta.cat(tb, dim=1).numpy(), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(ta.cat(tb, dim=0).numpy(), np.concatenate([a, b], 0))
+    np.testing.assert_array_equal(Tensor.stack(ta, tb).numpy(), np.stack([a, b]))
+    w = arr(3, 5) / 10
+    np.testing.assert_allclose((ta @ Tensor(w).shard(devices(n))).numpy(), a @ w, rtol=1e-5)  # rows sharded
+    # K-sharded @ K-sharded: partial products, then an allreduce
+    x, y = arr(3, 2 * n) / 7, arr(2 * n, 4) / 9
+    tx, ty = Tensor(x).shard(devices(n), axis=1), Tensor(y).shard(devices(n), axis=0)
+    np.testing.assert_allclose((tx @ ty).numpy(), x @ y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", N)
+def test_assign_into_sharded_and_replicated(n: int) -> None:
+    a = arr(2 * n, n)
+    t = Tensor(a).shard(devices(n), axis=0).realize()
+    t.assign(t * 2 + 1).realize()
+    np.testing.assert_array_equal(t.numpy(), a * 2 + 1)
+    t.assign(Tensor(a).shard(devices(n), axis=1)).realize()  # value on another axis: resharded
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert t.uop.op is Ops.MULTI and t.uop.arg == 0
+    r = Tensor(a).shard(devices(n)).realize()
+    r.assign(r + t).realize()
+    np.testing.assert_array_equal(r.numpy(), 2 * a)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_allreduce_naive_equals_ring_with_copy_counts(n: int) -> None:
+    # integer-valued floats: both orders of summation are exact
+    rows = 5 * n
+    a = (np.arange(rows * 101) % 7).astype(np.float32).reshape(rows, 101)  # 101 columns: not divisible by n x factor
+    results = {}
+    for mode in ("naive", "ring"):
+        with Context(ALLREDUCE=mode):
+            t = Tensor(a).shard(devices(n), axis=0).realize()
+            count, out = copies_while(lambda t=t: t.sum(0).realize())
+            results[mode] = out.numpy()
+            expected = n * (n - 1) if mode == "naive" else 2 * n * (n - 1)
+            assert count == expected, (mode, count)
+    np.testing.assert_array_equal(results["naive"], a.sum(0, keepdims=False))
+    np.testing.assert_array_equal(results["ring"], results["naive"])
+
+
+def test_allreduce_setting_is_checked() -> None:
+    t = Tensor(arr(4, 2)).shard(devices(2), axis=0)
+    with Context(ALLREDUCE="sometimes"), pytest.raises(ValueError, match="ALLREDUCE must be auto, naive or ring"):
+        t.sum(0).realize()
+
+
+def _train(devs: tuple[str, ...] | None, steps: int = 3) -> tuple[list[float], np.ndarray, np.ndarray, list]:
+    rng = np.random.default_rng(0)
+    x_np, y_np = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((8, 2)).astype(np.float32)
+    w1_np, w2_np = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    w1, w2, x, y = Tensor(w1_np), Tensor(w2_np), Tensor(x_np), Tensor(y_np)
+    if devs:
+        w1, w2, x, y = w1.shard(devs), w2.shard(devs), x.shard(devs, axis=0), y.shard(devs, axis=0)
+    w1.requires_grad = w2.requires_grad = True
+    Tensor.realize(w1, w2)
+    losses, grads = [], []
+    for _ in range(steps):
+        loss = ((x @ w1).relu() @ w2 - y).square().mean()
+        g1, g2 = loss.gradient(w1, w2)
+        Tensor.realize(g1, g2, loss)
+        grads.append(g1)
+        w1.assign(w1.detach() - 0.1 * g1)
+        w2.assign(w2.detach() - 0.1 * g2)
+        Tensor.realize(w1, w2)
+        losses.append(loss.item())
+    return losses, w1.numpy(), w2.numpy(), grads
+
+
+def test_data_parallel_sgd_matches_single_device() -> None:
+    single = _train(None)
+    for devs in (devices(2), devices(4)):
+        multi = _train(devs)
+        np.testing.assert_allclose(multi[0], single[0], atol=1e-6)
+        assert np.abs(multi[1] - single[1]).max() <= 1e-6 and np.abs(multi[2] - single[2]).max() <= 1e-6
+        g = multi[3][-1]  # the weight gradient is replicated: equal on every device
+        assert g.uop.op is Ops.MULTI and g.uop.arg is None
+        per_device = [Tensor(s).numpy() for s in g.uop.src]
+        for other in per_device[1:]:
+            np.testing.assert_array_equal(other, per_device[0])

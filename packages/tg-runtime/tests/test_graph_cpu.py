@@ -146,3 +146,18 @@ def test_replay_checks_slot_count() -> None:
     with pytest.raises(ValueError, match="replay needs 2 slot buffers, got 1"):
         program.replay([x])
     del out
+
+
+def test_writes_into_an_arena_shared_with_kept_items_are_not_pruned() -> None:
+    # memory planning packs values into one arena: a skipped write there could be overwritten between replays
+    x, out = buf([1.0]), buf([0.0])
+    arena = buf([0.0, 0.0])
+    first, second = arena.view(1, dtypes.float32, 0), arena.view(1, dtypes.float32, 4)
+    const_src = buf([2.0])
+    items = [
+        ExecItem(kernel(3, 0), [first, const_src], {"n": 1}),  # input independent, but writes the arena
+        ExecItem(kernel(1, 0), [second, x], {"n": 1}),  # kept: reads the input, writes the arena
+        ExecItem(kernel(1, 0), [out, first], {"n": 1}),
+    ]
+    program = CapturedProgram(items, [x, out], persistent=set())
+    assert program.pruned_count == 0

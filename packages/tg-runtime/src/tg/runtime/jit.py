@@ -88,15 +88,18 @@ class CapturedProgram:
 
     @staticmethod
     def _kept_items(items: Sequence[ExecItem], slot_of: dict[int, int], persistent: set[int]) -> list[bool]:
-        """Fixed point: keep an item if it touches a slot or a persistent buffer, or reads what a kept item writes."""
+        """Fixed point: keep an item if it touches a slot or a persistent buffer, or any buffer a kept item writes
+        (reading it, or writing into it: memory planning puts several values in one arena buffer, and a skipped
+        write there could be clobbered by a kept item between replays)."""
         keep = [any(id(b.base) in slot_of or id(b.base) in persistent for b in ei.bufs) for ei in items]
+        writes = [{id(ei.bufs[p].base) for p in written_positions(ei)} for ei in items]
+        touches = [{id(b.base) for b in ei.bufs} for ei in items]
         changed = True
         while changed:
             changed = False
-            kept_writes = {id(ei.bufs[p].base) for ei, k in zip(items, keep, strict=True) if k
-                           for p in written_positions(ei)}  # fmt: skip
-            for i, ei in enumerate(items):
-                if not keep[i] and any(id(b.base) in kept_writes for b in ei.bufs):
+            kept_writes = set().union(*(w for w, k in zip(writes, keep, strict=True) if k))
+            for i in range(len(items)):
+                if not keep[i] and touches[i] & kept_writes:
                     keep[i] = changed = True
         return keep
 

@@ -195,6 +195,16 @@ def fake_usb1(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return mod
 
 
+def test_binding_present_but_system_library_missing(fake_usb1: Any) -> None:
+    # libusb1 imports fine but cannot find libusb-1.0 when the context opens (the normal state after `pip install`)
+    def missing(self: Any) -> None:
+        raise FileNotFoundError(2, "cannot find a suitable libusb-1.0")
+
+    fake_usb1.USBContext.open = missing
+    with pytest.raises(OSError, match=r"libusb-1.0 not found; install libusb-1.0-0 .*cannot find a suitable"):
+        USB3.list_devices(0xADD1, 1)
+
+
 def test_list_devices_filters_and_names(fake_usb1: Any) -> None:
     fake_usb1.devices.extend([FakeDevice(FakeHandle("custom")), FakeDevice(FakeHandle("x"), pid=2)])
     found = USB3.list_devices(0xADD1, 1)

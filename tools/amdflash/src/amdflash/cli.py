@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -17,11 +18,14 @@ from amdflash.device import TRANSPORTS, list_candidates, open_gpu
 from amdflash.romsw import DEFAULT_PRESCALE
 from amdflash.settings import Settings
 from amdflash.util import parse_int
+from tg.drivers.interrupts import DEFERRED_SIGNALS, critical, signal_guard
 
 EPILOG = """\
-safety: nothing is erased, programmed or streamed without --yes; images must be exactly 2 MiB; every written sector is
-read back and compared. Side effect: every romsw command writes ROM_CNTL once (prescale override, prescaler, bit 0)
-and leaves that value in place until the board is reset. Try it without hardware with --sim.
+safety: nothing is erased, programmed or streamed without --yes; images must be exactly 2 MiB and valid IFWIs
+(checked whole before anything is written); every written sector is read back and compared; Ctrl-C lets the current
+hardware step finish and restore its registers (exit 130). Progress goes to stderr, results to stdout. Side effect:
+every romsw command writes ROM_CNTL once (prescale override, prescaler, bit 0) and leaves that value in place until
+the board is reset. Try it without hardware with --sim.
 """
 
 
@@ -94,21 +98,32 @@ def build_parser() -> argparse.ArgumentParser:
     _add_globals(romsw, top=False)
     _add_prescale(romsw, top=False)
     rs = romsw.add_subparsers(dest="command", required=True)
-    p = rs.add_parser("info", help="JEDEC id, status registers, SFDP header")
+
+    def leaf(subparsers: Any, name: str, *, prescale: bool, **kw: Any) -> argparse.ArgumentParser:
+        # every leaf accepts the global options too (`amdflash romsw info --sim`), and its --help lists them
+        p = subparsers.add_parser(name, **kw)
+        _add_globals(p, top=False)
+        if prescale:
+            _add_prescale(p, top=False)
+        return p
+
+    p = leaf(rs, "info", prescale=True, help="JEDEC id, status registers, SFDP header")
     p.set_defaults(func=commands.romsw_info)
-    p = rs.add_parser("read", help="read SIZE bytes at ADDRESS (hex line, or -o file)")
+    p = leaf(rs, "read", prescale=True, help="read SIZE bytes at ADDRESS (hex line, or -o file)")
     p.add_argument("address", type=_int, metavar="ADDRESS", help="flash byte address (0x..., decimal, ...)")
     p.add_argument("size", type=_int, metavar="SIZE", help="number of bytes")
     p.add_argument("-o", "--output", metavar="OUTPUT", help="write the bytes to OUTPUT instead of printing hex")
     p.set_defaults(func=commands.romsw_read)
-    p = rs.add_parser("dump", help="dump the whole 2 MiB flash to OUTPUT (atomically)")
+    p = leaf(rs, "dump", prescale=True, help="dump the whole 2 MiB flash to OUTPUT (atomically)")
     p.add_argument("output", metavar="OUTPUT")
     p.set_defaults(func=commands.romsw_dump)
-    p = rs.add_parser("verify", help="compare the flash with a 2 MiB IMAGE")
+    p = leaf(rs, "verify", prescale=True, help="compare the flash with a 2 MiB IMAGE")
     p.add_argument("image", metavar="IMAGE", help="exactly 0x200000 bytes")
     p.set_defaults(func=commands.romsw_verify)
-    p = rs.add_parser(
+    p = leaf(
+        rs,
         "flash",
+        prescale=True,
         help="erase, program and verify sectors from a 2 MiB IMAGE (needs --yes)",
         description="Erase, program and read back each 4 KiB sector of the range. An interrupted flash prints the "
         "--start-sector/--sector-count to resume with; any range can be rewritten independently.",
@@ -117,28 +132,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-sector", type=_int, default=None, metavar="S", help="first 4 KiB sector (default 0)")
     p.add_argument("--sector-count", type=_int, default=None, metavar="C", help="sectors to write (default: to end)")
     p.add_argument("--clear-cmp", action="store_true", help="clear SR2.CMP (only that bit) if it protects the array")
+    p.add_argument(
+        "--skip-image-check",
+        action="store_true",
+        help="write an image that is not a valid IFWI (e.g. to blank the chip); by default the whole image is checked",
+    )
     p.add_argument("--yes", action="store_true", help="really erase and program")
     p.set_defaults(func=commands.romsw_flash)
 
     fw = groups.add_parser("fw", help="firmware-mediated access: PSP mailbox and the ROM_INDEX/ROM_DATA aperture")
     _add_globals(fw, top=False)
     fs = fw.add_subparsers(dest="command", required=True)
-    p = fs.add_parser("probe", help="read-only PSP mailbox queries")
+    p = leaf(fs, "probe", prescale=False, help="read-only PSP mailbox queries")
     p.set_defaults(func=commands.fw_probe)
-    p = fs.add_parser("dump", help="raw 2 MiB dump through ROM_INDEX/ROM_DATA, validated, to OUTPUT")
+    p = leaf(fs, "dump", prescale=False, help="raw 2 MiB dump through ROM_INDEX/ROM_DATA, validated, to OUTPUT")
     p.add_argument("output", metavar="OUTPUT")
     p.set_defaults(func=commands.fw_dump)
-    p = fs.add_parser("ifwi-all", help="stream every requested IFWI item to the PSP (needs --yes; power cycle after)")
+    p = leaf(
+        fs,
+        "ifwi-all",
+        prescale=False,
+        help="stream every requested IFWI item to the PSP (needs --yes; power cycle after)",
+    )
     p.add_argument("ifwi", metavar="IFWI", help="the 2 MiB IFWI image")
     p.add_argument("--yes", action="store_true", help="really start PSP transfers")
     p.set_defaults(func=commands.fw_ifwi_all)
-    p = fs.add_parser("stream", help="disabled: stock reflash validation failed")
+    p = leaf(fs, "stream", prescale=False, help="disabled: stock reflash validation failed")
     p.add_argument("item_type", type=_int, metavar="ITEM_TYPE")
     p.add_argument("image", metavar="IMAGE")
     p.add_argument("--yes", action="store_true")
     p.set_defaults(func=commands.fw_disabled)
     for name in ("ifwi-step", "live-flash"):
-        p = fs.add_parser(name, help="disabled: stock reflash validation failed")
+        p = leaf(fs, name, prescale=False, help="disabled: stock reflash validation failed")
         p.add_argument("ifwi", metavar="IFWI")
         p.add_argument("--yes", action="store_true")
         p.set_defaults(func=commands.fw_disabled)
@@ -195,7 +220,10 @@ def main(
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
     try:
-        return _run(args, opener, settings, out, err, verbose)
+        with signal_guard():  # SIGINT/SIGTERM wait for the hardware step in flight (tg.drivers.interrupts)
+            return _run(args, opener, settings, out, err, verbose, stderr)
+    except KeyboardInterrupt as exc:  # a signal while reporting: the command is over either way
+        return int(getattr(exc, "exit_code", 130))
     finally:
         if handler is not None:
             logger.removeHandler(handler)
@@ -209,11 +237,12 @@ def _run(
     out: Callable[[str], None],
     err: Callable[[str], None],
     verbose: bool,
+    stderr: TextIO | None = None,
 ) -> int:
     """Dispatch a parsed command and map its outcome to an exit code."""
     try:
         if args.sim and opener is None:
-            return _run_sim(args, settings, out, err)
+            return _run_sim(args, settings, out, err, stderr)
         if args.group == "list":
             return _list(args, out, err, sim=False)
         if opener is None:
@@ -221,11 +250,13 @@ def _run(
             def opener(index: int, transport: str) -> Any:
                 return open_gpu(index, transport, warn=err)
 
-        ctx = commands.Context(args, out, err, opener, settings or Settings())
+        ctx = commands.Context(args, out, err, opener, settings or Settings(), stderr)
         return int(args.func(ctx))
-    except KeyboardInterrupt:
-        err("error: interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        code = int(getattr(exc, "exit_code", 130))
+        with critical():  # a further Ctrl-C waits for this line
+            err("error: terminated" if code == 128 + signal.SIGTERM else "error: interrupted")
+        return code
     except (RuntimeError, TimeoutError, ValueError, OSError) as exc:
         if verbose:
             err(traceback.format_exc().rstrip())
@@ -239,12 +270,17 @@ def _run(
 
 
 def _run_sim(
-    args: argparse.Namespace, settings: Settings | None, out: Callable[[str], None], err: Callable[[str], None]
+    args: argparse.Namespace,
+    settings: Settings | None,
+    out: Callable[[str], None],
+    err: Callable[[str], None],
+    stderr: TextIO | None = None,
 ) -> int:
     """Run a command against the simulated board of the `--sim-state` file.
 
     The state file's lock is held from loading the state to saving it, so concurrent invocations cannot lose each
-    other's writes; the board is saved (atomically) even when the command fails or is interrupted.
+    other's writes; the board is saved (atomically, with SIGINT/SIGTERM deferred) even when the command fails or is
+    interrupted, twice. A state path that could not be saved is refused before the command runs.
     """
     import hashlib
 
@@ -255,6 +291,7 @@ def _run_sim(
     if args.group == "list":
         return _list(args, out, err, sim=True)
     path = os.path.abspath(args.sim_state or default_state_path())
+    check_state_path(path)
     tag = hashlib.sha256(path.encode()).hexdigest()[:12]
     with acquire_device_lock(lock_name(regs.LOCK_PREFIX, f"sim-{tag}")):
         board = load_board(path)
@@ -265,16 +302,47 @@ def _run_sim(
             return make_sim_device(board, lock=False)
 
         # the simulated flash finishes erases and programs at once: no need to sleep between busy polls
-        ctx = commands.Context(args, out, err, open_sim, settings or Settings(busy_poll_interval=0.0))
+        ctx = commands.Context(args, out, err, open_sim, settings or Settings(busy_poll_interval=0.0), stderr)
         try:
             return int(args.func(ctx))
         finally:
-            save_board(board, path)
+            with critical():  # a (second) Ctrl-C waits until the state file is replaced
+                save_board(board, path)
+
+
+def check_state_path(path: str) -> None:
+    """Refuse a `--sim-state` path that could not be saved to (before any work is done).
+
+    The file is replaced atomically, so its directory (or the nearest existing ancestor, which `save_board` creates
+    the rest of) must be writable; an existing file must be readable and not a directory.
+    """
+    if os.path.isdir(path):
+        raise ValueError(f"--sim-state path is a directory: {path}")
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        raise PermissionError(f"--sim-state file is not readable: {path}")
+    directory = os.path.dirname(path)
+    while not os.path.isdir(directory):
+        if os.path.exists(directory):
+            raise ValueError(f"--sim-state directory {directory} is not a directory")
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(f"--sim-state directory is not writable: {directory} (the state could not be saved)")
 
 
 def console_main() -> None:
-    """Console-script wrapper: exit with `main()`'s code."""
-    sys.exit(main())
+    """Console-script wrapper: exit with `main()`'s code; signals after `main` returned cannot change it."""
+    code = 130
+    try:
+        code = main()
+    except KeyboardInterrupt as exc:  # a signal between main's own handling and here
+        code = int(getattr(exc, "exit_code", 130))
+    finally:
+        for signum in DEFERRED_SIGNALS:  # the process is exiting: a late Ctrl-C must not kill it mid-flush
+            signal.signal(signum, signal.SIG_IGN)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ import argparse
 import contextlib
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from amdflash import psp
 from amdflash.device import Bar5
@@ -25,13 +26,18 @@ from amdflash.gd25 import (
     SR2_CMP,
     has_jedec,
 )
-from amdflash.ifwi import IFWI_MAGIC, check_image_size, resolve_ifwi_item
+from amdflash.ifwi import check_image_size, resolve_ifwi_item, validate_ifwi
+from amdflash.progress import Progress
 from amdflash.romsw import Navi31SPI, check_prescale
 from amdflash.settings import Settings
 from amdflash.util import atomic_write, atomic_writer, check_output_path
+from tg.drivers.interrupts import critical
 
 DISABLED = "firmware writes are disabled: stock reflash validation failed; use 'amdflash romsw flash' for recovery"
-IFWI_SIZE_MESSAGE = "Navi31 IFWI image must be exactly 2 MiB"
+NOT_BOOTED_HINT = (
+    "hint: the PSP has not booted (as with an empty or corrupt flash, where its boot loader stalls); "
+    "the raw romsw commands work in that state"
+)
 MAX_IFWI_ITEMS = 19
 BLOCK = 0x10000
 
@@ -47,6 +53,11 @@ class Context:
     err: Callable[[str], None]
     opener: Callable[[int, str], Any]
     settings: Settings
+    stderr: TextIO | None = None  # where progress goes (a tqdm bar on a terminal, plain lines otherwise)
+
+    def progress(self, total: int, desc: str) -> Progress:
+        """Progress of a long operation of `total` bytes, on stderr."""
+        return Progress(total, desc, self.stderr)
 
     @contextlib.contextmanager
     def device(self, transport: str) -> Iterator[Any]:
@@ -94,11 +105,19 @@ def fw_transport(args: argparse.Namespace) -> str:
     return str(args.transport or "auto")
 
 
-def read_image(path: str, message: str = "image must be exactly 0x200000 bytes") -> bytes:
-    """Read an image file and check that it is exactly 2 MiB."""
-    with open(path, "rb") as f:
-        data = f.read(FLASH_SIZE + 1)
-    return check_image_size(data, message)
+def read_image(path: str, what: str = "image") -> bytes:
+    """Read an image file and check that it is exactly 2 MiB (the error names the file and its actual size)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(FLASH_SIZE + 1)
+            actual = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        raise ValueError(f"{what} file not found: {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"{what} path is a directory: {path}") from None
+    except PermissionError:
+        raise PermissionError(f"{what} file is not readable: {path}") from None
+    return check_image_size(data, path, actual, what)
 
 
 def sector_range(start: int | None, count: int | None) -> tuple[int, int]:
@@ -162,13 +181,16 @@ def romsw_dump(ctx: Context) -> int:
     output = ctx.args.output
     check_output_path(output)
     digest = hashlib.sha256()
-    with ctx.flash() as chip, atomic_writer(output, tmp_path=output + ".partial") as f:
+    with (
+        ctx.flash() as chip,
+        atomic_writer(output, tmp_path=output + ".partial") as f,
+        ctx.progress(FLASH_SIZE, "dump") as bar,
+    ):
         for addr in range(0, FLASH_SIZE, SECTOR_SIZE):
             data = chip.read(addr, SECTOR_SIZE)
             digest.update(data)
             f.write(data)
-            if (addr + SECTOR_SIZE) % BLOCK == 0:
-                ctx.out(f"{addr + SECTOR_SIZE:#08x}/{FLASH_SIZE:#08x}")
+            bar.update(SECTOR_SIZE)
     ctx.out(f"wrote {output} sha256={digest.hexdigest()}")
     return 0
 
@@ -178,13 +200,14 @@ def romsw_verify(ctx: Context) -> int:
     romsw_preflight(ctx)
     image = read_image(ctx.args.image)
     digest = hashlib.sha256()
-    with ctx.flash() as chip:
+    with ctx.flash() as chip, ctx.progress(FLASH_SIZE, "verify") as bar:
         for addr in range(0, FLASH_SIZE, SECTOR_SIZE):
             got = chip.read(addr, SECTOR_SIZE)
             want = image[addr : addr + SECTOR_SIZE]
             if got != want:
                 raise mismatch(addr, got, want)
             digest.update(got)
+            bar.update(SECTOR_SIZE)
     ctx.out(f"verified {FLASH_SIZE:#x} bytes sha256={digest.hexdigest()}")
     return 0
 
@@ -198,8 +221,10 @@ def romsw_flash(ctx: Context) -> int:
     image = read_image(args.image)
     start, count = sector_range(args.start_sector, args.sector_count)
     romsw_preflight(ctx)
-    if image[:4] != IFWI_MAGIC:
-        ctx.err("warning: image does not start with the IFWI magic AA55AA55")
+    if args.skip_image_check:
+        ctx.err("warning: --skip-image-check: the image is written without checking that it is a valid IFWI")
+    else:
+        validate_ifwi(image)  # the whole image, before the device is even opened
     s = ctx.settings
     with ctx.flash() as chip:
         if chip.status(OP_RDSR2) & SR2_CMP:
@@ -211,20 +236,16 @@ def romsw_flash(ctx: Context) -> int:
         current, erased = start, False  # `current`: the first sector not yet verified
         t0 = time.monotonic()
         try:
-            for sector in range(start, end):
-                addr = sector * SECTOR_SIZE
-                want = image[addr : addr + SECTOR_SIZE]
-                erased = True
-                chip.erase_sector(addr, timeout=s.erase_timeout)
-                for off in range(0, SECTOR_SIZE, 0x100):
-                    page = want[off : off + 0x100]
-                    if page.count(0xFF) != len(page):
-                        chip.program_page(addr + off, page, timeout=s.program_timeout)
-                got = chip.read(addr, SECTOR_SIZE)
-                if got != want:
-                    raise mismatch(addr, got, want)
-                current = sector + 1
-                ctx.out(f"OK sector {sector:03d}/511 @{addr:#07x} elapsed={time.monotonic() - t0:.1f}s")
+            with ctx.progress(count * SECTOR_SIZE, "flash") as bar:
+                for sector in range(start, end):
+                    addr = sector * SECTOR_SIZE
+                    want = image[addr : addr + SECTOR_SIZE]
+                    erased = True
+                    with critical():  # a Ctrl-C lets the sector finish (erase, program, read back, report) first
+                        write_sector(chip, addr, want, s)
+                        current = sector + 1
+                        ctx.out(f"OK sector {sector:03d}/511 @{addr:#07x} elapsed={time.monotonic() - t0:.1f}s")
+                    bar.update(SECTOR_SIZE)
         except BaseException:
             if erased and current < end:
                 ctx.err(
@@ -236,11 +257,28 @@ def romsw_flash(ctx: Context) -> int:
     return 0
 
 
+def write_sector(chip: GD25LQ16E, addr: int, want: bytes, settings: Settings) -> None:
+    """Erase the sector at `addr`, program its pages that are not all 0xFF, and read it back; raise on a mismatch."""
+    chip.erase_sector(addr, timeout=settings.erase_timeout)
+    for off in range(0, SECTOR_SIZE, 0x100):
+        page = want[off : off + 0x100]
+        if page.count(0xFF) != len(page):
+            chip.program_page(addr + off, page, timeout=settings.program_timeout)
+    got = chip.read(addr, SECTOR_SIZE)
+    if got != want:
+        raise mismatch(addr, got, want)
+
+
 # --- fw ---------------------------------------------------------------------------------------------------------------
 def fw_probe(ctx: Context) -> int:
     """`fw probe`: the four read-only mailbox queries."""
     with ctx.device(fw_transport(ctx.args)) as dev:
-        results = ctx.mailbox(dev).probe()
+        try:
+            results = ctx.mailbox(dev).probe()
+        except RuntimeError as exc:
+            if str(exc).startswith("PSP mailbox is not ready"):
+                ctx.err(NOT_BOOTED_HINT)
+            raise
     for name, error, response in results:
         ctx.out(f"{name}: error={error:#x} response={response:#x}")
         if name == "transfer_type" and error == psp.GATED_ERROR:
@@ -254,7 +292,8 @@ def fw_dump(ctx: Context) -> int:
     check_output_path(output)
     t0 = time.monotonic()
     with ctx.device(fw_transport(ctx.args)) as dev:
-        data = dump_rom_aperture(Bar5(dev), progress=ctx.out)
+        with ctx.progress(FLASH_SIZE, "fw dump") as bar:
+            data = dump_rom_aperture(Bar5(dev), progress=lambda done, total: bar.goto(done))
     atomic_write(output, data)
     elapsed = time.monotonic() - t0
     ctx.out(f"dumped {len(data):#x} bytes in {elapsed:.1f}s sha256={hashlib.sha256(data).hexdigest()}")
@@ -265,7 +304,7 @@ def fw_ifwi_all(ctx: Context) -> int:
     """`fw ifwi-all IFWI --yes`: stream every item the PSP requests until its terminal phase."""
     if not ctx.args.yes:
         raise RuntimeError("refusing to stream without --yes")
-    image = read_image(ctx.args.ifwi, IFWI_SIZE_MESSAGE)
+    image = validate_ifwi(read_image(ctx.args.ifwi, "IFWI image"))  # nothing is streamed unless all of it is valid
     with ctx.device(fw_transport(ctx.args)) as dev:
         mailbox = ctx.mailbox(dev)
         current = mailbox.require(psp.GET_TRANSFER_TYPE, name="GET_TRANSFER_TYPE")
@@ -273,7 +312,8 @@ def fw_ifwi_all(ctx: Context) -> int:
             request, phase = current & 0xFF, current >> 8
             ctx.out(f"IFWI step {step}: state={current:#x} item={request:#x} phase={phase}")
             _, payload = resolve_ifwi_item(image, request, out=ctx.out)
-            mailbox.stream(payload, request, transfer_type=current)
+            with ctx.progress(len(payload), f"item {request:#x}") as bar:
+                mailbox.stream(payload, request, transfer_type=current, progress=lambda done, total: bar.goto(done))
             if phase == 2:
                 ctx.out(f"IFWI stream complete after terminal state {current:#x}; hard power cycle required")
                 return 0

@@ -18,6 +18,12 @@ TRANSPORTS = ("auto", "usb", "pci", "remote")
 
 _Raw = tuple[str, str, int, int, Callable[[], Any]]
 
+SIM_HINT = "; to try amdflash without hardware, add --sim"
+REMOTE_UNSET = (
+    "--transport remote needs the REMOTE environment variable, which is not set: "
+    "REMOTE=host:port[,host:port...] names the tg-pci-server(s) to use"
+)
+
 
 def _drivers(module: str) -> Any:
     # imported on first use, so that listing one transport never needs another transport's dependencies
@@ -48,12 +54,17 @@ def _usb_candidates() -> list[_Raw]:
     try:
         usb = _drivers("usb")
     except ImportError as exc:  # the libusb1 binding is missing: report it like a missing libusb
-        raise OSError(f"USB support unavailable: {exc}") from exc
+        raise OSError(f"USB support unavailable: {exc}{SIM_HINT}") from exc
     found: list[_Raw] = []
     usb.USB3.cache_clear()  # a fresh enumeration per command: boards get re-plugged during recovery
-    for vid, pid in regs.USB_BRIDGE_IDS:
-        for dev, name in usb.USB3.list_devices(vid, pid):
-            found.append(("usb", name, vid, pid, functools.partial(usb.USBPCIDevice, regs.LOCK_PREFIX, dev, name)))
+    try:
+        for vid, pid in regs.USB_BRIDGE_IDS:
+            for dev, name in usb.USB3.list_devices(vid, pid):
+                found.append(("usb", name, vid, pid, functools.partial(usb.USBPCIDevice, regs.LOCK_PREFIX, dev, name)))
+    except OSError as exc:
+        if "libusb" not in str(exc):
+            raise
+        raise OSError(f"{exc}{SIM_HINT}") from exc
     return found
 
 
@@ -71,6 +82,8 @@ def _pci_candidates() -> list[_Raw]:
 
 
 def _remote_candidates() -> list[_Raw]:
+    if not os.environ.get("REMOTE", "").strip():
+        raise RuntimeError(REMOTE_UNSET)
     remote = _drivers("remote")
     found: list[_Raw] = []
     for sock, name in remote.remote_list(regs.AMD_VENDOR_ID, regs.NAVI31_DEVICES, None):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from amdflash import regs
 from amdflash.ifwi import FLASH_SIZE, IFWI_MAGIC
 from amdflash.util import RegisterAccessor, bswap32
+from tg.drivers.interrupts import critical
 
 PAGE = 0x10000
 
@@ -33,26 +34,31 @@ def validate_dump(data: bytes) -> bytes:
     return data
 
 
-def dump_rom_aperture(bar5: RegisterAccessor, progress: Callable[[str], None] | None = print) -> bytes:
+def dump_rom_aperture(bar5: RegisterAccessor, progress: Callable[[int, int], None] | None = None) -> bytes:
     """Read the whole flash through ROM_DATA (one 32-bit read per dword) and return it, validated.
 
+    `progress(done, total)` is called after each 64 KiB page.
     ROM_INDEX and ROM_CNTL are restored (through `fw_rom_reg_encode`) in a `finally`.
     """
-    c0 = bar5.read32(regs.ROM_CNTL)
-    i0 = bar5.read32(regs.ROM_INDEX)
+    with critical():
+        c0 = bar5.read32(regs.ROM_CNTL)
+        i0 = bar5.read32(regs.ROM_INDEX)
     if c0 == regs.ROM_CNTL_ABSENT:
         raise RuntimeError(UNAVAILABLE)
     out = bytearray()
     try:
-        bar5.write32(regs.ROM_CNTL, fw_rom_reg_encode(c0 | regs.ROM_CNTL_INDEXED_DUMP))
+        with critical():
+            bar5.write32(regs.ROM_CNTL, fw_rom_reg_encode(c0 | regs.ROM_CNTL_INDEXED_DUMP))
         for page in range(0, FLASH_SIZE, PAGE):
-            bar5.write32(regs.ROM_INDEX, fw_rom_reg_encode(page >> 8))
-            read32 = bar5.read32
-            words = [read32(regs.ROM_DATA) for _ in range(PAGE // 4)]
+            with critical():  # ROM_INDEX and the reads of its page go together
+                bar5.write32(regs.ROM_INDEX, fw_rom_reg_encode(page >> 8))
+                read32 = bar5.read32
+                words = [read32(regs.ROM_DATA) for _ in range(PAGE // 4)]
             out += b"".join(w.to_bytes(4, "little") for w in words)
             if progress is not None:
-                progress(f"{page + PAGE:#08x}/0x200000")
+                progress(page + PAGE, FLASH_SIZE)
     finally:
-        bar5.write32(regs.ROM_INDEX, fw_rom_reg_encode(i0))
-        bar5.write32(regs.ROM_CNTL, fw_rom_reg_encode(c0))
+        with critical():  # both restores happen, whatever arrives meanwhile
+            bar5.write32(regs.ROM_INDEX, fw_rom_reg_encode(i0))
+            bar5.write32(regs.ROM_CNTL, fw_rom_reg_encode(c0))
     return validate_dump(bytes(out))

@@ -23,10 +23,15 @@ FIXED_ITEMS: dict[int, tuple[int, int]] = {
 PSP_DIRECTORIES = {0x02: 0x2000, 0x03: 0x3000}
 
 
-def check_image_size(image: bytes, message: str = "image must be exactly 0x200000 bytes") -> bytes:
-    """Return `image` if it is exactly 2 MiB, else raise ValueError(message)."""
+def size_error(path: str, actual: int, what: str = "image") -> ValueError:
+    """The one wording of a wrong-size image, for every command: what was expected and what the file holds."""
+    return ValueError(f"{what} must be exactly {FLASH_SIZE:#x} bytes (2 MiB); {path} has {actual:#x} bytes")
+
+
+def check_image_size(image: bytes, path: str = "the image", actual: int | None = None, what: str = "image") -> bytes:
+    """Return `image` if it is exactly 2 MiB, else raise `size_error` (`actual`: the file's size, if known)."""
     if len(image) != FLASH_SIZE:
-        raise ValueError(message)
+        raise size_error(path, len(image) if actual is None else actual, what)
     return image
 
 
@@ -82,3 +87,34 @@ def resolve_ifwi_item(image: bytes, item: int, out: Callable[[str], None] | None
     if out is not None:
         out(f"resolved requested item {item:#x}: offset={offset:#x} size={size:#x}")
     return offset, payload
+
+
+#: every item type `locate_ifwi_item` resolves, in the order `validate_ifwi` checks them
+ALL_ITEMS: tuple[int, ...] = (*sorted(FIXED_ITEMS), *sorted(PSP_DIRECTORIES), 0x08, 0x81, *range(0x82, 0x89))
+MAX_STREAM_SIZE = 0xFFFFFF  # the PSP mailbox's 24-bit size field
+
+
+def validate_ifwi(image: bytes) -> bytes:
+    """Check a whole IFWI image before anything is written or streamed; return it, or raise ValueError.
+
+    Checks the size, the `AA 55 AA 55` magic, both `$PSP` directories, the `$SGN` table and that every item type the
+    resolver knows lies inside the image with a size the PSP mailbox can stream (1..0xFFFFFF bytes, a multiple of 4).
+    Zeros, all-0xFF, random and truncated files all fail here, so nothing reaches the flash or the PSP.
+    """
+    check_image_size(image)
+    if image[:4] != IFWI_MAGIC:
+        raise ValueError(f"not an IFWI image: it starts with {image[:4].hex()}, not the magic aa55aa55")
+    for item in ALL_ITEMS:
+        try:
+            offset, size = locate_ifwi_item(image, item)
+        except ValueError as exc:
+            raise ValueError(f"invalid IFWI image: item {item:#x}: {exc}") from None
+        if not 0 < size <= MAX_STREAM_SIZE or size % 4:
+            raise ValueError(
+                f"invalid IFWI image: item {item:#x} has size {size:#x} (must be 4..0xffffff, a multiple of 4)"
+            )
+        if offset + size > len(image):
+            raise ValueError(
+                f"invalid IFWI image: item {item:#x} at {offset:#x} size {size:#x} extends beyond the image"
+            )
+    return image

@@ -8,6 +8,7 @@ from typing import cast
 
 from amdflash import regs
 from amdflash.util import RegisterAccessor
+from tg.drivers.interrupts import critical
 
 GET_BOOT_PARTITION = 0x01
 LIVE_ADDR_LO = 0x02
@@ -81,7 +82,10 @@ class PSPFlashMailbox:
 
         `timeout=None` uses the instance default (10 s unless configured).
         """
-        timeout = self.command_timeout if timeout is None else timeout
+        with critical():  # a Ctrl-C waits for the mailbox to answer (bounded by `timeout`)
+            return self._command(cmd, data, self.command_timeout if timeout is None else timeout)
+
+    def _command(self, cmd: int, data: int | None, timeout: float) -> tuple[int, int]:
         bar = self.bar5
         st = bar.read32(regs.PSP_COMMAND)
         if not st & regs.PSP_READY:
@@ -109,8 +113,16 @@ class PSPFlashMailbox:
         """Run the four read-only queries; returns `(name, error, response)` for each."""
         return [(name, *self.command(cmd)) for name, cmd in PROBE_COMMANDS]
 
-    def stream(self, payload: bytes | Sized, item: int, transfer_type: int | None = None) -> int:
+    def stream(
+        self,
+        payload: bytes | Sized,
+        item: int,
+        transfer_type: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Stream one item (START, one DATA per dword, END). Returns the number of bytes sent.
+
+        `progress(sent, size)` is called after every 4 KiB (and at the end).
 
         On any failure after START, a single best-effort END with the partial count is sent, unless the whole
         payload was already sent (so a rejected complete END is never repeated).
@@ -137,9 +149,8 @@ class PSPFlashMailbox:
                 word = int.from_bytes(data[o : o + 4], "little")
                 self.require(DATA_TRANSFER, word, name=f"DATA_TRANSFER@{o:#x}")
                 sent = o + 4
-                if sent % 0x1000 == 0:
-                    elapsed = max(time.monotonic() - start, 1e-9)
-                    self.out(f"{sent:#x}/{size:#x} ({sent / 1024 / elapsed:.1f} KiB/s)")
+                if progress is not None and sent % 0x1000 == 0:
+                    progress(sent, size)
             self.require(END_TRANSFER, (sent << 8) | item, timeout=self.end_timeout, name="END_TRANSFER")
         except BaseException:
             if sent != size:
@@ -148,5 +159,7 @@ class PSPFlashMailbox:
                 except Exception:  # best effort only; the original error is what matters
                     pass
             raise
+        if progress is not None:
+            progress(sent, size)
         self.out(f"stream complete: type={item:#x} size={sent:#x} elapsed={time.monotonic() - start:.1f}s")
         return sent

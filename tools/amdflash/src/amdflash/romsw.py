@@ -7,6 +7,7 @@ import time
 
 from amdflash import regs
 from amdflash.util import RegisterAccessor
+from tg.drivers.interrupts import critical
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +18,18 @@ TRANSACTION_TIMEOUT = 2.0
 # Chip-erase opcodes complete in one byte. Every ROM_SW_CNTL write re-sends the opcode left in ROM_SW_COMMAND as a
 # bare 1-byte command (the pre-clear and the restore of each transaction), so these must never be placed there.
 ONE_BYTE_DESTRUCTIVE_OPCODES = frozenset({0x60, 0xC7})
+
+# The order in which `transfer` restores what it set up: the engine first (ROM_SW_CNTL, ROM_SW_STATUS), then the clock,
+# the page mirror and the GPIO pads.
+RESTORE_ORDER = (
+    regs.ROM_SW_CNTL,
+    regs.ROM_SW_STATUS,
+    regs.ROM_CNTL,
+    regs.PAGE_MIRROR_CNTL,
+    regs.GPIO_PAD_A,
+    regs.GPIO_PAD_EN,
+    regs.GPIO_PAD_MASK,
+)
 
 GATED_HINT = "; the ROM_SW engine is gated — raw access only works while the PSP boot loader is stalled"
 
@@ -67,8 +80,9 @@ class Navi31SPI:
         """Run one SPI transaction: opcode, `address_len` address bytes, then TX `data_out` or RX `data_in` bytes.
 
         Returns the RX window (which shows the *previous* RX transaction's capture) or b"" for non-RX transactions.
-        Every touched register is restored in a `finally`, whatever happens. `timeout=None` uses the instance default
-        (2 s unless configured).
+        Every register the set-up wrote (and only those) is restored in a `finally`, whatever happens; SIGINT/SIGTERM
+        are deferred until the restore is done (`tg.drivers.interrupts.critical`). `timeout=None` uses the instance
+        default (2 s unless configured).
         """
         if data_out and data_in:
             raise ValueError("simultaneous TX and RX is unsupported")
@@ -81,23 +95,43 @@ class Navi31SPI:
         count = len(data_out) or data_in
         if not 0 <= count <= MAX_TRANSFER:
             raise ValueError("transfer data must be <= 256 bytes")
+        with critical():  # a Ctrl-C waits until the registers are restored
+            return self._transaction(opcode, address, address_len, data_out, data_in, count, timeout)
+
+    def _transaction(
+        self,
+        opcode: int,
+        address: int,
+        address_len: int,
+        data_out: bytes,
+        data_in: int,
+        count: int,
+        timeout: float | None,
+    ) -> bytes:
         bar = self.bar5
         ncmd = 1 + address_len
+        saved: dict[int, int] = {}  # register -> value before the transaction, for those written so far
 
-        gpio_mask = bar.read32(regs.GPIO_PAD_MASK)
-        gpio_a = bar.read32(regs.GPIO_PAD_A)
-        gpio_en = bar.read32(regs.GPIO_PAD_EN)
-        page_mirror = bar.read32(regs.PAGE_MIRROR_CNTL)
-        rom_cntl = bar.read32(regs.ROM_CNTL)
+        def setup(off: int, value: int, original: int) -> None:
+            saved.setdefault(off, original)
+            bar.write32(off, value & 0xFFFFFFFF)
+
         completed = False
         try:
-            bar.write32(regs.GPIO_PAD_MASK, gpio_mask & ~regs.GPIO_SPI_PADS & 0xFFFFFFFF)
-            bar.write32(regs.GPIO_PAD_A, gpio_a & ~regs.GPIO_SPI_PADS & 0xFFFFFFFF)
-            bar.write32(regs.GPIO_PAD_EN, gpio_en & ~regs.GPIO_SPI_PADS & 0xFFFFFFFF)
-            bar.write32(regs.PAGE_MIRROR_CNTL, (page_mirror & regs.PAGE_MIRROR_CLEAR) | regs.PAGE_MIRROR_ROMSW)
-            bar.write32(regs.ROM_CNTL, (rom_cntl & ~0xF & 0xFFFFFFFF) | 0x8)
-            bar.write32(regs.ROM_SW_CNTL, 0)
-            bar.write32(regs.ROM_SW_STATUS, 0)
+            gpio_mask = bar.read32(regs.GPIO_PAD_MASK)
+            gpio_a = bar.read32(regs.GPIO_PAD_A)
+            gpio_en = bar.read32(regs.GPIO_PAD_EN)
+            page_mirror = bar.read32(regs.PAGE_MIRROR_CNTL)
+            rom_cntl = bar.read32(regs.ROM_CNTL)
+            setup(regs.GPIO_PAD_MASK, gpio_mask & ~regs.GPIO_SPI_PADS, gpio_mask)
+            setup(regs.GPIO_PAD_A, gpio_a & ~regs.GPIO_SPI_PADS, gpio_a)
+            setup(regs.GPIO_PAD_EN, gpio_en & ~regs.GPIO_SPI_PADS, gpio_en)
+            setup(regs.PAGE_MIRROR_CNTL, (page_mirror & regs.PAGE_MIRROR_CLEAR) | regs.PAGE_MIRROR_ROMSW, page_mirror)
+            setup(regs.ROM_CNTL, (rom_cntl & ~0xF) | 0x8, rom_cntl)
+            # ROM_SW_CNTL/STATUS are restored to 0 (their idle value); every ROM_SW_CNTL write triggers the engine, so
+            # that restore happens only once the pads, mirror and clock above are set up
+            setup(regs.ROM_SW_CNTL, 0, 0)
+            setup(regs.ROM_SW_STATUS, 0, 0)
             status = bar.read32(regs.ROM_SW_STATUS)
             if status != 0:
                 raise RuntimeError(f"ROM_SW_STATUS did not clear (status={status:#010x}){GATED_HINT}")
@@ -116,24 +150,21 @@ class Navi31SPI:
             completed = True
             return result
         finally:
-            restores = (
-                (regs.ROM_SW_CNTL, 0),
-                (regs.ROM_SW_STATUS, 0),
-                (regs.ROM_CNTL, rom_cntl),
-                (regs.PAGE_MIRROR_CNTL, page_mirror),
-                (regs.GPIO_PAD_A, gpio_a),
-                (regs.GPIO_PAD_EN, gpio_en),
-                (regs.GPIO_PAD_MASK, gpio_mask),
-            )
-            restore_error: Exception | None = None
-            for off, value in restores:
-                try:
-                    bar.write32(off, value)
-                except Exception as exc:  # never mask the original exception; log and keep restoring
-                    log.error("failed to restore register %#x: %s", off, exc)
-                    restore_error = restore_error or exc
-            if completed and restore_error is not None:
-                raise restore_error
+            self._restore(saved, completed)
+
+    def _restore(self, saved: dict[int, int], completed: bool) -> None:
+        """Undo exactly the set-up writes that happened, in the fixed restore order; keep going past failures."""
+        first_error: BaseException | None = None
+        for off in RESTORE_ORDER:
+            if off not in saved:
+                continue
+            try:
+                self.bar5.write32(off, saved[off])
+            except BaseException as exc:  # never mask the original exception; log and keep restoring
+                log.error("failed to restore register %#x: %s", off, exc)
+                first_error = first_error or exc
+        if completed and first_error is not None:
+            raise first_error
 
     def _wait_done(self, timeout: float) -> None:
         bar = self.bar5

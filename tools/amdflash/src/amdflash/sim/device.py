@@ -64,7 +64,7 @@ def served_device() -> Any:
 
     from amdflash.sim.config import SimConfig
     from amdflash.sim.images import build_ifwi
-    from amdflash.sim.state import load_board
+    from amdflash.sim.state import boot_psp_mode, load_board
 
     state = os.environ.get("AMDFLASH_SIM_STATE")
     seed = os.environ.get("AMDFLASH_SIM_SEED")
@@ -73,5 +73,5 @@ def served_device() -> Any:
     elif seed:
         board = SimulatedNavi31(SimConfig(flash=build_ifwi(int(seed, 0))))
     else:
-        board = SimulatedNavi31(SimConfig())
+        board = SimulatedNavi31(SimConfig(psp=boot_psp_mode(SimConfig().flash)))
     return make_sim_device(board, lock=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,18 +16,32 @@ from amdflash.sim.device import DirectSimDevice, make_sim_device
 FAST_SETTINGS = Settings(transaction_timeout=0.05, command_timeout=0.05, end_timeout=0.05, busy_poll_interval=0.0)
 
 
+#: a plain progress line (`amdflash.progress`): `<desc>: <percent>% (<done>/<total>, <rate>/s[, <n>s left])`
+PROGRESS_LINE = re.compile(r"^[\w .-]+: \d{1,3}% \(.*/s(, \d+s left)?\)$")
+
+
 @dataclass
 class Result:
-    """Outcome of one CLI invocation."""
+    """Outcome of one CLI invocation: `err` is stderr without the progress lines, `raw_err` all of it."""
 
     code: int
     out: str
-    err: str
+    raw_err: str
 
     @property
     def lines(self) -> list[str]:
         """stdout split into lines."""
         return self.out.splitlines()
+
+    @property
+    def err(self) -> str:
+        """stderr without progress lines (warnings, hints and errors only)."""
+        return "".join(line for line in self.raw_err.splitlines(True) if not PROGRESS_LINE.match(line.rstrip("\n")))
+
+    @property
+    def progress(self) -> list[str]:
+        """The progress lines of stderr."""
+        return [line for line in self.raw_err.splitlines() if PROGRESS_LINE.match(line)]
 
 
 @dataclass

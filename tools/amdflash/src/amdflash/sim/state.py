@@ -9,11 +9,21 @@ import json
 import os
 from pathlib import Path
 
+from amdflash.ifwi import IFWI_MAGIC
 from amdflash.sim.board import PLAIN_REGS, SimulatedNavi31
 from amdflash.sim.config import FLASH_SIZE, SimConfig
 from amdflash.util import atomic_write
 
 MAGIC = b"AMDFLASH-SIM 1 "
+
+
+def boot_psp_mode(flash: bytes) -> str:
+    """How the PSP comes out of a power-up with this flash: booted ("early") only from an image with the IFWI magic;
+    with a blank or corrupt flash its boot loader stalls ("not_ready"): the mailbox never answers, the raw path works.
+
+    Every `--sim` invocation is such a power-up, so the simulator agrees with the README's table of access paths.
+    """
+    return "early" if bytes(flash[:4]) == IFWI_MAGIC else "not_ready"
 
 
 def default_state_path() -> Path:
@@ -26,7 +36,7 @@ def load_board(path: str | os.PathLike[str]) -> SimulatedNavi31:
     """The board saved at `path`, or a fresh default board (blank flash) when the file does not exist."""
     p = Path(path)
     if not p.exists():
-        return SimulatedNavi31(SimConfig())
+        return SimulatedNavi31(SimConfig(psp=boot_psp_mode(SimConfig().flash)))
     blob = p.read_bytes()
     newline = blob.find(b"\n")
     if not blob.startswith(MAGIC) or newline < 0:
@@ -40,7 +50,7 @@ def load_board(path: str | os.PathLike[str]) -> SimulatedNavi31:
         raise ValueError(f"{p} is truncated: flash holds {len(flash):#x} bytes, expected {FLASH_SIZE:#x}")
     initial = {int(k): int(v) for k, v in meta.get("initial_regs", {}).items()}
     sr1, sr2, sr3 = (int(meta.get(name, 0)) for name in ("sr1", "sr2", "sr3"))
-    config = SimConfig(flash=flash, sr1=sr1, sr2=sr2, sr3=sr3)
+    config = SimConfig(flash=flash, sr1=sr1, sr2=sr2, sr3=sr3, psp=boot_psp_mode(flash))
     if initial:
         config.initial_regs = initial
     board = SimulatedNavi31(config)

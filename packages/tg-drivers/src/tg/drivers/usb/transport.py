@@ -114,7 +114,10 @@ class USB3:
                 usb1 = import_usb1()
                 with _libusb_call("libusb_init"):
                     ctx = usb1.USBContext()
-                    ctx.open()
+                    try:
+                        ctx.open()
+                    except OSError as e:  # the binding is installed but the libusb-1.0 system library is not
+                        raise libusb_missing_error(e) from e
                     debug = os.environ.get("DEBUG", "0")
                     if debug.isdigit() and int(debug) >= 6:
                         ctx.setDebug(4)

@@ -66,7 +66,8 @@ class Navi31SPI:
         self.prescale = prescale
         self.timeout = timeout
         self.poll_interval = poll_interval
-        bar5.write32(regs.ROM_CNTL, persistent_rom_cntl(bar5.read32(regs.ROM_CNTL), prescale))
+        with critical():
+            bar5.write32(regs.ROM_CNTL, persistent_rom_cntl(bar5.read32(regs.ROM_CNTL), prescale))
 
     def transfer(
         self,

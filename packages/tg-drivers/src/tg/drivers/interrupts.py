@@ -29,7 +29,7 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["DEFERRED_SIGNALS", "Interrupted", "critical", "in_critical", "pending", "raise_pending", "signal_guard"]
+__all__ = ["DEFERRED_SIGNALS", "Interrupted", "critical", "in_critical", "pending", "signal_guard"]
 
 #: the signals that are deferred inside critical sections
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -95,14 +95,6 @@ def pending() -> int:
 def in_critical() -> bool:
     """True inside a `critical()` section (of the main thread)."""
     return _State.depth > 0
-
-
-def raise_pending() -> None:
-    """A safe point: raise `Interrupted` now if a signal was deferred (and clear it); otherwise do nothing."""
-    if _State.pending and _State.depth == 0:
-        signum = _State.pending[0]
-        _State.pending.clear()
-        raise Interrupted(signum)
 
 
 class critical:

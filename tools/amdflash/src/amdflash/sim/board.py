@@ -79,6 +79,9 @@ class SimulatedNavi31:
         )
         self.rom_data_reads = 0
         self.session_marks: list[int] = []  # index into `transactions` where each device session began
+        #: called as `hook("r"|"w", offset)` before every BAR5 access is served, e.g. to send the process a SIGINT
+        #: at an exact step of a transaction (tests of the interrupt handling)
+        self.access_hook: Callable[[str, int], None] | None = None
         self._reset_registers()
         self._readers: dict[int, Callable[[], int]] = {
             regs.ROM_CNTL: self._read_rom_cntl,
@@ -159,6 +162,8 @@ class SimulatedNavi31:
 
     def read(self, offset: int, size: int) -> bytes:
         """Serve a read of `size` bytes at BAR5 `offset`."""
+        if self.access_hook is not None:
+            self.access_hook("r", offset)
         if size == 4:
             reader = self._readers.get(offset)
             if reader is not None:
@@ -175,6 +180,8 @@ class SimulatedNavi31:
 
     def write(self, offset: int, data: bytes) -> None:
         """Serve a write of `data` at BAR5 `offset`."""
+        if self.access_hook is not None:
+            self.access_hook("w", offset)
         size = len(data)
         if size == 4:
             writer = self._writers.get(offset)

@@ -1,0 +1,150 @@
+"""Ctrl-C safety: a real SIGINT sent from inside the simulator at every step of a transaction, and random SIGINTs
+sent to the `amdflash --sim` process from outside.
+
+Whatever the moment, the registers end up restored, the simulator state is saved, the exit code is 130 and the resume
+hint is exact: every sector before it holds the image, and resuming from it completes the flash.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from amdflash import regs
+from amdflash.sim import SimConfig, SimulatedNavi31, assert_registers_restored, build_ifwi
+from amdflash.sim.harness import never_happen, run_cli
+from amdflash.sim.invariants import assert_fw_dump_restored
+from amdflash.sim.state import load_board
+
+HINT = re.compile(r"hint: flash stopped at sector (\d+); resume with --start-sector \1 --sector-count (\d+) --yes")
+SECTOR = 0x1000
+
+main_thread_only = pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signals are delivered to the main thread only"
+)
+
+
+def flash_with_sigint_at(image_path: str, access: int, sectors: int) -> tuple[SimulatedNavi31, int, str, int]:
+    """Flash `sectors` sectors and send SIGINT to this process at BAR5 access number `access`."""
+    board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
+    count = 0
+
+    def hook(op: str, offset: int) -> None:
+        nonlocal count
+        if count == access:
+            os.kill(os.getpid(), signal.SIGINT)
+        count += 1
+
+    board.access_hook = hook
+    r = run_cli(board, "romsw", "flash", image_path, "--sector-count", str(sectors), "--yes")
+    board.access_hook = None
+    return board, r.code, r.err, count
+
+
+@main_thread_only
+def test_sigint_at_every_step_of_the_first_transactions_and_a_sector(tmp_path: Path) -> None:
+    image = build_ifwi(2)
+    path = tmp_path / "b.bin"
+    path.write_bytes(image)
+    _, code, _, total = flash_with_sigint_at(str(path), -1, 2)  # learn the number of accesses of a 2-sector flash
+    assert code == 0
+    first_transactions = range(0, 80)  # every register step of the first RDID/status transactions
+    in_sectors = range(80, total, max(1, total // 120))  # and steps spread over both sectors (erase, program, read)
+    for access in [*first_transactions, *in_sectors]:
+        board, code, err, _ = flash_with_sigint_at(str(path), access, 2)
+        assert code == 130, (access, err)
+        assert err.strip().endswith("error: interrupted"), (access, err)
+        assert_registers_restored(board)  # GPIO pads, PAGE_MIRROR, ROM_SW idle, only the documented ROM_CNTL change
+        never_happen(board)  # no 1-byte clean-up trigger, no violation of the engine's rules
+        hint = HINT.search(err)
+        if hint is None:  # interrupted before the first erase (nothing written) or during the last sector (all done)
+            assert board.erase_count == 0 or board.flash[: 2 * SECTOR] == image[: 2 * SECTOR], (access, err)
+            continue
+        start = int(hint.group(1))
+        assert int(hint.group(2)) == 2 - start
+        assert board.flash[: start * SECTOR] == image[: start * SECTOR], access  # every sector before it is done
+
+
+@main_thread_only
+def test_sigint_during_fw_dump_restores_the_aperture(tmp_path: Path) -> None:
+    board = SimulatedNavi31(SimConfig(flash=build_ifwi(3)))
+    count = 0
+
+    def hook(op: str, offset: int) -> None:
+        nonlocal count
+        count += 1
+        if count == 20000:  # in the middle of a 64 KiB page of ROM_DATA reads
+            os.kill(os.getpid(), signal.SIGINT)
+
+    board.access_hook = hook
+    r = run_cli(board, "fw", "dump", str(tmp_path / "raw.bin"))
+    assert r.code == 130
+    assert r.err.strip().endswith("error: interrupted") and os.listdir(tmp_path) == []
+    assert_fw_dump_restored(board, 0x07000002, 0x1234)
+
+
+def amdflash() -> list[str]:
+    return [sys.executable, "-m", "amdflash"]
+
+
+@pytest.mark.slow
+def test_random_sigints_to_the_process_leave_a_consistent_saved_board(tmp_path: Path) -> None:
+    """Up to 8 runs (bounded to ~60 s): one or two SIGINTs at a random moment of a `--sim` flash."""
+    image = build_ifwi(5)
+    path = tmp_path / "img.bin"
+    path.write_bytes(image)
+    state = tmp_path / "sim.bin"
+    rng = random.Random(15)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    deadline = time.monotonic() + 60
+    runs = interrupted = 0
+    while runs < 8 and time.monotonic() < deadline:
+        runs += 1
+        state.unlink(missing_ok=True)
+        cmd = [*amdflash(), "--sim", "--sim-state", str(state), "romsw", "flash", str(path), "--sector-count", "96"]
+        p = subprocess.Popen([*cmd, "--yes"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.4, 2.5))  # interpreter start-up, then somewhere in the flash
+        p.send_signal(signal.SIGINT)
+        if rng.random() < 0.5:  # a second, impatient Ctrl-C while the first is being handled
+            time.sleep(rng.uniform(0, 0.05))
+            p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode in (0, 130), (p.returncode, err)  # never killed by the signal (-2)
+        if p.returncode == 0 and not state.exists():
+            continue  # the signal arrived before the interpreter was running amdflash: nothing happened
+        board = load_board(state)  # saved, and loadable
+        untouched = board.regs[regs.ROM_CNTL] == board.initial_regs[regs.ROM_CNTL]  # stopped before opening the engine
+        assert_registers_restored(board, board.initial_regs[regs.ROM_CNTL] if untouched else None)
+        if p.returncode == 0:
+            assert board.flash[: 96 * SECTOR] == image[: 96 * SECTOR]
+            continue
+        interrupted += 1
+        hint = HINT.search(err)
+        if hint is None:
+            assert board.flash == b"\xff" * len(board.flash)  # interrupted before the first erase: untouched
+            assert "OK sector" not in out
+            continue
+        start, count = int(hint.group(1)), int(hint.group(2))
+        assert start + count == 96
+        assert board.flash[: start * SECTOR] == image[: start * SECTOR]
+        assert out.count("OK sector") == start  # one OK line per sector before the hint
+        resume = [*amdflash(), "--sim", "--sim-state", str(state), "romsw", "flash", str(path)]
+        q = subprocess.run(
+            [*resume, "--start-sector", str(start), "--sector-count", str(count), "--yes"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert q.returncode == 0, q.stderr
+        assert load_board(state).flash[: 96 * SECTOR] == image[: 96 * SECTOR]
+    assert runs >= 3 and interrupted >= 2, (runs, interrupted)

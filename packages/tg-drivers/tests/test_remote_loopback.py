@@ -194,12 +194,42 @@ def test_token() -> None:
         conn.close()
 
 
-def test_token_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("variable", ["TG_REMOTE_TOKEN", "REMOTE_TOKEN"])
+def test_token_from_environment(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    # TG_REMOTE_TOKEN is what the server reads too; REMOTE_TOKEN stays as the client's older alias
+    monkeypatch.delenv("TG_REMOTE_TOKEN", raising=False)
+    monkeypatch.delenv("REMOTE_TOKEN", raising=False)
     with RemoteServerThread(device=gpu(), token="envtoken") as srv:
-        monkeypatch.setenv("REMOTE_TOKEN", "envtoken")
+        monkeypatch.setenv(variable, "envtoken")
         dev = open_remote(srv)
         assert dev.read_config(0, 2) == 0x1002
         dev.close()
+
+
+def test_tg_remote_token_wins_over_the_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TG_REMOTE_TOKEN", "envtoken")
+    monkeypatch.setenv("REMOTE_TOKEN", "stale")
+    with RemoteServerThread(device=gpu(), token="envtoken") as srv:
+        dev = open_remote(srv)
+        assert dev.read_config(0, 2) == 0x1002
+        dev.close()
+
+
+def test_silent_and_dripping_connections_never_block_an_authenticated_client() -> None:
+    limits = Limits(first_request_timeout=1.0)
+    with RemoteServerThread(device=gpu(), token="hunter2", limits=limits) as srv:
+        with raw_connect(srv) as silent, raw_connect(srv) as drip:
+            drip.sendall(pack_request(RemoteCmd.AUTH, arg1=7, payload=b"hunter2")[:10])  # an AUTH that never ends
+            time.sleep(0.2)
+            host, port = srv.address.split(":")
+            start = time.monotonic()
+            conn = RemoteConnection.connect(RemoteAddress(host, int(port)), token="hunter2")
+            conn.rpc(RemoteCmd.PING)  # served at once: the others hold nothing
+            assert time.monotonic() - start < 1.0
+            conn.close()
+            for sock in (silent, drip):  # and both are dropped once their first second is over
+                sock.settimeout(5)
+                assert sock.recv(1) == b""
 
 
 def test_default_bind_is_loopback_and_idle_timeout() -> None:

@@ -45,6 +45,7 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for flag in (
         "--host",
+        "--insecure",
         "--port",
         "--unix",
         "--token",
@@ -68,7 +69,8 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
     text = " ".join(out.split())
     for phrase in (
         "binds to 127.0.0.1 by default",
-        "prints a warning",
+        "refused unless --insecure",
+        "within 5 s of connecting",
         "0600",
         "a stale socket file is replaced",
         "server busy",
@@ -204,10 +206,39 @@ def test_non_loopback_bind_warns(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     server = FakeServer.instances[-1]
     assert server.kwargs["token"] == b"from-env" and server.kwargs["allow"] == [(0x1002, None)]
     assert server.kwargs["deny_reset"] is True
+    monkeypatch.delenv("TG_REMOTE_TOKEN")
+    n = len(FakeServer.instances)
+    assert main(["--backend", "mock", "--host", "0.0.0.0"]) == 2  # no token: refused before binding
+    assert "refusing to serve 0.0.0.0 without a token" in capsys.readouterr().err
+    assert len(FakeServer.instances) == n
+    assert main(["--backend", "mock", "--host", "0.0.0.0", "--insecure"]) == 0
+    assert "WARNING: binding to 0.0.0.0" in capsys.readouterr().err  # allowed, loudly
     assert main(["--backend", "mock"]) == 0
     assert "WARNING" not in capsys.readouterr().err  # loopback by default: no warning
     assert main(["--backend", "mock", "--unix", "/tmp/tg-test.sock"]) == 0
     assert "listening on /tmp/tg-test.sock" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644])
+def test_token_file_readable_by_others_is_refused(
+    tmp_path: Path, mode: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(mode)
+    with pytest.raises(SystemExit) as exc:
+        main(["--backend", "mock", "--token-file", str(token)])
+    assert exc.value.code == 2
+    assert f"is readable or writable by group or others (mode {mode:04o}); run: chmod 600" in capsys.readouterr().err
+
+
+def test_private_token_file_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "RemoteServer", FakeServer)
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    assert main(["--backend", "mock", "--host", "0.0.0.0", "--token-file", str(token)]) == 0
+    assert FakeServer.instances[-1].kwargs["token"] == b"s3cret"
 
 
 def test_main_serves_until_stopped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 from types import FrameType
@@ -22,12 +23,15 @@ Serve PCI devices to tg.drivers' RemotePCIDevice (REMOTE=host:port) over TCP or 
 SECURITY: a client of this server gets raw read/write access to device BARs, config space, DMA memory and device
 reset. A malicious client can DMA-attack this host through a bus-mastering device, brick the device, or exhaust
 memory. The server therefore binds to 127.0.0.1 by default; reach it from another machine through an SSH tunnel
-(ssh -L 6667:127.0.0.1:6667 host), or bind elsewhere with --host (a warning is printed) and set a token.
+(ssh -L 6667:127.0.0.1:6667 host), or bind elsewhere with --host and a token (--token-file, readable by its owner
+only, or TG_REMOTE_TOKEN): a non-loopback bind without a token is refused unless --insecure is given.
 Every request is validated (BAR, config-space and allocation bounds, sizes, handles) before the device is touched:
 a bad read gets an error reply, a bad posted write (MMIO_WRITE/SYSMEM_WRITE) drops the session and is never partly
 applied, an unknown command gets an error and the connection is closed. One client is served at a time: a second
 connection waits up to 0.5 s for the current session to end, then is answered "server busy" and closed. A client's
-state (opened devices and their locks, mappings, DMA allocations) is freed when it disconnects.
+state (opened devices and their locks, mappings, DMA allocations) is freed when it disconnects. Every connection must
+complete its first request (its AUTH when a token is set) within 5 s of connecting or it is dropped; until it has, it
+holds nothing, so a silent or byte-dripping connection never locks out a client that authenticates.
 
 Once ready, the server prints "listening on <address>" on stdout. It logs one line per connection opened or closed
 and one per error on stderr (--verbose: one per request). SIGTERM or SIGINT stops it. Sizes accept K/M/G suffixes
@@ -36,7 +40,7 @@ and one per error on stderr (--verbose: one per request). SIGTERM or SIGINT stop
 
 EPILOG = """\
 environment:
-  TG_REMOTE_TOKEN   shared secret (same as --token); clients send it via REMOTE_TOKEN
+  TG_REMOTE_TOKEN   shared secret (same as --token); clients read the same variable (REMOTE_TOKEN is an alias)
   TG_DRIVERS_LOCK_DIR  directory of device lock files (default: the temp dir)
 
 examples:
@@ -91,7 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--host",
         default=None,
         help="TCP address to bind (default 127.0.0.1). Anything but loopback exposes raw device access "
-        "to the network and prints a warning; use a token",
+        "to the network: it needs a token, or --insecure",
+    )
+    net.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without a token (a warning is printed); anyone who can reach the port "
+        "gets raw device access",
     )
     net.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0 picks one)")
     net.add_argument(
@@ -164,6 +174,12 @@ def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bytes |
     if args.token_file is not None:
         try:
             with open(args.token_file, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
+                if mode & 0o077:
+                    parser.error(
+                        f"--token-file {args.token_file} is readable or writable by group or others "
+                        f"(mode {stat.S_IMODE(mode):04o}); run: chmod 600 {args.token_file}"
+                    )
                 token = f.read().strip()
         except OSError as e:
             parser.error(f"cannot read --token-file: {e}")
@@ -201,6 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.port < 65536:
         parser.error(f"--port must be 0..65535, got {args.port}")
     token = _token(args, parser)
+    if args.unix is None and args.host is not None and not _is_loopback(args.host) and token is None:
+        if not args.insecure:
+            print(
+                f"tg-pci-server: error: refusing to serve {args.host} without a token: every client that can reach "
+                "it would get raw device access. Set one (--token-file FILE with mode 0600, or TG_REMOTE_TOKEN), "
+                "use an SSH tunnel to 127.0.0.1, or pass --insecure",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 2
     try:
         limits = Limits(
             max_xfer=args.max_xfer,
@@ -235,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"tg-pci-server: WARNING: binding to {host}: every client that can reach this address gets raw "
                     "read/write access to the served devices' BARs, config space and DMA memory"
-                    + ("" if token else " (and no token is set)"),
+                    + ("" if token else " (and no token is set: --insecure)"),
                     file=sys.stderr,
                     flush=True,
                 )

@@ -3,8 +3,9 @@
 Servers are named by the `REMOTE` environment variable (`host:port[,host:port]`, `[v6addr]:port`, `unix:/path`);
 `remote_list` probes them and returns `(connection, name)` pairs. One connection per server is shared by every device
 on it; a lock makes each RPC (request plus full response) atomic across threads. Environment: `REMOTE_TIMEOUT`
-(connect timeout, default 3 s), `REMOTE_RPC_TIMEOUT` (per-RPC receive timeout, default 60 s), `REMOTE_TOKEN` (sent
-with AUTH as the first request of every connection), `DEBUG>=1` (print traffic statistics at exit).
+(connect timeout, default 3 s), `REMOTE_RPC_TIMEOUT` (per-RPC receive timeout, default 60 s), `TG_REMOTE_TOKEN` (sent
+with AUTH as the first request of every connection; the same variable the server reads; `REMOTE_TOKEN` is an older
+alias), `DEBUG>=1` (print traffic statistics at exit).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "get_connection",
     "parse_remote",
     "remote_list",
+    "remote_token",
 ]
 
 #: largest single transfer the client sends (servers cap MMIO/SYSMEM transfers at 64 MiB by default)
@@ -69,6 +71,11 @@ def _env_float(name: str, default: float) -> float:
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {raw!r}")
     return value
+
+
+def remote_token() -> str | None:
+    """The token clients send: `TG_REMOTE_TOKEN` (what the server reads), else the older `REMOTE_TOKEN`, else None."""
+    return os.environ.get("TG_REMOTE_TOKEN") or os.environ.get("REMOTE_TOKEN") or None
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,8 @@ class RemoteConnection:
         rpc_timeout: float | None = None,
         token: str | bytes | None = None,
     ) -> RemoteConnection:
-        """Connect to `address` (`REMOTE_TIMEOUT` seconds by default) and authenticate with `token`/`REMOTE_TOKEN`."""
+        """Connect to `address` (`REMOTE_TIMEOUT` seconds by default) and authenticate with `token` (default:
+        `remote_token()`)."""
         timeout = timeout if timeout is not None else _env_float("REMOTE_TIMEOUT", 3.0)
         sock: socket.socket | None = None
         try:
@@ -229,7 +237,7 @@ class RemoteConnection:
             raise ConnectionError(f"cannot connect to remote PCI server {address.label}: {e}") from e
         conn = cls(sock, address, rpc_timeout=rpc_timeout)
         if token is None:
-            token = os.environ.get("REMOTE_TOKEN") or None
+            token = remote_token()
         if token is not None:
             conn.authenticate(token)
         return conn

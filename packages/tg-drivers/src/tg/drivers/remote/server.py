@@ -74,13 +74,16 @@ class Limits:
     max_total: int = 1 << 30
     io_timeout: float = 30.0
     idle_timeout: float = 600.0
+    #: a connection must complete its first request (its AUTH when a token is set) this soon after connecting
+    first_request_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("max_xfer", "max_alloc", "max_total"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.io_timeout <= 0:
-            raise ValueError(f"io_timeout must be positive, got {self.io_timeout}")
+        for name in ("io_timeout", "first_request_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.idle_timeout < 0:
             raise ValueError(f"idle_timeout must be >= 0, got {self.idle_timeout}")
 
@@ -577,6 +580,7 @@ class RemoteServer:
         allow: Iterable[tuple[int, int | None]] = (),
         deny_reset: bool = False,
         busy_grace: float = 0.5,
+        max_pending: int = 32,
     ) -> None:
         self.provider = provider
         self.limits = limits or Limits()
@@ -588,7 +592,10 @@ class RemoteServer:
         self.allow = tuple(allow)
         self.deny_reset = deny_reset
         self.busy_grace = busy_grace
+        self.max_pending = max_pending
         self.sessions_served = 0
+        self._pending = 0  # connections with a thread: waiting for their first request, or the active session
+        self._slot = threading.Lock()  # held by the one active session
         self._listener: socket.socket | None = None
         self._transport = "tcp"
         self._unix_path: str | None = None
@@ -684,68 +691,138 @@ class RemoteServer:
             self._close_listener()
 
     def _dispatch(self, conn: socket.socket, peer: str) -> None:
-        if not self._idle.wait(self.busy_grace):
-            log.warning("%s: rejected: server busy", peer)
-            with contextlib.suppress(OSError):
-                conn.settimeout(1.0)
-                conn.sendall(pack_error("server busy"))
-            with contextlib.suppress(OSError):
-                conn.close()
-            return
-        self._idle.clear()
-        thread = threading.Thread(target=self._run_session, args=(conn, peer), name=f"pci-session {peer}", daemon=True)
         with self._lock:
-            self._active, self._active_conn = thread, conn
+            full = self._pending >= self.max_pending
+            if not full:
+                self._pending += 1
+        if full:
+            self._reject(conn, peer, "server busy", "too many connections waiting for their first request")
+            return
+        thread = threading.Thread(
+            target=self._run_connection, args=(conn, peer, time.monotonic()), name=f"pci-conn {peer}", daemon=True
+        )
         thread.start()
 
-    def _run_session(self, conn: socket.socket, peer: str) -> None:
-        session = self.new_session(self._transport, peer)
-        log.info("%s: session open", peer)
+    @staticmethod
+    def _reject(conn: socket.socket, peer: str, message: str, why: str) -> None:
+        log.warning("%s: rejected: %s", peer, why)
+        with contextlib.suppress(OSError):
+            conn.settimeout(1.0)
+            conn.sendall(pack_error(message))
+        with contextlib.suppress(OSError):
+            conn.close()
+
+    def _run_connection(self, conn: socket.socket, peer: str, accepted: float) -> None:
+        """One connection: wait for its first complete request without holding the session slot, then claim the slot.
+
+        A connection that does not complete its first request within `first_request_timeout` of connecting is dropped;
+        until it has, it blocks nobody (the slot stays free for any client that does).
+        """
+        session: Session | None = None
+        owns_slot = False
         reason = "client closed"
         try:
+            if not self._idle.wait(self.busy_grace):  # a session is running: say so at once (and block nobody)
+                self._reject(conn, peer, "server busy", "server busy")
+                return
             if self._transport == "tcp":
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session = self.new_session(self._transport, peer)
+            first = self._first_request(conn, session, accepted)
+            if first is None:
+                return
+            if not self._slot.acquire(timeout=self.busy_grace):  # another client completed its request first
+                self._reject(conn, peer, "server busy", "server busy")
+                return
+            owns_slot = True
+            self._idle.clear()
+            with self._lock:
+                self._active, self._active_conn = threading.current_thread(), conn
+            log.info("%s: session open", peer)
             for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # large buffers for bulk BAR/sysmem transfers
                 with contextlib.suppress(OSError):
                     conn.setsockopt(socket.SOL_SOCKET, opt, 64 << 20)
-            reason = self._session_loop(conn, session)
+            reason = self._session_loop(conn, session, first)
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
         finally:
-            session.close()
+            if session is not None:
+                session.close()
             with contextlib.suppress(OSError):
                 conn.close()
-            self.sessions_served += 1
-            log.info("%s: session closed (%s, %d requests)", peer, reason, session.requests)
             with self._lock:
-                self._active, self._active_conn = None, None
-            self._idle.set()
+                self._pending -= 1
+                if owns_slot:
+                    self._active, self._active_conn = None, None
+            if owns_slot:
+                self.sessions_served += 1
+                log.info("%s: session closed (%s, %d requests)", peer, reason, session.requests if session else 0)
+                self._idle.set()
+                self._slot.release()
 
-    def _session_loop(self, conn: socket.socket, session: Session) -> str:
+    def _first_request(self, conn: socket.socket, session: Session, accepted: float) -> bytes | None:
+        """Receive until the first request is complete (or malformed); None when the connection is dropped."""
+        limits = self.limits
+        deadline = accepted + min(limits.first_request_timeout, limits.idle_timeout or limits.first_request_timeout)
+        parser = RequestParser(session._payload_caps())
+        received = bytearray()
+        started: float | None = None
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if started is not None:
+                deadline = min(deadline, started + limits.io_timeout)
+            if now >= deadline:
+                log.warning("%s: dropped: no complete first request within %gs", session.peer, deadline - accepted)
+                return None
+            conn.settimeout(min(deadline - now, 0.25))
+            try:
+                data = conn.recv(1 << 16)
+            except TimeoutError:
+                continue
+            except OSError:
+                return None
+            if not data:
+                return None
+            started = started if started is not None else time.monotonic()
+            received += data
+            parser.push(data)
+            try:
+                if parser.pop() is None:
+                    continue
+            except ProtocolError:
+                pass  # the session answers it (or drops the connection) once it owns the slot
+            return bytes(received)
+        return None
+
+    def _session_loop(self, conn: socket.socket, session: Session, first: bytes = b"") -> str:
         limits = self.limits
         last_rx = time.monotonic()
         request_start: float | None = None
+        pending_data = first
         while not self._stop.is_set():
-            now = time.monotonic()
-            if session.mid_request:
-                request_start = request_start if request_start is not None else now
-                remaining = request_start + limits.io_timeout - now
-                if remaining <= 0:
-                    return "I/O timeout mid-request"
+            if pending_data:
+                data, pending_data = pending_data, b""
             else:
-                request_start = None
-                remaining = limits.idle_timeout - (now - last_rx) if limits.idle_timeout else 1.0
-                if remaining <= 0:
-                    return "idle timeout"
-            conn.settimeout(min(remaining, 0.25))
-            try:
-                data = conn.recv(1 << 20)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                return f"receive failed: {e}"
-            if not data:
-                return "client closed"
+                now = time.monotonic()
+                if session.mid_request:
+                    request_start = request_start if request_start is not None else now
+                    remaining = request_start + limits.io_timeout - now
+                    if remaining <= 0:
+                        return "I/O timeout mid-request"
+                else:
+                    request_start = None
+                    remaining = limits.idle_timeout - (now - last_rx) if limits.idle_timeout else 1.0
+                    if remaining <= 0:
+                        return "idle timeout"
+                conn.settimeout(min(remaining, 0.25))
+                try:
+                    data = conn.recv(1 << 20)
+                except TimeoutError:
+                    continue
+                except OSError as e:
+                    return f"receive failed: {e}"
+                if not data:
+                    return "client closed"
             last_rx = time.monotonic()
             before = session.requests
             replies, close = session.feed(data)

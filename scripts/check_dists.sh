@@ -26,7 +26,7 @@ PY
 # they are always installed through an empty private cache (third-party deps come from the shared one).
 
 # Third-party requirements of the members and their tests (never a tg-* name: those come from dist/).
-THIRD_PARTY=("numpy>=1.24" "libusb1>=3.1" "pytest~=9.0" "hypothesis~=6.0")
+THIRD_PARTY=("numpy>=1.24" "libusb1>=3.1" "tqdm>=4.60" "pytest~=9.0" "hypothesis~=6.0")
 
 declare -A TOOL_DIST=([amdflash]=amdflash [pci-server]=tg-pci-server)
 

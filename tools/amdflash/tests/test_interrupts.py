@@ -112,15 +112,17 @@ def test_random_sigints_to_the_process_leave_a_consistent_saved_board(tmp_path: 
         state.unlink(missing_ok=True)
         cmd = [*amdflash(), "--sim", "--sim-state", str(state), "romsw", "flash", str(path), "--sector-count", "96"]
         p = subprocess.Popen([*cmd, "--yes"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.4, 2.5))  # interpreter start-up, then somewhere in the flash
+        assert p.stdout is not None
+        first = p.stdout.readline()  # amdflash is running (a signal during interpreter start-up is Python's business)
+        assert first.startswith("OK sector 000/511"), first
+        time.sleep(rng.uniform(0, 1.5))  # then somewhere in the flash
         p.send_signal(signal.SIGINT)
         if rng.random() < 0.5:  # a second, impatient Ctrl-C while the first is being handled
             time.sleep(rng.uniform(0, 0.05))
             p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
+        rest, err = p.communicate(timeout=60)
+        out = first + rest
         assert p.returncode in (0, 130), (p.returncode, err)  # never killed by the signal (-2)
-        if p.returncode == 0 and not state.exists():
-            continue  # the signal arrived before the interpreter was running amdflash: nothing happened
         board = load_board(state)  # saved, and loadable
         untouched = board.regs[regs.ROM_CNTL] == board.initial_regs[regs.ROM_CNTL]  # stopped before opening the engine
         assert_registers_restored(board, board.initial_regs[regs.ROM_CNTL] if untouched else None)
@@ -129,9 +131,8 @@ def test_random_sigints_to_the_process_leave_a_consistent_saved_board(tmp_path: 
             continue
         interrupted += 1
         hint = HINT.search(err)
-        if hint is None:
-            assert board.flash == b"\xff" * len(board.flash)  # interrupted before the first erase: untouched
-            assert "OK sector" not in out
+        if hint is None:  # the signal landed in the last sector: it finished, and all of them are reported
+            assert out.count("OK sector") == 96 and board.flash[: 96 * SECTOR] == image[: 96 * SECTOR]
             continue
         start, count = int(hint.group(1)), int(hint.group(2))
         assert start + count == 96

@@ -93,6 +93,9 @@ def test_walkthrough_subprocesses(tmp_path: Path) -> None:
     p = amdflash("romsw", "flash", str(flash_all_but_tail), "--sector-count", "2")
     assert (p.returncode, p.stderr.strip()) == (1, "error: refusing to write without --yes")
     p = amdflash("romsw", "flash", str(flash_all_but_tail), "--sector-count", "2", "--yes")
+    assert (p.returncode, p.stdout) == (1, "")  # blank from 0x2000 on: not a valid IFWI, nothing is written
+    assert p.stderr.strip() == "error: invalid IFWI image: item 0x2: invalid PSP directory at 0x2000"
+    p = amdflash("romsw", "flash", str(flash_all_but_tail), "--sector-count", "2", "--skip-image-check", "--yes")
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[-1] == "flash complete: sectors 0..1 verified"
     p = amdflash("romsw", "verify", str(flash_all_but_tail))

@@ -87,12 +87,14 @@ class GD25LQ16E:
     def wait_idle(self, timeout: float = 2.0) -> int:
         """Poll SR1 until BUSY clears and return it; TimeoutError after `timeout` seconds."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
+            expired = time.monotonic() >= deadline  # decided before the poll: a descheduled process still polls once
             sr1 = self.status()
             if not sr1 & SR1_BUSY:
                 return sr1
+            if expired:
+                raise TimeoutError(f"flash remained busy for {timeout}s")
             time.sleep(self.busy_poll_interval)
-        raise TimeoutError(f"flash remained busy for {timeout}s")
 
     def write_enable(self) -> None:
         """WREN, then check that WEL is set."""

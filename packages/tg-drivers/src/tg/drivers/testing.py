@@ -17,13 +17,17 @@ rule instead of byte and half-word element access.
 from __future__ import annotations
 
 import array
+import ast
+import re
+import tomllib
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from tg.drivers.mmio import MMIOView
 
-__all__ = ["MMIOConformance", "MakeView"]
+__all__ = ["MMIOConformance", "MakeView", "check_test_extra"]
 
 MakeView = Callable[[int, str], MMIOView]
 
@@ -276,3 +280,24 @@ class MMIOConformance:
                 v.read(off, n)
             with pytest.raises(ValueError):
                 v.write(off, bytes(n))
+
+
+def check_test_extra(root: Path, test_only: tuple[str, ...] = ("pytest", "hypothesis")) -> None:
+    """Assert that the `test` extra of the package at `root` declares every test-only library its tests import.
+
+    So `pip install '<package>[test]'` is all a package's own test suite needs. `test_only` names modules whose
+    distribution has the same name.
+    """
+    imported: set[str] = set()
+    for path in (root / "tests").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {}).get("test", [])
+    declared = {re.split(r"[~<>=!\[ ;]", req, maxsplit=1)[0] for req in extras}
+    missing = sorted((imported & set(test_only)) - declared)
+    assert not missing, f"{root.name}: add {missing} to [project.optional-dependencies] test"
+    assert "pytest" in declared, f"{root.name}: the test extra must declare pytest"

@@ -232,6 +232,7 @@ def test_simulated_state_persists_across_sessions(demo_server: ServerProcess, mo
 def test_token_protected_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("correct horse\n")
+    token_file.chmod(0o600)  # the server refuses a token file that group or others can read
     srv = ServerProcess(tmp_path, "--backend", "mock", "--token-file", str(token_file))
     try:
         monkeypatch.setenv("REMOTE", srv.address)
@@ -243,7 +244,7 @@ def test_token_protected_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         data, closed = recv_until_eof(ping_denied, 3.0)
         ping_denied.close()
         assert closed and b"authentication failed" in data
-        monkeypatch.setenv("REMOTE_TOKEN", "correct horse")
+        monkeypatch.setenv("TG_REMOTE_TOKEN", "correct horse")  # the variable the server reads, on both sides
         dev = open_device(srv.address, monkeypatch)
         assert dev.read_config(0, 2) == 0x1002
         dev.close()

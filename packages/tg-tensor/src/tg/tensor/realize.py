@@ -16,8 +16,107 @@ from tg.tensor.data import to_numpy_dtype
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
-# every live Tensor, so that a realize can hand the new buffers to all tensors that share a graph node
+# every live Tensor (the JIT reads it; realize itself never scans it: it uses the index below)
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+class TensorIndex:
+    """Which live tensors a realize affects, without scanning them all.
+
+    Every tensor's graph (its *root* uop) is registered when the tensor's `uop` is set. Registering walks down
+    from a new root over the nodes nobody owns yet (usually 1-3 per Tensor op): each becomes *owned* by the root,
+    and where the walk meets a BUFFER, another root, or a node owned by another root, the new root is linked as a
+    *user* of that buffer or root. Constants (and views of them) are never owned: they are shared by unrelated
+    graphs and never realized alone.
+
+    `affected(nodes)` = every root reachable from `nodes` through owners and users. Completeness: a root whose
+    graph contains node x either owns x, or its walk stopped at a root/buffer whose own graph contains x (or at a
+    node owned by such a root), so following users upward from x's owner finds it; links to an owner root instead
+    of the exact node may add roots that do not contain x (a substitute that changes nothing), never miss one.
+    `visits` counts the nodes walked (tests count work, not time).
+    """
+
+    def __init__(self) -> None:
+        # root -> {id(tensor): weakref}: tensors compare elementwise, so no WeakSet
+        self.by_uop: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Tensor]]] = weakref.WeakKeyDictionary()
+        self.owner: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
+        self.users: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+        self.visits = 0
+
+    def register(self, t: Tensor, root: UOp) -> None:
+        """Record that `t.uop` is `root` (call on every assignment of `t.uop`)."""
+        if (ts := self.by_uop.get(root)) is None:
+            ts = self.by_uop[root] = {}
+            self._add_root(root)
+        ts[id(t)] = weakref.ref(t, _forget(ts, id(t)))
+
+    def _link(self, below: UOp, root_ref: weakref.ref[UOp]) -> None:
+        self.users.setdefault(below, []).append(root_ref)
+
+    def _owner_of(self, n: UOp) -> UOp | None:
+        return None if (ref := self.owner.get(n)) is None else ref()
+
+    def _add_root(self, root: UOp) -> None:
+        ref = weakref.ref(root)
+        if (owner := self._owner_of(root)) is not None:  # a node of another root's graph became a tensor's root
+            self._link(owner, ref)
+            return
+        stack, seen = list(root.src), {root}
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            self.visits += 1
+            if n.op in _SHARED_LEAVES or _is_const_view(n):
+                continue
+            if n.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or n in self.by_uop:
+                self._link(n, ref)
+            elif (owner := self._owner_of(n)) is not None:
+                self._link(owner, ref)
+            else:
+                self.owner[n] = ref
+                stack.extend(n.src)
+
+    def affected(self, nodes: Iterable[UOp]) -> list[UOp]:
+        """Every registered root whose graph may contain one of `nodes` (the nodes themselves if they are roots)."""
+        out: dict[UOp, None] = {}
+        stack = list(nodes)
+        while stack:
+            n = stack.pop()
+            self.visits += 1
+            if n in self.by_uop and n not in out:
+                out[n] = None
+            elif n in out:
+                continue
+            if (owner := self._owner_of(n)) is not None and owner not in out:
+                stack.append(owner)
+            for r in self.users.get(n, ()):
+                if (u := r()) is not None and u not in out:
+                    stack.append(u)
+        return list(out)
+
+    def tensors(self, root: UOp) -> list[Tensor]:
+        """The live tensors whose graph is `root`."""
+        return [t for r in list(self.by_uop.get(root, {}).values()) if (t := r()) is not None and t.uop is root]
+
+
+def _forget(ts: dict[int, Any], key: int) -> Any:
+    """A weakref callback dropping a dead tensor's entry."""
+    return lambda _: ts.pop(key, None)
+
+
+_SHARED_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.DEFINE_VAR, Ops.BIND})
+_MOVEMENT = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+
+
+def _is_const_view(n: UOp) -> bool:
+    while n.op in _MOVEMENT:
+        n = n.src[0]
+    return n.op is Ops.CONST
+
+
+index = TensorIndex()
 
 
 def buffer_of(uop: UOp) -> UOp | None:
@@ -54,8 +153,20 @@ def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
     return any(u.op is Ops.BUFFER and u in buffers for u in uop.toposort(lambda u: u.op is not Ops.ASSIGN))
 
 
+def pending_readers(buffers: set[UOp], exclude: Iterable[UOp] = ()) -> list[UOp]:
+    """Roots of live lazy tensors that read one of `buffers` in its current state (not through an ASSIGN of it):
+    they must be computed before an assign overwrites it. Found through the index, not a scan."""
+    skip = set(exclude)
+    found = [r for r in index.affected(buffers) if r not in skip and not is_realized(r)]
+    return [r for r in found if index.tensors(r) and _reads_buffer_raw(r, buffers)]
+
+
 def realize_tensors(tensors: Iterable[Tensor]) -> None:
-    """Compute every tensor in `tensors` that is not yet a buffer, in one schedule."""
+    """Compute every tensor in `tensors` that is not yet a buffer, in one schedule.
+
+    Only the tensors the realize affects are touched: the outputs, and the lazy tensors whose graphs read the new
+    buffers (found through `index`); they get the buffers in one `substitute` over all of them.
+    """
     from tg.codegen.schedule import create_schedule
     from tg.runtime.engine import run_linear
     from tg.tensor.autograd import note_realized
@@ -63,8 +174,8 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     todo = [t for t in tensors if not is_realized(t.uop)]
     if not todo:
         return
-    roots = [t.uop for t in todo]
-    sink = UOp(Ops.SINK, src=tuple(dict.fromkeys(roots)))
+    roots = list(dict.fromkeys(t.uop for t in todo))
+    sink = UOp(Ops.SINK, src=tuple(roots))
     # a pending read of a buffer that an assign in this schedule overwrites must be computed now, before the write
     assigned = {n.src[0] for n in sink.toposort() if n.op is Ops.ASSIGN}
     if assigned:
@@ -75,11 +186,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 base = base.src[0]
             if base.op is Ops.BUFFER:
                 targets.add(base)
-        extra = [
-            t.uop for t in list(all_tensors)
-            if buffer_of(t.uop) is None and t.uop not in roots and _reads_buffer_raw(t.uop, targets)
-        ]  # fmt: skip
-        if extra:
+        if extra := pending_readers(targets, roots):
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
     multi_values: dict[UOp, Any] = {}
     if any(u.op is Ops.MULTI or (u.op is Ops.DEVICE and isinstance(u.arg, tuple)) for u in sink.toposort()):
@@ -95,12 +202,15 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             else:
                 becomes[root] = becomes.get(v, v)
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
-    for t in list(all_tensors):
-        if (new := becomes.get(t.uop)) is not None:
-            t.uop = new
-        elif not is_realized(t.uop):
-            # a lazy graph that reads values stored just now: read the buffers instead of recomputing later
-            t.uop = t.uop.substitute(becomes)
+    affected = [r for r in index.affected(becomes) if not is_realized(r)]
+    if not affected:
+        return
+    # one substitute for every affected graph: shared nodes are rebuilt once
+    new_roots = UOp(Ops.SINK, src=tuple(affected)).substitute(becomes).src
+    for old, new in zip(affected, new_roots, strict=True):
+        if new is not old:
+            for t in index.tensors(old):
+                t.uop = new
 
 
 def host_bytes(t: Tensor) -> bytearray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
 from tg.tensor import activation as _act
@@ -80,7 +80,7 @@ class Tensor(_DTypeShortcuts):
     [3.0, 6.0]
     """
 
-    __slots__ = ("__weakref__", "_is_leaf", "_requires_grad", "grad", "uop")
+    __slots__ = ("__weakref__", "_is_leaf", "_requires_grad", "_uop", "grad")
     _seed: int = 0x5EED
     _rng_counter: int = 0
 
@@ -132,12 +132,22 @@ class Tensor(_DTypeShortcuts):
         if requires_grad is not None:
             self.requires_grad_(requires_grad)
 
+    @property
+    def uop(self) -> UOp:
+        """The graph of this tensor (a BUFFER view once realized)."""
+        return self._uop
+
+    @uop.setter
+    def uop(self, value: UOp) -> None:
+        self._uop = value
+        _realize.index.register(self, value)
+
     # ---- properties -------------------------------------------------------------------------------------
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape, as a tuple of ints."""
-        return self.uop.shape  # symbolic shapes are not supported yet
+        return cast(tuple[int, ...], self.uop.shape)  # symbolic shapes are not supported yet
 
     @property
     def dtype(self) -> DType:

@@ -8,12 +8,14 @@ and memory.py lets intermediates share memory.
 
 from __future__ import annotations
 
+import gc
 from typing import NamedTuple
 
 from tg.codegen.schedule import stats
 from tg.codegen.schedule.cache import (
     Template,
     cache_lookup,
+    cache_stats,
     cache_store,
     clear_schedule_cache,
     instantiate,
@@ -29,7 +31,7 @@ from tg.ir import Ops, UOp, graph_rewrite_map, tensor_spec, verify
 from tg.ir.helpers import SPEC
 from tg.ir.uop import sint
 
-__all__ = ["Schedule", "clear_schedule_cache", "create_schedule", "schedule_spec", "verify_schedule"]
+__all__ = ["Schedule", "cache_stats", "clear_schedule_cache", "create_schedule", "schedule_spec", "verify_schedule"]
 
 # every switch that changes fusion decisions is part of the cache key
 POLICY: tuple = ()
@@ -87,6 +89,18 @@ def create_schedule(sink: UOp) -> Schedule:
     stats.calls += 1
     if SPEC:  # SPEC=1 (on in the test suites): the tensor graph must satisfy tg.ir's tensor spec
         verify(sink, tensor_spec)
+    # scheduling allocates many small objects that all stay alive until it returns: the cyclic garbage collector
+    # would rescan the whole heap over and over (superlinear on big graphs); it runs again afterwards
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _create_schedule(sink)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _create_schedule(sink: UOp) -> Schedule:
     norm = Normalized(sink)
     key = (norm.sink, POLICY)
     if (template := cache_lookup(key)) is None:

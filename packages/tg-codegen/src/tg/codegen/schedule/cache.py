@@ -13,8 +13,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from tg.codegen.schedule import stats
 from tg.codegen.schedule.callify import is_placeholder
-from tg.ir import Ops, UOp, getenv
+from tg.ir import ContextVar, Ops, UOp
+
+# 0: schedule every realize from scratch; SCACHE_SIZE: templates kept (least recently used go first)
+SCACHE = ContextVar("SCACHE", 1)
+SCACHE_SIZE = ContextVar("SCACHE_SIZE", 256)
 
 
 @dataclass(frozen=True)
@@ -27,33 +32,33 @@ class Template:
 
 
 _cache: OrderedDict[tuple[UOp, tuple], Template] = OrderedDict()
-stats = {"hits": 0, "misses": 0}
+cache_stats = {"hits": 0, "misses": 0}
 
 
 def clear_schedule_cache() -> None:
     """Forget every cached schedule (tests, or after changing a policy switch by hand)."""
     _cache.clear()
-    stats.update(hits=0, misses=0)
+    cache_stats.update(hits=0, misses=0)
 
 
 def cache_lookup(key: tuple[UOp, tuple]) -> Template | None:
     """The template for `key`, if cached (and caching is on)."""
-    if not getenv("SCACHE", 1):
+    if not SCACHE.value:
         return None
     if (t := _cache.get(key)) is not None:
         _cache.move_to_end(key)
-        stats["hits"] += 1
+        cache_stats["hits"] += 1
     else:
-        stats["misses"] += 1
+        cache_stats["misses"] += 1
     return t
 
 
 def cache_store(key: tuple[UOp, tuple], template: Template) -> None:
     """Remember `template` (evicting the least recently used beyond SCACHE_SIZE)."""
-    if not getenv("SCACHE", 1):
+    if not SCACHE.value:
         return
     _cache[key] = template
-    while len(_cache) > getenv("SCACHE_SIZE", 256):
+    while len(_cache) > SCACHE_SIZE.value:
         _cache.popitem(last=False)
 
 
@@ -85,6 +90,7 @@ def instantiate(t: Template, inputs: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
             return a.replace(src=(arg(a.src[0]),))
         return a
 
+    stats.steps += len(t.linear.src)
     calls = tuple(c.replace(src=(c.src[0], *(arg(a) for a in c.src[1:]))) for c in t.linear.src)
     linear = t.linear.replace(src=calls)
     becomes = {n: _rebase(e, arg) for n, e in t.becomes.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg.codegen.schedule import stats
 from tg.ir import Ops, UOp
 
 
@@ -27,7 +28,9 @@ class Normalized:
         self.var_vals: dict[str, int] = {}
         self.nodes: dict[UOp, UOp] = {}  # original node -> normalised node
         self._unbound: dict[UOp, UOp] = {}
-        for n in sink.toposort():
+        order = sink.toposort()
+        stats.steps += len(order)
+        for n in order:
             self.nodes[n] = self._normalise(n)
         self.sink = self.nodes[sink]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+from tg.codegen.schedule import stats
 from tg.codegen.schedule.indexing import (
     INDEX_DTYPE,
     MAX_INDEX,
@@ -107,6 +108,7 @@ class KernelBuilder:
                 stack.pop()
                 continue
             if (sent := self._cache.get(need)) is None:
+                stats.steps += 1
                 stack.append((need, self._value(*need)))
         return self._cache[root]
 

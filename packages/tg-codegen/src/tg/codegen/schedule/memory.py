@@ -10,7 +10,10 @@ lifetimes never overlap in bytes, the arena is no bigger than the sum of the buf
 
 from __future__ import annotations
 
-from tg.ir import Ops, UOp, dtypes, getenv, round_up
+from tg.ir import ContextVar, Ops, UOp, dtypes, round_up
+
+# 1: every intermediate gets its own buffer
+NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
 
 ALIGN = 256
 # devices whose allocators hand out views into one allocation (tg.runtime's CPU, PYTHON and NULL backends)
@@ -70,7 +73,7 @@ def plan_offsets(lifetimes: dict[UOp, tuple[int, int]], sizes: dict[UOp, int]) -
 
 def plan_memory(linear: UOp, held: set[UOp]) -> UOp:
     """`linear` with every plannable intermediate BUFFER replaced by a view into a per-device arena."""
-    if getenv("NO_MEMORY_PLANNER", 0):
+    if NO_MEMORY_PLANNER.value:
         return linear
     lifetimes: dict[UOp, tuple[int, int]] = {}
     for i, call in enumerate(linear.src):

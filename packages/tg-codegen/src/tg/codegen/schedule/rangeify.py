@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tg.codegen.schedule import policy
+from tg.codegen.schedule import policy, stats
 from tg.codegen.schedule.indexing import Index, and_gates, as_index, is_one, movement_index, total_size
 from tg.ir import AxisType, GroupOp, Ops, UOp, graph_rewrite
 from tg.ir.uop import sint
@@ -209,6 +209,7 @@ def _unstore_cheap(plan: Plan) -> None:
 def plan_stores(sink: UOp) -> Plan:
     """Decide every store of `sink` (rules in policy.py) and give each its buffer."""
     plan = Plan(sink)
+    stats.steps += 2 * len(plan.order)  # the range walk and the cost rule visit every node once
     graph_rewrite(sink, policy.pm_structural_stores, ctx=plan, name="structural stores")
     _range_walk(plan)
     _unstore_cheap(plan)

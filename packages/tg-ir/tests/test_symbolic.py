@@ -316,3 +316,14 @@ def test_simplify_preserves_wrapping_value(dt: Any, lo: int, width: int, steps: 
     e = pool[-1]
     env = {"a": lo + o0 % (width + 1), "b": lo + o1 % (width + 1)}
     assert _eval_wrapping(e.simplify(), env) == _eval_wrapping(e, env), (e.render(), e.simplify().render(), env)
+
+
+def test_strided_sum_less_than_a_non_multiple_keeps_the_remainder() -> None:
+    # (4*q + r) < 7 is false for q=1, r=3: folding it to q < 2 would let a padded row through a gate
+    q, r = UOp.range(4, 4), UOp.range(4, 3)
+    for c in (5, 6, 7, 8, 12, 13):
+        e = (q * 4 + r) < c
+        for qv, rv in itertools.product(range(4), range(4)):
+            got = e.simplify().substitute({q: UOp.const(dtypes.int32, qv), r: UOp.const(dtypes.int32, rv)}).simplify()
+            assert got.arg == (4 * qv + rv < c), f"{e.render()} -> {e.simplify().render()} at q={qv} r={rv}"
+    assert ((q * 4 + r) < 8).simplify().render() == "ridx4<2"

@@ -1,6 +1,6 @@
 """`get_program`: kernel AST -> `ProgramSpec` (lowered, linearized, rendered source plus what the runtime needs).
 
-Pipeline: `opt.apply_opts` (a hook, no optimisations yet) -> `lower.lower_kernel` (rewrite passes) ->
+Pipeline: `opt.apply_opts` (opts: heuristics, BEAM or given) -> `lower.lower_kernel` (rewrite passes) ->
 `linearize.linearize` (the linear program) -> `renderer.render` (source).
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from tg.codegen.linearize import linearize
 from tg.codegen.lower import kernel_name, lower_kernel
+from tg.codegen.lower.expand import CORE_ID
 from tg.codegen.lower.gpudims import launch_dims
 from tg.codegen.opt import apply_opts
 from tg.codegen.render.renderer import Renderer
@@ -46,6 +47,7 @@ class ProgramSpec:
     ops: sint = 0
     mem: sint = 0
     applied_opts: tuple[Any, ...] = ()
+    threads: int = 1  # >1: the kernel takes `core_id` as its last int argument and runs once per id in [0, threads)
 
     @property
     def function_name(self) -> str:
@@ -68,9 +70,10 @@ def _function_name(ast: UOp) -> str:
     return name if not name[0].isdigit() else f"k_{name}"
 
 
-def estimate(uops: Sequence[UOp]) -> tuple[sint, sint]:
+def estimate(uops: Sequence[UOp], threads: int = 1) -> tuple[sint, sint]:
     """(FLOPs, bytes) one run of a linear program does: ALU ops outside index math and loads/stores of PARAMs,
-    each times the trip counts of the loops around it (bytes per buffer capped at the buffer's size)."""
+    each times the trip counts of the loops around it and the lanes it works on (bytes per buffer capped at the
+    buffer's size); a threaded kernel's body runs `threads` times."""
     index_math: set[UOp] = set()
     for u in uops:
         if u.op is Ops.INDEX:
@@ -79,7 +82,7 @@ def estimate(uops: Sequence[UOp]) -> tuple[sint, sint]:
             index_math.update(x for x in u.src[0].toposort() if x.op in GroupOp.ALU)
     flops: sint = 0
     touched: dict[tuple[UOp, Ops], sint] = {}
-    mults: list[sint] = [1]
+    mults: list[sint] = [threads]
     for u in uops:
         if u.op is Ops.RANGE:
             end = u.src[0]
@@ -87,13 +90,14 @@ def estimate(uops: Sequence[UOp]) -> tuple[sint, sint]:
         elif u.op is Ops.END:
             mults.pop()
         elif u.op in GroupOp.ALU and u not in index_math:
-            flops = flops + mults[-1]
+            flops = flops + mults[-1] * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
         elif u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
             buf = buffer_of(u.src[0])
             if buf.op is not Ops.PARAM:
                 continue
             assert isinstance(buf.dtype, PtrDType)
-            nbytes = touched.get((buf, u.op), 0) + mults[-1] * buf.dtype.base.itemsize
+            lanes = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count
+            nbytes = touched.get((buf, u.op), 0) + mults[-1] * buf.dtype.base.itemsize * lanes
             if buf.dtype.size > 0 and isinstance(nbytes, int):
                 nbytes = min(nbytes, buf.dtype.size * buf.dtype.base.itemsize)
             touched[(buf, u.op)] = nbytes
@@ -127,11 +131,13 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None)
     params = [u for u in uops if u.op is Ops.PARAM]
     outs = sorted({b.arg for u in uops if u.op is Ops.STORE and (b := buffer_of(u.src[0])).op is Ops.PARAM})
     ins = sorted({b.arg for u in uops if u.op is Ops.LOAD and (b := buffer_of(u.src[0])).op is Ops.PARAM})
-    variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
-    ops, mem = estimate(uops)
+    variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] != CORE_ID),
+                             key=lambda v: v.arg[0]))  # fmt: skip
+    threads = next((int(u.arg[2]) + 1 for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID), 1)
+    ops, mem = estimate(uops, threads)
     global_size, local_size = launch_dims(uops) or (None, None)
     return ProgramSpec(
         name=name, src=src, device=renderer.device, ast=ast, uops=uops, global_size=global_size,
         local_size=local_size, globals=tuple(sorted(p.arg for p in params)), outs=tuple(outs), ins=tuple(ins),
-        vars=variables, ops=ops, mem=mem, applied_opts=applied,
+        vars=variables, ops=ops, mem=mem, applied_opts=applied, threads=threads,
     )  # fmt: skip

@@ -238,7 +238,8 @@ def fold_divmod(x: UOp, c: UOp, d: UOp) -> UOp | None:
 
 
 def lt_fold(x: UOp, c: UOp) -> UOp | None:
-    """sum(a_i * g) + r < c with 0 <= r < g  ->  sum(a_i) < ceil(c / g)."""
+    """sum(a_i * g) + r < c with 0 <= r < g and g dividing c  ->  sum(a_i) < c / g (when g does not divide c the
+    comparison depends on r: (4*q + r) < 7 is false for q=1, r=3)."""
     if c.arg <= 0 or x.vmin < 0 or not no_wrap(x):
         return None
     terms = split_add(x)
@@ -248,14 +249,14 @@ def lt_fold(x: UOp, c: UOp) -> UOp | None:
     small = [t for t in terms if t.const_factor() == 1 or t.op is Ops.CONST]
     if not big:
         return None
-    g = math.gcd(*[t.const_factor() for t in big])
+    g = math.gcd(*[t.const_factor() for t in big], c.arg)
     if g <= 1:
         return None
     rs = _usum(x, small, 0)
     if rs.vmin < 0 or rs.vmax >= g:
         return None
     qs = _usum(x, [t.divides(g) for t in big], 0)  # type: ignore[misc]
-    return qs < -((-c.arg) // g)
+    return qs < c.arg // g
 
 
 def _add_lt(s: UOp, x: UOp, c0: UOp, c1: UOp) -> UOp | None:

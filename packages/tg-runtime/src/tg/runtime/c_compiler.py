@@ -83,6 +83,24 @@ def compiler_version(cc: str) -> str:
     return out.stdout + out.stderr
 
 
+@functools.lru_cache(maxsize=16)
+def probe_vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
+    """Bytes in the widest SIMD register the compiler targets with `flags` (64 AVX-512, 32 AVX2, 16 SSE/NEON, 0)."""
+    cmd = [cc, *(f for f in flags if f.startswith(("-m", "-f"))), "-dM", "-E", "-x", "c", os.devnull]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+    except OSError:
+        return 0
+    macros = set(line.split()[1] for line in out.splitlines() if line.startswith("#define "))
+    if "__AVX512F__" in macros:
+        return 64
+    if "__AVX2__" in macros or "__AVX__" in macros:
+        return 32
+    if macros & {"__SSE2__", "__ARM_NEON", "__ARM_NEON__", "__ALTIVEC__"}:
+        return 16
+    return 0
+
+
 class CCompiler(Compiler):
     """Compiles C source into a shared object with the host C compiler (gcc or clang).
 
@@ -118,6 +136,11 @@ class CCompiler(Compiler):
                     f"--- source ---\n{numbered}"
                 )
             return output.read_bytes()
+
+    @property
+    def vector_bytes(self) -> int:
+        """The SIMD register width the compiled code may use (probed once per compiler and flags)."""
+        return probe_vector_bytes(self.cc, self.flags)
 
     def __repr__(self) -> str:
         return f"<CCompiler {self.cc} {' '.join(self.flags)}>"

@@ -112,7 +112,7 @@ class CompiledRunner(Runner):
         if DEBUG.value >= 5:
             print(p.ast)
         if DEBUG.value >= 3:  # printed even when empty, so DEBUG=3 always says which opts a kernel got
-            print(f"{p.name}: applied opts {tuple(p.applied_opts)}")
+            print(f"{p.name}: applied opts {tuple(p.applied_opts)}: {' '.join(str(o) for o in p.applied_opts)}")
         if DEBUG.value >= 4:
             print(p.src)
         self.lib = lib if lib is not None else dev.compiler.compile_cached(p.src)
@@ -127,6 +127,9 @@ class CompiledRunner(Runner):
             raise ValueError(f"kernel {self.p.name} needs a value for variable {e.args[0]!r}; got {var_vals}") from None
         p = self.p
         if p.global_size is None and p.local_size is None:
+            if (threads := getattr(p, "threads", 1)) > 1:  # only CPU-like programs (CPU, PYTHON) take threads=
+                prg: Any = self._prg
+                return prg(*[b._opaque for b in bufs], vals=vals, wait=wait, threads=threads)
             return self._prg(*[b._opaque for b in bufs], vals=vals, wait=wait)
         global_size = None if p.global_size is None else tuple(sym_infer(g, var_vals) for g in p.global_size)
         local_size = None if p.local_size is None else tuple(sym_infer(s, var_vals) for s in p.local_size)

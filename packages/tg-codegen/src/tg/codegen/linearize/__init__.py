@@ -42,12 +42,22 @@ def linearize(sink: UOp) -> list[UOp]:
     # loop tree: a loop's parent is the innermost range still open where it ends
     depth: dict[UOp, int] = {}
     parent: dict[UOp, UOp | None] = {}
-    for r in (u for u in topo if u.op is Ops.RANGE):
+    pending = [u for u in topo if u.op is Ops.RANGE]
+    for r in pending:
         if r not in ends:
             raise LinearizeError(f"range {r.arg} is never closed by an END")
-        outer = live[ends[r]] | (live[r] - {r})  # open where it ends, or needed for its bound
-        parent[r] = p = _innermost(outer, depth, parent, f"range {r.arg}")
-        depth[r] = 0 if p is None else depth[p] + 1
+    while pending:  # a loop is placed once every loop around it is (the toposort may list inner loops first)
+        later = []
+        for r in pending:
+            outer = live[ends[r]] | (live[r] - {r})  # open where it ends, or needed for its bound
+            if not all(o in depth for o in outer):
+                later.append(r)
+                continue
+            parent[r] = p = _innermost(outer, depth, parent, f"range {r.arg}")
+            depth[r] = 0 if p is None else depth[p] + 1
+        if len(later) == len(pending):
+            raise LinearizeError(f"ranges {sorted(str(r.arg) for r in later)} are nested in each other")
+        pending = later
 
     def chain(scope: UOp | None) -> list[UOp]:
         ret: list[UOp] = []

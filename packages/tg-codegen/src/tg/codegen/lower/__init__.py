@@ -17,6 +17,8 @@ from tg.codegen.lower.decompositions import (
     pm_int_div_guards,
     readable_forms,
 )
+from tg.codegen.lower.devectorize import devectorize_rules
+from tg.codegen.lower.expand import expand_kernel
 from tg.codegen.lower.gpudims import add_gpudims
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
 from tg.codegen.lower.transcendental import transcendental_rules
@@ -69,13 +71,18 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     check_kernel_ast(ast)
     # GPU targets: the output loops become work-item ids (SPECIAL)
     ast = add_gpudims(ast, renderer)
+    regs = itertools.count()
+    # UPCAST/UNROLL ranges become unrolled copies and vector lanes, THREAD ranges the core_id variable
+    sink = expand_kernel(ast, renderer, regs)
     # loops: one END per range, REDUCE becomes accumulator registers, ranges shared by two loops get unshared
-    sink = graph_rewrite(ast, pm_split_ends)
-    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=itertools.count())
+    sink = graph_rewrite(sink, pm_split_ends)
+    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=regs)
     sink = graph_rewrite(sink, pm_split_ends)
     sink = unify_ends(sink)
     # gated loads/stores take the gate as their own source
     sink = graph_rewrite(sink, pm_gates)
+    # vector ops the target can't do in vector form are done lane by lane
+    sink = graph_rewrite(sink, devectorize_rules(frozenset(renderer.vector_ops)))
     # ops and dtypes the target lacks become ones it has (repeated to a fixed point by graph_rewrite)
     decompose, readable = _matchers(renderer.supported_ops, renderer.native_float_dtypes, renderer.extra_matcher)
     sink = graph_rewrite(sink, decompose)

@@ -7,11 +7,16 @@ value that crosses a loop boundary goes through memory (a DEFINE_REG accumulator
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from tg.ir.dtype import AddrSpace, ConstType, DType, dtypes
 from tg.ir.ops import Ops
 from tg.ir.pattern import PatternMatcher, UPat
 from tg.ir.uop import UOp
+
+if TYPE_CHECKING:
+    from tg.codegen.render.renderer import Renderer
 
 
 def open_ranges(root: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -61,13 +66,39 @@ def identity_element(op: Ops, dt: DType) -> ConstType:
     raise ValueError(f"REDUCE op must be ADD, MUL or MAX, got {op}")
 
 
-def _combine(op: Ops, acc: UOp, x: UOp) -> UOp:
+def combine(op: Ops, acc: UOp, x: UOp, renderer: Renderer | None = None) -> UOp:
+    """`acc op x` for a reduction; `acc + a*b` becomes MULACC(a, b, acc) when the renderer has a fused multiply-add."""
     # bool accumulators: ADD is OR, MUL is AND, MAX is OR (C's _Bool arithmetic would also do, this is explicit)
-    if acc.dtype == dtypes.bool and op in (Ops.ADD, Ops.MAX):
-        return UOp(Ops.OR, dtypes.bool, (acc, x))
-    if acc.dtype == dtypes.bool and op is Ops.MUL:
-        return UOp(Ops.AND, dtypes.bool, (acc, x))
+    if acc.dtype.scalar() == dtypes.bool and op in (Ops.ADD, Ops.MAX):
+        return UOp(Ops.OR, acc.dtype, (acc, x))
+    if acc.dtype.scalar() == dtypes.bool and op is Ops.MUL:
+        return UOp(Ops.AND, acc.dtype, (acc, x))
+    if op is Ops.ADD and x.op is Ops.MUL and getattr(renderer, "has_fma", False) and dtypes.is_float(x.dtype) \
+            and x.dtype.scalar() in (dtypes.float32, dtypes.float64):  # fmt: skip
+        return UOp(Ops.MULACC, acc.dtype, (x.src[0], x.src[1], acc))
     return UOp(op, acc.dtype, (acc, x))
+
+
+def build_accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequence[UOp], reduce_ranges: Sequence[UOp],
+                      renderer: Renderer | None = None) -> UOp:  # fmt: skip
+    """A one-element register set to the identity before `reduce_ranges` and updated in them with every value of
+    `values` in order (`acc = ((acc op v0) op v1) ...`); returns the read of the final value."""
+    outer = sorted(frozenset().union(*(open_ranges(v)[v] for v in values)) - set(reduce_ranges), key=axis_id)
+    acc = UOp(Ops.DEFINE_REG, dtype.ptr(1, AddrSpace.REG), (), next(ctx))
+    zero = UOp.const(dtypes.int32, 0)
+    init_target = UOp(Ops.AFTER, acc.dtype, (acc, *outer)) if outer else acc
+    ident = UOp.const(dtype, identity_element(op, dtype.scalar()))
+    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (init_target, zero)), ident))
+    in_loop = UOp(Ops.AFTER, acc.dtype, (acc, init, *reduce_ranges))
+    slot = UOp(Ops.INDEX, acc.dtype, (in_loop, zero))
+    val = UOp(Ops.LOAD, dtype, (slot,))
+    for v in values:
+        val = combine(op, val, v, renderer)
+    update: UOp = UOp(Ops.STORE, dtypes.void, (slot, val))
+    for r in sorted(reduce_ranges, key=axis_id, reverse=True):
+        update = UOp(Ops.END, dtypes.void, (update, r))
+    done = UOp(Ops.AFTER, acc.dtype, (acc, update))
+    return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, acc.dtype, (done, zero)),))
 
 
 def reduce_to_accumulator(ctx: itertools.count, red: UOp) -> UOp:
@@ -80,20 +111,7 @@ def reduce_to_accumulator(ctx: itertools.count, red: UOp) -> UOp:
             raise ValueError(f"REDUCE sources after the value must be RANGEs, got {r.op}")
     if not reduce_ranges:
         return value
-    # the accumulator is re-initialised on every iteration of the loops the value depends on (outside the reduce)
-    outer = sorted(open_ranges(value)[value] - set(reduce_ranges), key=axis_id)
-    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), next(ctx))
-    zero = UOp.const(dtypes.int32, 0)
-    init_target = UOp(Ops.AFTER, acc.dtype, (acc, *outer)) if outer else acc
-    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (init_target, zero)),
-                                        UOp.const(red.dtype, identity_element(red.arg, red.dtype))))  # fmt: skip
-    in_loop = UOp(Ops.AFTER, acc.dtype, (acc, init, *reduce_ranges))
-    slot = UOp(Ops.INDEX, acc.dtype, (in_loop, zero))
-    update: UOp = UOp(Ops.STORE, dtypes.void, (slot, _combine(red.arg, UOp(Ops.LOAD, red.dtype, (slot,)), value)))
-    for r in sorted(reduce_ranges, key=axis_id, reverse=True):
-        update = UOp(Ops.END, dtypes.void, (update, r))
-    done = UOp(Ops.AFTER, acc.dtype, (acc, update))
-    return UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, acc.dtype, (done, zero)),))
+    return build_accumulator(ctx, red.arg, red.dtype, [value], reduce_ranges)
 
 
 pm_reduce_to_accumulator = PatternMatcher([(UPat(Ops.REDUCE, name="red"), reduce_to_accumulator)])

@@ -1,20 +1,57 @@
-"""Kernel optimisation hook (OptOps land here later: SPLIT/UPCAST/UNROLL/LOCAL/...).
+"""The kernel optimiser: opts (`Opt`, `OptOps`), the `OptKernel` they apply to, heuristics and `apply_opts`.
 
-Today `apply_opts` only checks its input and returns the kernel unchanged: the lowering pipeline calls it so that
-adding optimisations later does not change `get_program`'s shape.
+`apply_opts(ast, renderer, opts)` picks the opts of a kernel, in this order: `KernelInfo.opts_to_apply` on the
+incoming SINK (an exact replay; errors propagate), else the explicit `opts` argument, else BEAM search when `BEAM>=1`
+and a search hook is registered (tg.runtime registers one: search needs timing on a device), else the hand-coded
+heuristics unless `NOOPT=1`. The result records the applied opts in the SINK's `KernelInfo.applied_opts`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from tg.codegen.opt.heuristic import hand_coded_opts
+from tg.codegen.opt.kernel import OptKernel
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.codegen.render.renderer import Renderer
+from tg.ir.helpers import BEAM, NOOPT
+from tg.ir.ops import KernelInfo
 from tg.ir.uop import UOp
 
+__all__ = ["KernelOptError", "Opt", "OptKernel", "OptOps", "apply_opts", "hand_coded_opts", "set_beam_hook", "split"]
 
-def apply_opts(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None) -> tuple[UOp, tuple[Any, ...]]:
-    """Apply optimisations `opts` to kernel AST `ast` for `renderer`; returns (new ast, opts applied)."""
-    if opts:
-        raise NotImplementedError(f"kernel optimisations are not implemented yet, got opts={list(opts)!r}")
-    return ast, ()
+# (ast, renderer, beam width) -> opts; installed by tg.runtime (search needs a device to time candidates)
+_beam_hook: Callable[[UOp, Renderer, int], Sequence[Opt]] | None = None
+
+
+def set_beam_hook(hook: Callable[[UOp, Renderer, int], Sequence[Opt]] | None) -> None:
+    """Install the function `apply_opts` calls for BEAM>=1 (tg.runtime.search does this)."""
+    global _beam_hook
+    _beam_hook = hook
+
+
+def apply_opts(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None) -> tuple[UOp, tuple[Opt, ...]]:
+    """Apply optimisations to kernel AST `ast` for `renderer`; returns (optimised AST, opts applied).
+
+    `opts=None` lets the kernel's own `opts_to_apply`, BEAM or the heuristics decide; a sequence (even empty) is
+    applied exactly. Illegal explicit opts raise KernelOptError.
+    """
+    info = ast.arg
+    k = OptKernel(ast, renderer)
+    if isinstance(info, KernelInfo) and info.opts_to_apply is not None:
+        chosen: Sequence[Any] = info.opts_to_apply
+    elif opts is not None:
+        chosen = opts
+    elif NOOPT:
+        return ast, ()
+    elif BEAM >= 1 and _beam_hook is not None and k.ranges:
+        chosen = _beam_hook(ast, renderer, int(BEAM))
+    else:
+        k = hand_coded_opts(k)
+        return (k.get_optimized_ast(), k.applied) if k.applied else (ast, ())
+    for o in chosen:
+        if not isinstance(o, Opt):
+            raise TypeError(f"opts must be Opt instances, got {o!r}")
+        k = k.apply(o)
+    return (k.get_optimized_ast(), k.applied) if k.applied else (ast, ())

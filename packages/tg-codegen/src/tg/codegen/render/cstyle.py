@@ -177,7 +177,7 @@ class CStyleLanguage(Renderer):
         """The C type of a scalar dtype (pointer dtypes render their element type)."""
         base = dt.base if isinstance(dt, PtrDType) else dt
         if base.count > 1:
-            raise NotImplementedError(f"{type(self).__name__} does not render vector dtype {base}")
+            return self.vector_type(base)
         if (t := self.type_map.get(base)) is None:
             raise NotImplementedError(f"{type(self).__name__} has no C type for {base}")
         return t
@@ -271,6 +271,8 @@ class CStyleLanguage(Renderer):
     def render_signature(self, params: list[UOp], variables: list[UOp]) -> list[str]:
         """The kernel's parameter declarations: buffers in PARAM slot order, then the variables sorted by name."""
         sig = [f"{self.buffer_prefix}{self.render_dtype(p.dtype)}*{self.buffer_suffix} data{p.arg}" for p in params]
+        # the thread id of a THREAD axis comes last, after the variables
+        variables = sorted(variables, key=lambda v: (v.arg[0] == "core_id", v.arg[0]))
         return sig + [f"{self.var_prefix}{self.render_dtype(v.dtype)} {v.arg[0]}" for v in variables]
 
     def render_prelude(self, needs: set[str]) -> list[str]:
@@ -381,6 +383,21 @@ def _buffer(u: UOp) -> UOp:
 # *** the rule table: every rule takes (ctx, u) and returns the text that names u's value ("" for statements) ***
 
 
+def _const(ctx: RenderContext, u: UOp) -> str:
+    if u.dtype.count == 1:
+        return ctx.ren.render_const(u.arg, u.dtype)
+    lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,) * u.dtype.count
+    ctx.dtype(u.dtype)
+    return ctx.ren.render_vectorize([ctx.ren.render_const(v, u.dtype.scalar()) for v in lanes], u.dtype)
+
+
+def _vector_access(ctx: RenderContext, u: UOp, index: UOp) -> str | None:
+    """`*(T*)&buf[i]` for a vector access to memory (registers hold vectors as plain variables)."""
+    if u.dtype.count == 1 or _buffer(index.src[0]).op is Ops.DEFINE_REG:
+        return None
+    return f"(*(({ctx.dtype(u.dtype)}*)(&{ctx[index]})))"
+
+
 def _define_reg(ctx: RenderContext, u: UOp) -> str:
     assert isinstance(u.dtype, PtrDType)
     name, size = ctx.fresh("acc"), max(u.dtype.size, 1)
@@ -441,12 +458,13 @@ def _load(ctx: RenderContext, u: UOp) -> str:
     ptr = u.src[0]
     if _buffer(ptr.src[0]).op is Ops.DEFINE_REG and len(u.src) == 1:
         return ctx[ptr]  # a register read: just the variable
-    expr = ctx[ptr] if len(u.src) == 1 else f"({ctx[u.src[2]]}?{ctx[ptr]}:{ctx[u.src[1]]})"
+    access = _vector_access(ctx, u, ptr) or ctx[ptr]
+    expr = access if len(u.src) == 1 else f"({ctx[u.src[2]]}?{access}:{ctx[u.src[1]]})"
     return ctx.declare(u, expr, "val", strip=False)
 
 
 def _store(ctx: RenderContext, u: UOp) -> str:
-    target, value = ctx[u.src[0]], _strip(ctx[u.src[1]])
+    target, value = _vector_access(ctx, u.src[1], u.src[0]) or ctx[u.src[0]], _strip(ctx[u.src[1]])
     ctx.line(f"if ({_strip(ctx[u.src[2]])}) {target} = {value};" if len(u.src) == 3 else f"{target} = {value};")
     return ""
 
@@ -504,7 +522,7 @@ string_rules = PatternMatcher([
     # names that need no code: buffers, variables, constants, ordering-only nodes
     (UPat(Ops.PARAM, name="u"), lambda ctx, u: f"data{u.arg}"),
     (UPat(Ops.DEFINE_VAR, name="u"), lambda ctx, u: str(u.arg[0])),
-    (UPat(Ops.CONST, name="u"), lambda ctx, u: ctx.ren.render_const(u.arg, u.dtype)),
+    (UPat((Ops.CONST, Ops.VCONST), name="u"), _const),
     (UPat((Ops.SINK, Ops.GROUP, Ops.NOOP)), lambda ctx: ""),
     (UPat(Ops.AFTER, name="u"), lambda ctx, u: ctx[u.src[0]]),
     # definitions: registers, workgroup memory, work-item ids
@@ -545,8 +563,18 @@ def _strip(s: str) -> str:
     return s[1:-1]
 
 
+# C names of vector element types: vector typedefs are tg_<name>x<lanes> (never float16, a half type in tg)
+_VECTOR_NAMES = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.int32: "i32", dtypes.uint32: "u32",
+                 dtypes.int64: "i64", dtypes.uint64: "u64"}  # fmt: skip
+
+
 class ClangRenderer(CStyleLanguage):
-    """Plain C for the CPU backend: the kernel loops over everything itself (no launch grid)."""
+    """Plain C for the CPU backend: the kernel loops over everything itself (no launch grid).
+
+    `vector_bytes` (0, 16, 32 or 64: what the host compiler's target has, probed by the CPU device) enables
+    gcc/clang vector extensions (`__attribute__((vector_size(n)))` typedefs, element-aligned so views never fault);
+    `threads` > 1 allows a THREAD axis (the kernel gets a `core_id` argument and runs once per thread).
+    """
 
     device = "CPU"
     suffix = "c"
@@ -554,3 +582,27 @@ class ClangRenderer(CStyleLanguage):
     has_shared = False
     global_max = None
     local_max = None
+
+    def __init__(self, vector_bytes: int = 0, threads: int = 1) -> None:
+        if vector_bytes not in (0, 16, 32, 64):
+            raise ValueError(f"vector_bytes must be 0, 16, 32 or 64, got {vector_bytes!r}")
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        self.vector_bytes, self.thread_max, self.has_threads = vector_bytes, threads, threads > 1
+        self.vector_registers = 32 if vector_bytes == 64 else 16 if vector_bytes else 0
+        self.vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}) if vector_bytes else frozenset()
+
+    def vector_type(self, dt: DType) -> str:
+        if (name := _VECTOR_NAMES.get(dt.scalar())) is None:
+            raise NotImplementedError(f"{type(self).__name__} does not render vector dtype {dt}")
+        return f"tg_{name}x{dt.count}"
+
+    def vector_prelude(self, used: list[DType]) -> list[str]:
+        return [f"typedef {self.type_map[dt.scalar()]} {self.vector_type(dt)} __attribute__((vector_size("
+                f"{dt.itemsize}), aligned({dt.scalar().itemsize})));" for dt in used]  # fmt: skip
+
+    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # type: ignore[override]
+        return type(self), (self.vector_bytes, self.thread_max)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vector_bytes={self.vector_bytes}, threads={self.thread_max})"

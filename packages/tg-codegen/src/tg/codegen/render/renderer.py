@@ -27,6 +27,11 @@ class Renderer:
     has_threads: bool = False  # can run ranges of type THREAD in parallel
     supports_float4: bool = False  # has vector loads/stores
     vector_widths: tuple[int, ...] = (1,)  # vector lane counts the target handles natively
+    vector_bytes: int = 0  # bytes in the widest native vector register (0: no vectors; 64 on AVX-512)
+    vector_registers: int = 0  # how many of them
+    vector_ops: frozenset[Ops] = frozenset()  # ops computed on vector dtypes (the rest are done lane by lane)
+    has_fma: bool = False  # acc + a*b in reductions becomes MULACC (rendered as a fused multiply-add)
+    thread_max: int = 1  # most threads a THREAD axis may use
     global_max: tuple[int, ...] | None = None  # maximum launch grid per dimension, None: the kernel loops itself
     local_max: tuple[int, ...] | None = None  # maximum workgroup size per dimension
     shared_max: int = 0  # bytes of shared memory per workgroup

@@ -8,11 +8,13 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import queue
 import tempfile
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from tg.ir.helpers import cache_dir
+from tg.ir.helpers import cache_dir, getenv
 from tg.runtime.c_compiler import CCompiler
 from tg.runtime.device import BufferSpec, Compiled, LRUAllocator, Program, check_device_index
 
@@ -80,10 +82,59 @@ def load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
     raise RuntimeError(f"cannot load the compiled kernel {name!r}: " + "; ".join(errors))
 
 
+def cpu_count() -> int:
+    """Threads a CPU kernel may use: ``CPU_COUNT`` if set, else the cores this process may run on."""
+    n = getenv("CPU_COUNT", 0)
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"CPU_COUNT must be a positive int, got {n!r}")
+    if n:
+        return n
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class ThreadPool:
+    """Persistent worker threads that run the thread ids of a kernel (ctypes releases the GIL during the call).
+
+    ``run(fxn, args, n)`` calls ``fxn(*args, t)`` for t in [0, n): t = 0 on the calling thread, the others on
+    workers created at first use and kept for the life of the process (no thread creation per launch).
+    """
+
+    def __init__(self) -> None:
+        self._queues: list[queue.SimpleQueue[Any]] = []
+        self._done: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+
+    def _worker(self, q: queue.SimpleQueue[Any]) -> None:
+        while True:
+            fxn, args, t = q.get()
+            try:
+                fxn(*args, t)
+            finally:
+                self._done.put(t)
+
+    def run(self, fxn: Any, args: list[Any], n: int) -> None:
+        with self._lock:  # one kernel at a time per pool
+            while len(self._queues) < n - 1:
+                q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+                threading.Thread(target=self._worker, args=(q,), daemon=True, name="tg-cpu-worker").start()
+                self._queues.append(q)
+            for t in range(1, n):
+                self._queues[t - 1].put((fxn, args, t))
+            try:
+                fxn(*args, 0)
+            finally:
+                for _ in range(n - 1):
+                    self._done.get()
+
+
+_pool = ThreadPool()
+
+
 class CPUProgram(Program):
     """A C kernel in a shared object, loaded with ctypes.
 
-    Called with HostMemory buffers (or raw addresses) then the int variable values: ``prg(*bufs, vals=(n,))``.
+    Called with HostMemory buffers (or raw addresses) then the int variable values: ``prg(*bufs, vals=(n,))``;
+    a kernel with a THREAD axis also gets ``threads=n`` and runs its thread ids on the persistent thread pool.
     Returns the elapsed seconds when ``wait=True``.
     """
 
@@ -104,25 +155,27 @@ class CPUProgram(Program):
         local_size: tuple[int, ...] | None = None,
         vals: tuple[int, ...] = (),
         wait: bool = False,
+        threads: int = 1,
     ) -> float | None:
-        if self._nargs != (nargs := (len(bufs), len(vals))):
+        if self._nargs != (nargs := (len(bufs), len(vals) + (threads > 1))):
             self.fxn.argtypes = [ctypes.c_void_p] * nargs[0] + [ctypes.c_int] * nargs[1]
             self._nargs = nargs
         args = [b if b.__class__ is int else b.addr for b in bufs]
         args.extend(vals)
-        if wait:
-            start = time.perf_counter()
+        start = time.perf_counter() if wait else 0.0
+        if threads > 1:
+            _pool.run(self.fxn, args, threads)
+        else:
             self.fxn(*args)
-            return time.perf_counter() - start
-        self.fxn(*args)
-        return None
+        return time.perf_counter() - start if wait else None
 
 
-def clang_renderer() -> Renderer:
-    """A ClangRenderer (tg.codegen is imported only when a renderer is first needed)."""
+def clang_renderer(compiler: CCompiler | None = None) -> Renderer:
+    """A ClangRenderer for the host: vectors as wide as `compiler` targets, threads from `cpu_count()` (tg.codegen
+    is imported only when a renderer is first needed)."""
     from tg.codegen.render.cstyle import ClangRenderer
 
-    return ClangRenderer()
+    return ClangRenderer(compiler.vector_bytes if compiler is not None else 0, cpu_count())
 
 
 class CPUDevice(Compiled):
@@ -130,4 +183,5 @@ class CPUDevice(Compiled):
 
     def __init__(self, device: str = "CPU") -> None:
         check_device_index(device)
-        super().__init__(device, CPUAllocator(self), CCompiler(), CPUProgram, clang_renderer)
+        compiler = CCompiler()
+        super().__init__(device, CPUAllocator(self), compiler, CPUProgram, lambda: clang_renderer(compiler))

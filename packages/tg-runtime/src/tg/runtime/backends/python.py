@@ -157,6 +157,14 @@ def _float32_rounder() -> Callable[[float], float]:
     return round_f32
 
 
+def _is_reg(prog: list[Any], index: int) -> bool:
+    """Whether INDEX instruction `index` points into a DEFINE_REG (through AFTERs)."""
+    b = prog[index][2][0]
+    while prog[b][0] is Ops.AFTER:
+        b = prog[b][2][0]
+    return prog[b][0] is Ops.DEFINE_REG
+
+
 class PythonProgram(Program):
     """Runs a program rendered by `PythonRenderer`; called with byte memoryviews and variable values.
 
@@ -172,8 +180,11 @@ class PythonProgram(Program):
         self.prog = decode_program(lib.decode())
         self.params = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.PARAM),
                              key=lambda i: self.prog[i][3])  # fmt: skip
-        self.variables = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.DEFINE_VAR),
-                                key=lambda i: self.prog[i][3][0])  # fmt: skip
+        # variables by name, then the thread id of a THREAD axis (passed per thread, not by the caller)
+        variables = sorted((i for i, ins in enumerate(self.prog) if ins[0] is Ops.DEFINE_VAR),
+                           key=lambda i: (self.prog[i][3][0] == "core_id", self.prog[i][3][0]))  # fmt: skip
+        self.core_id = variables.pop() if variables and self.prog[variables[-1]][3][0] == "core_id" else None
+        self.variables = variables
         self.pysrc, self._fxn = self._translate()
 
     def _translate(self) -> tuple[str, Callable[[list[_Memory], tuple[int, ...]], None]]:
@@ -191,10 +202,24 @@ class PythonProgram(Program):
             if op is Ops.PARAM:
                 emit(f"v{i} = _mem[{self.params.index(i)}]")
             elif op is Ops.DEFINE_VAR:
-                emit(f"v{i} = _vals[{self.variables.index(i)}]")
-            elif op is Ops.CONST:
-                env[f"_c{i}"] = truncate[dt](arg)
+                emit(f"v{i} = _vals[{self.variables.index(i) if i != self.core_id else len(self.variables)}]")
+            elif op in (Ops.CONST, Ops.VCONST):
+                lanes = arg if isinstance(arg, tuple) else (arg,) * dt.count
+                vals_ = tuple(truncate[dt.scalar()](x) for x in lanes)
+                env[f"_c{i}"] = vals_ if dt.count > 1 else vals_[0]
                 emit(f"v{i} = _c{i}")
+            elif op is Ops.VECTORIZE:
+                emit(f"v{i} = ({', '.join(v)},)")
+            elif op is Ops.GEP:
+                emit(
+                    f"v{i} = {v[0]}[{arg[0]}]"
+                    if len(arg) == 1
+                    else f"v{i} = ({', '.join(f'{v[0]}[{k}]' for k in arg)},)"
+                )
+            elif dt.count > 1 and op in GroupOp.ALU:  # a vector op: the scalar op lane by lane
+                env[f"_f{i}"], env[f"_t{i}"] = _alu_impl(op, dt.scalar())
+                lanes_ = ", ".join(f"_l{k}" for k in range(len(v)))
+                emit(f"v{i} = tuple(_t{i}(_f{i}({lanes_})) for {lanes_} in zip({', '.join(v)}))")
             elif op in _INLINE and dt.count == 1:
                 expr = _INLINE[op].format(*v)
                 if op in GroupOp.Comparison or dt is dtypes.float64:
@@ -222,10 +247,15 @@ class PythonProgram(Program):
             elif op is Ops.LOAD:
                 buf, idx = (f"v{s}" for s in prog[src[0]][2])
                 load = f"{buf}.load({idx})"
+                if dt.count > 1 and not _is_reg(prog, src[0]):  # a vector: consecutive elements
+                    load = f"tuple({buf}.load({idx} + _k) for _k in range({dt.count}))"
                 emit(f"v{i} = {load}" if len(src) == 1 else f"v{i} = {load} if {v[2]} else {v[1]}")
             elif op is Ops.STORE:
                 buf, idx = (f"v{s}" for s in prog[src[0]][2])
-                emit(f"{buf}.store({idx}, {v[1]})" if len(src) == 2 else f"if {v[2]}: {buf}.store({idx}, {v[1]})")
+                store = f"{buf}.store({idx}, {v[1]})"
+                if prog[src[1]][1].count > 1 and not _is_reg(prog, src[0]):
+                    store = f"[{buf}.store({idx} + _k, _x) for _k, _x in enumerate({v[1]})]"
+                emit(store if len(src) == 2 else f"if {v[2]}: {store}")
             elif op is Ops.RANGE:
                 emit(f"for v{i} in range({v[0]}):")
                 depth += 1
@@ -240,7 +270,8 @@ class PythonProgram(Program):
                 emit(f"v{i} = {v[0]}")
             elif op is Ops.DEFINE_REG:
                 assert isinstance(dt, PtrDType)
-                env[f"_d{i}"] = (f"acc{i}", [dt.base.min] * max(dt.size, 1), truncate[dt.base])
+                reg_tr = truncate[dt.base] if dt.base.count == 1 else (lambda x: x)
+                env[f"_d{i}"] = (f"acc{i}", [dt.base.scalar().min] * max(dt.size, 1), reg_tr)
                 emit(f"v{i} = _Memory(_d{i}[0], list(_d{i}[1]), lambda x: x, _d{i}[2])")
             elif op not in (Ops.SINK, Ops.GROUP, Ops.NOOP):
                 raise NotImplementedError(f"the PYTHON device can't run {op}")
@@ -258,7 +289,10 @@ class PythonProgram(Program):
         local_size: tuple[int, ...] | None = None,
         vals: tuple[int, ...] = (),
         wait: bool = False,
+        threads: int = 1,
     ) -> float | None:
+        """Run the kernel; a threaded kernel runs once per thread id, in reverse order (so a kernel whose threads
+        depend on each other's results gives wrong answers here instead of by luck)."""
         if len(bufs) != len(self.params):
             raise ValueError(f"{self.name} takes {len(self.params)} buffers, got {len(bufs)}")
         if len(vals) != len(self.variables):
@@ -274,7 +308,15 @@ class PythonProgram(Program):
             if not lo <= v <= hi:
                 raise ValueError(f"{self.name}: variable {vname}={v} outside its range [{lo}, {hi}]")
         start = time.perf_counter()
-        self._fxn(mems, tuple(vals))
+        if self.core_id is None:
+            self._fxn(mems, tuple(vals))
+        else:
+            if threads != self.prog[self.core_id][3][2] + 1:
+                raise ValueError(
+                    f"{self.name} runs on {self.prog[self.core_id][3][2] + 1} threads, got threads={threads}"
+                )
+            for t in reversed(range(threads)):
+                self._fxn(mems, (*vals, t))
         return time.perf_counter() - start if wait else None
 
 

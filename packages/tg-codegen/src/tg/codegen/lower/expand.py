@@ -1,0 +1,305 @@
+"""The expander: UPCAST/UNROLL (and register GROUP_REDUCE) ranges become unrolled copies and one vector axis.
+
+After `opt` splits a kernel's ranges, the ranges of type UPCAST, UNROLL and (on targets without shared memory)
+GROUP_REDUCE are no loops: every value that depends on them is computed once per value of those ranges. One of
+them, the *vector axis*, becomes the lanes of native vectors (`renderer.vector_bytes` wide): it is an output UPCAST
+axis with unit stride in the store (a row of a matmul tile) or, for reductions, a reduce axis with unit stride in a
+load (then its lanes are separate accumulators, summed horizontally once after the loop). All other expanded ranges
+are unrolled into separate scalar or vector values.
+
+Loads and stores whose index is `base + lane` become one vector access; an index without the lane is a scalar
+access splatted to all lanes; any other index (and any gate that depends on the lane) is accessed lane by lane.
+A REDUCE over expanded ranges gets one accumulator per value of its GROUP_REDUCE ranges (and per output lane
+value); UNROLL values fold into it serially in lane order, so `acc + a*b` chains stay in one register; the
+accumulators are combined by a balanced tree after the loop. THREAD ranges become the `core_id` variable.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from tg.codegen.lower.structure import axis_id, build_accumulator, combine, identity_element
+from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import AxisType, GroupOp, Ops
+from tg.ir.uop import UOp
+
+# value dtypes that live in native vectors (others are unrolled as scalars)
+VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+CORE_ID = "core_id"
+
+
+def _rtype(r: UOp) -> AxisType:
+    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else AxisType.LOOP
+
+
+def _size(r: UOp) -> int:
+    return int(r.src[0].arg)
+
+
+def affine(x: UOp, v: UOp) -> tuple[int, UOp] | None:
+    """(c, rest) with x == c*v + rest exactly (rest free of v), or None when x is not visibly affine in v."""
+    if x is v:
+        return 1, UOp.const(x.dtype, 0)
+    if v not in x.toposort():
+        return 0, x
+    if x.op in (Ops.ADD, Ops.SUB):
+        a, b = affine(x.src[0], v), affine(x.src[1], v)
+        if a is None or b is None:
+            return None
+        if x.op is Ops.ADD:
+            return a[0] + b[0], a[1] + b[1]
+        return a[0] - b[0], a[1] - b[1]
+    if x.op is Ops.MUL:
+        for p, q in (x.src, x.src[::-1]):
+            if q.op is Ops.CONST and (a := affine(p, v)) is not None:
+                return a[0] * int(q.arg), a[1] * q
+    return None
+
+
+class Expander:
+    """One kernel's expansion (see the module docstring); `run()` returns the rewritten SINK."""
+
+    def __init__(self, sink: UOp, renderer: Renderer, regs: Iterator[int]) -> None:
+        self.ren, self.regs = renderer, regs
+        self.sink = sink
+        shared = renderer.has_shared
+        self.expanded = {
+            u
+            for u in sink.toposort()
+            if u.op is Ops.RANGE
+            and (_rtype(u) in (AxisType.UPCAST, AxisType.UNROLL) or (_rtype(u) is AxisType.GROUP_REDUCE and not shared))
+        }
+        self.lane: UOp | None = None
+        self.width = 1
+        self._pick_vector_axis()
+        self.deps: dict[UOp, frozenset[UOp]] = {}
+        for u in self.sink.toposort():
+            d: frozenset[UOp] = frozenset().union(*(self.deps[s] for s in u.src))
+            if u in self.expanded or u is self.lane:
+                d = frozenset({u})
+            elif u.op in (Ops.REDUCE, Ops.END):
+                d = self.deps[u.src[0]] - set(u.src[1:])
+            self.deps[u] = d
+        special = self.expanded | ({self.lane} if self.lane is not None else set())
+        self.touched: dict[UOp, bool] = {}
+        for u in self.sink.toposort():
+            self.touched[u] = u in special or any(self.touched[s] for s in u.src)
+        self.memo: dict[tuple[UOp, tuple[tuple[UOp, int], ...]], UOp] = {}
+
+    # ---- choosing the vector axis --------------------------------------------------------------------------
+
+    def _lanes_for(self, dt: DType) -> int:
+        return max(1, getattr(self.ren, "vector_bytes", 0) // dt.itemsize) if dt in VECTOR_DTYPES else 1
+
+    def _pick_vector_axis(self) -> None:
+        topo = list(self.sink.toposort())
+        stores = [u for u in topo if u.op is Ops.STORE]
+        loads = [u for u in topo if u.op is Ops.LOAD]
+        if any(u.dtype.scalar() not in VECTOR_DTYPES | {dtypes.bool} for u in topo if u.op in GroupOp.ALU | {Ops.LOAD}):
+            return  # emulated or narrow dtypes: unroll as scalars
+        cands: list[tuple[int, UOp, DType]] = []
+        for r in sorted(self.expanded, key=axis_id):
+            if _rtype(r) is AxisType.UPCAST:
+                for s in stores:
+                    if (a := affine(s.src[0].src[1], r)) is not None and a[0] == 1:
+                        cands.append((0, r, s.src[1].dtype))
+                        break
+            else:
+                reduces = [u for u in topo if u.op is Ops.REDUCE and r in u.src[1:]]
+                if reduces and reduces[0].arg in (Ops.ADD, Ops.MAX, Ops.MUL):
+                    for ld in loads:
+                        if (a := affine(ld.src[0].src[1], r)) is not None and a[0] == 1:
+                            cands.append((1, r, reduces[0].dtype))
+                            break
+        for _, r, dt in sorted(cands, key=lambda c: c[0]):
+            w = self._lanes_for(dt)
+            while w > 1 and _size(r) % w:
+                w //= 2
+            if w < 2:
+                continue
+            self.width = w
+            if _size(r) == w:
+                self.lane, self.expanded = r, self.expanded - {r}
+                return
+            # r -> chunk*w + lane: the chunk keeps r's type (unrolled), the lane is the vector
+            next_id = 1 + max(axis_id(u) for u in self.sink.toposort() if u.op is Ops.RANGE)
+            chunk = UOp.range(_size(r) // w, axis_id(r), _rtype(r), r.dtype)
+            lane = UOp.range(w, next_id, _rtype(r), r.dtype)
+            self.sink = _substitute_ranges(self.sink, {r: (chunk * w + lane, (chunk, lane))})
+            self.expanded = (self.expanded - {r}) | {chunk}
+            self.lane = lane
+            return
+
+    # ---- expansion ------------------------------------------------------------------------------------------
+
+    def run(self) -> UOp:
+        return self.ex(self.sink, {})
+
+    def _key(self, u: UOp, env: dict[UOp, int]) -> tuple[UOp, tuple[tuple[UOp, int], ...]]:
+        return u, tuple(sorted(((r, v) for r, v in env.items() if r in self.deps[u]), key=lambda x: axis_id(x[0])))
+
+    def _fix(self, x: UOp, env: dict[UOp, int], lane: int | None = None) -> UOp:
+        """Index math with the unrolled ranges (and optionally the lane) replaced by constants."""
+        sub = {r: UOp.const(r.dtype, env[r]) for r in self.deps[x] if r in env}
+        if lane is not None and self.lane is not None:
+            sub[self.lane] = UOp.const(self.lane.dtype, lane)
+        return (x.substitute(sub) if sub else x).simplify()
+
+    def vec(self, x: UOp) -> UOp:
+        """x as a vector of the kernel's width (a scalar is broadcast)."""
+        return x if x.dtype.count == self.width else x.broadcast(self.width)
+
+    def ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        if not self.touched[u]:
+            return u
+        key = self._key(u, env)
+        if (m := self.memo.get(key)) is not None:
+            return m
+        self.memo[key] = ret = self._ex(u, env)
+        return ret
+
+    def _ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        if u.op is Ops.RANGE:
+            if u is self.lane:
+                return UOp.const(u.dtype.vec(self.width), tuple(range(self.width)))
+            return UOp.const(u.dtype, env[u]) if u in self.expanded else u
+        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src) == 1:
+            return self._load(u, env)
+        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+            return self._store(u, env)
+        if u.op is Ops.END:
+            return self._end(u, env)
+        if u.op is Ops.REDUCE:
+            return self._reduce(u, env)
+        src = tuple(self.ex(s, env) for s in u.src)
+        if self.lane is not None and any(s.dtype.count == self.width > 1 for s in src) and \
+                (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)):  # fmt: skip
+            return UOp(u.op, u.dtype.vec(self.width), tuple(self.vec(s) for s in src), u.arg)
+        return u if src == u.src else u.replace(src=src)
+
+    def _access(self, idx: UOp, env: dict[UOp, int]) -> tuple[str, UOp | None, UOp | None]:
+        """How an INDEX is accessed: ("scalar"|"vector", index, gate) or ("lanes", None, None)."""
+        _, off, *gate = idx.src
+        g = self._fix(gate[0], env) if gate else None
+        if self.lane is None or self.lane not in self.deps[idx]:
+            return "scalar", self._fix(off, env), g
+        if gate and self.lane in self.deps[gate[0]]:
+            return "lanes", None, None
+        off = self._fix(off, env)
+        a = affine(off, self.lane)
+        if a is None or a[0] not in (0, 1):
+            return "lanes", None, None
+        return ("vector" if a[0] == 1 else "scalar"), a[1].simplify(), g
+
+    def _index(self, idx: UOp, off: UOp, gate: UOp | None) -> UOp:
+        buf = self.ex(idx.src[0], {})
+        return UOp(Ops.INDEX, idx.dtype, (buf, off) if gate is None else (buf, off, gate), idx.arg)
+
+    def _lane_index(self, idx: UOp, env: dict[UOp, int], k: int) -> UOp:
+        _, off, *gate = idx.src
+        return self._index(idx, self._fix(off, env, k), self._fix(gate[0], env, k) if gate else None)
+
+    def _load(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        idx = u.src[0]
+        kind, off, gate = self._access(idx, env)
+        if kind == "lanes":
+            return UOp(
+                Ops.VECTORIZE,
+                u.dtype.vec(self.width),
+                tuple(UOp(Ops.LOAD, u.dtype, (self._lane_index(idx, env, k),), u.arg) for k in range(self.width)),
+            )
+        assert off is not None
+        dt = u.dtype.vec(self.width) if kind == "vector" else u.dtype
+        ld = UOp(Ops.LOAD, dt, (self._index(idx, off, gate),), u.arg)
+        return ld if kind == "vector" or self.lane is None or self.lane not in self.deps[u] else self.vec(ld)
+
+    def _store(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        idx, val = u.src[0], self.ex(u.src[1], env)
+        kind, off, gate = self._access(idx, env)
+        if kind == "scalar" and val.dtype.count > 1:
+            kind = "lanes"  # every lane writes one address: keep the semantics of the last write
+        if kind == "lanes":
+            return UOp(Ops.GROUP, dtypes.void, tuple(
+                UOp(Ops.STORE, dtypes.void, (self._lane_index(idx, env, k), val.gep(k) if val.dtype.count > 1
+                                             else val), u.arg) for k in range(self.width)))  # fmt: skip
+        assert off is not None
+        if kind == "vector":
+            val = self.vec(val)
+        return UOp(Ops.STORE, dtypes.void, (self._index(idx, off, gate), val, *u.src[2:]), u.arg)
+
+    def _assignments(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
+        rngs = sorted(rngs, key=axis_id)
+        return [dict(zip(rngs, vals, strict=True)) for vals in itertools.product(*(range(_size(r)) for r in rngs))]
+
+    def _end(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        ended = [r for r in u.src[1:] if r in self.expanded]
+        keep = [r for r in u.src[1:] if r not in self.expanded and r is not self.lane]
+        bodies = [self.ex(u.src[0], {**env, **a}) for a in self._assignments(ended)]
+        body = bodies[0] if len(bodies) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(bodies))
+        return UOp(Ops.END, dtypes.void, (body, *keep), u.arg) if keep else body
+
+    def _reduce(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        value, rngs = u.src[0], u.src[1:]
+        groups = [r for r in rngs if r in self.expanded and _rtype(r) is AxisType.GROUP_REDUCE]
+        unrolls = [r for r in rngs if r in self.expanded and _rtype(r) is not AxisType.GROUP_REDUCE]
+        loops = [r for r in rngs if r not in self.expanded and r is not self.lane]
+        horizontal = self.lane is not None and self.lane in rngs
+        accs = []
+        for g in self._assignments(groups):
+            values = [self.ex(value, {**env, **g, **a}) for a in self._assignments(unrolls)]
+            if any(v.dtype.count > 1 for v in values):
+                values = [self.vec(v) for v in values]
+            dt = values[0].dtype
+            if loops:
+                accs.append(build_accumulator(self.regs, u.arg, dt, values, loops, self.ren))
+            else:
+                acc = UOp.const(dt, identity_element(u.arg, dt.scalar()))
+                for v in values:
+                    acc = combine(u.arg, acc, v, self.ren)
+                accs.append(acc)
+        while len(accs) > 1:  # balanced tree over the separate accumulators
+            accs = [combine(u.arg, accs[i], accs[i + 1], self.ren) if i + 1 < len(accs) else accs[i]
+                    for i in range(0, len(accs), 2)]  # fmt: skip
+        ret = accs[0]
+        if horizontal and ret.dtype.count > 1:
+            while ret.dtype.count > 1:
+                half = ret.dtype.count // 2
+                ret = combine(u.arg, ret.gep(tuple(range(half))), ret.gep(tuple(range(half, 2 * half))), self.ren)
+        return ret
+
+
+def _substitute_ranges(root: UOp, sub: dict[UOp, tuple[UOp, tuple[UOp, ...]]]) -> UOp:
+    """Replace ranges by expressions; in REDUCE/END range lists, by the given ranges."""
+    memo: dict[UOp, UOp] = {}
+    for u in root.toposort():
+        if u in sub:
+            memo[u] = sub[u][0]
+            continue
+        if u.op in (Ops.REDUCE, Ops.END):
+            rngs: list[UOp] = []
+            for r in u.src[1:]:
+                rngs.extend(sub[r][1] if r in sub else (memo[r],))
+            if not rngs:
+                memo[u] = memo[u.src[0]]
+                continue
+            src = (memo[u.src[0]], *rngs)
+        else:
+            src = tuple(memo[s] for s in u.src)
+        memo[u] = u if src == u.src else u.replace(src=src)
+    return memo[root]
+
+
+def expand_kernel(sink: UOp, renderer: Renderer, regs: Iterator[int]) -> UOp:
+    """Expand UPCAST/UNROLL/register GROUP_REDUCE ranges and THREAD ranges of kernel `sink` (see module doc)."""
+    threads = {u: (UOp.variable(CORE_ID, 0, _size(u) - 1, u.dtype), ()) for u in sink.toposort()
+               if u.op is Ops.RANGE and _rtype(u) is AxisType.THREAD}  # fmt: skip
+    if len(threads) > 1:
+        raise ValueError(f"a kernel can have one THREAD axis, got {len(threads)}")
+    if threads:
+        sink = _substitute_ranges(sink, threads)  # type: ignore[arg-type]
+    lanes = (AxisType.UPCAST, AxisType.UNROLL) if renderer.has_shared else (AxisType.UPCAST, AxisType.UNROLL,
+                                                                             AxisType.GROUP_REDUCE)  # fmt: skip
+    special = any(u.op is Ops.RANGE and _rtype(u) in lanes for u in sink.toposort())
+    return Expander(sink, renderer, regs).run() if special else sink

@@ -1,0 +1,167 @@
+"""`hand_coded_opts`: the opts a kernel gets without search (shared/specs/optimizer.md §6).
+
+From the renderer: W = lanes of its widest vector for the kernel's dtype, R = vector registers, T = threads.
+- matmul-like (a REDUCE ADD of a product of two loads, each missing a different output axis): a register tile
+  of MR rows x NR columns (UPCAST on both output axes, NR a multiple of W) and the reduce axis UNROLLed by 4;
+- other reductions over a contiguous axis: GROUP_REDUCE the reduce axis by 4W (4 vector accumulators);
+  over a strided axis: UPCAST the contiguous output axis by W and UNROLL the reduce by 4;
+- elementwise: UPCAST the contiguous output axis by W (2W when large);
+- THREAD last: the outermost output axis split over the T threads, only for kernels big enough to pay for it.
+Every step is skipped when it is not legal (KernelOptError); the heuristic never raises.
+"""
+
+from __future__ import annotations
+
+from tg.codegen.lower.expand import VECTOR_DTYPES, affine
+from tg.codegen.lower.structure import axis_id
+from tg.codegen.opt.kernel import OptKernel, axis_type, range_size, vector_lanes
+from tg.codegen.opt.opts import KernelOptError, Opt, split
+from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp
+
+THREAD_MIN_WORK = 1 << 20  # loop iterations (elements x reduce length) below which a kernel stays on one thread
+MAX_TILE_ACCUMULATORS = 24
+
+
+def _try(k: OptKernel, opt: Opt) -> OptKernel:
+    try:
+        return k.apply(opt)
+    except KernelOptError:
+        return k
+
+
+def _axis(k: OptKernel, rid: int, types: tuple[AxisType, ...]) -> int | None:
+    """The current index of the axis with id `rid` (and one of `types`), or None."""
+    for i, r in enumerate(k.ranges):
+        if axis_id(r) == rid and axis_type(r) in types:
+            return i
+    return None
+
+
+def _stride(idx: UOp, r: UOp) -> int | None:
+    a = affine(idx, r)
+    return None if a is None else a[0]
+
+
+def _int_size(r: UOp) -> int:
+    s = range_size(r)
+    return s if isinstance(s, int) else 0
+
+
+def _split_at(k: OptKernel, rid: int, types: tuple[AxisType, ...], factor: int, target: AxisType,
+              top: bool = False) -> OptKernel:  # fmt: skip
+    if (i := _axis(k, rid, types)) is None or factor < 2:
+        return k
+    return _try(k, split(i, factor, target, top))
+
+
+def _matmul_operands(k: OptKernel, red: UOp) -> tuple[UOp, UOp] | None:
+    """The two loads of a matmul-like reduce value (through casts), or None."""
+    v = red.src[0]
+    while v.op is Ops.CAST:
+        v = v.src[0]
+    if red.arg is not Ops.ADD or v.op is not Ops.MUL:
+        return None
+    loads = []
+    for s in v.src:
+        while s.op is Ops.CAST:
+            s = s.src[0]
+        if s.op is not Ops.LOAD:
+            return None
+        loads.append(s)
+    return loads[0], loads[1]
+
+
+def hand_coded_opts(k: OptKernel) -> OptKernel:
+    """The heuristic opts for `k` (never raises: each step is skipped when illegal)."""
+    ren = k.renderer
+    topo = list(k.ast.toposort())
+    stores = [u for u in topo if u.op is Ops.STORE]
+    if not stores or not k.ranges:
+        return k
+    vectorizable = all(u.dtype.scalar() in VECTOR_DTYPES for u in topo if u.op in (Ops.LOAD, Ops.REDUCE)) and all(
+        s.src[1].dtype.scalar() in VECTOR_DTYPES for s in stores)  # fmt: skip
+    lanes = vector_lanes(ren, k.dtype_itemsize) if vectorizable and ren.vector_bytes else 1
+    out_axes = [r for r in k.ranges if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL)]
+    store_idx = stores[0].src[0].src[1]
+    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and _int_size(r) > 1), None)
+    reduces = [u for u in topo if u.op is Ops.REDUCE]
+    work = 1
+    for r in k.ranges:
+        work *= max(_int_size(r), 1)
+    loop_t = (AxisType.LOOP, AxisType.GLOBAL)
+    if len(reduces) == 1 and (ops := _matmul_operands(k, reduces[0])) is not None and contiguous_out is not None \
+            and lanes > 1 and len(reduces[0].src) == 2:  # fmt: skip
+        k = _matmul_tile(k, reduces[0], ops, contiguous_out, out_axes, lanes)
+    elif len(reduces) == 1 and lanes > 1 and len(reduces[0].src) == 2:
+        red_r = reduces[0].src[1]
+        loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
+        if any(_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
+            size = _int_size(red_r)
+            for f in (4 * lanes, 2 * lanes, lanes):
+                if size >= 4 * f and size % f == 0:
+                    k = _split_at(k, axis_id(red_r), (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
+                    break
+        elif contiguous_out is not None:
+            size = _int_size(contiguous_out)
+            for f in (2 * lanes, lanes):
+                if size % f == 0:
+                    k = _split_at(k, axis_id(contiguous_out), loop_t, f, AxisType.UPCAST)
+                    break
+            size = _int_size(red_r)
+            for f in (4, 2):
+                if size % f == 0:
+                    k = _split_at(k, axis_id(red_r), (AxisType.REDUCE,), f, AxisType.UNROLL)
+                    break
+    elif not reduces and contiguous_out is not None and lanes > 1:
+        size = _int_size(contiguous_out)
+        for f in (2 * lanes, lanes) if work >= 64 * lanes else (lanes,):
+            if size % f == 0 and size >= f:
+                k = _split_at(k, axis_id(contiguous_out), loop_t, f, AxisType.UPCAST)
+                break
+    return _threads(k, work)
+
+
+def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp],
+                 lanes: int) -> OptKernel:  # fmt: skip
+    """A register tile: UPCAST NR (vector) columns of the contiguous output axis, MR rows of another output axis
+    that the column operand does not use, UNROLL the reduce axis by 4."""
+    a, b = ops
+    if n_axis not in b.src[0].src[1].toposort():
+        a, b = b, a
+    k_axis = red.src[1]
+    regs = max(getattr(k.renderer, "vector_registers", 16), 8)
+    n = _int_size(n_axis)
+    nr = next((f for f in (2 * lanes, lanes, lanes // 2) if f >= 2 and n % f == 0), 0)
+    if not nr:
+        return k
+    m_axis = next((r for r in out_axes if r is not n_axis and r not in b.src[0].src[1].toposort()
+                   and r in a.src[0].src[1].toposort() and _int_size(r) > 1), None)  # fmt: skip
+    k = _split_at(k, axis_id(n_axis), (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
+    if m_axis is not None:
+        vecs = max(nr // lanes, 1)
+        for mr in (8, 12, 6, 4, 3, 2):
+            if _int_size(m_axis) % mr == 0 and mr * vecs + vecs + 1 <= regs and mr * vecs <= MAX_TILE_ACCUMULATORS:
+                k = _split_at(k, axis_id(m_axis), (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
+                break
+    ksize = _int_size(k_axis)
+    for u in (4, 2):
+        if ksize % u == 0 and ksize > u:
+            k = _split_at(k, axis_id(k_axis), (AxisType.REDUCE,), u, AxisType.UNROLL)
+            break
+    return k
+
+
+def _threads(k: OptKernel, work: int) -> OptKernel:
+    """Split the outermost output axis over the renderer's threads when the kernel is big enough."""
+    t = getattr(k.renderer, "thread_max", 1)
+    if not getattr(k.renderer, "has_threads", False) or t < 2 or work < THREAD_MIN_WORK:
+        return k
+    for i, r in enumerate(k.ranges):
+        if axis_type(r) not in (AxisType.LOOP, AxisType.GLOBAL):
+            continue
+        size = _int_size(r)
+        for n in range(t, 1, -1):
+            if size % n == 0 and size >= n:
+                return _try(k, split(i, n, AxisType.THREAD, True))
+    return k

@@ -1,0 +1,192 @@
+"""Optimised kernels give the unoptimised kernel's results, on CPU (vector C, threads) and PYTHON (the oracle).
+
+Random legal opt sequences (from the BEAM action list) on matmuls, reductions over each axis, max reductions, int
+kernels, broadcasting elementwise kernels, gated loads and a softmax-like double reduce, with odd sizes that need
+PADTO or gates. Same opts: CPU == PYTHON bit for bit; optimised vs unoptimised: bit for bit except float reductions
+whose order UNROLL/GROUP_REDUCE change (then within 1e-5 relative).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tg.codegen.opt import KernelOptError, Opt, OptKernel, OptOps, apply_opts, split
+from tg.codegen.opt.actions import legal_children
+from tg.codegen.program import get_program
+from tg.codegen.render.cstyle import ClangRenderer
+from tg.codegen.render.python import PythonRenderer
+from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import AxisType, KernelInfo, Ops
+from tg.ir.uop import UOp
+from tg.runtime.device import Buffer, Device
+from tg.runtime.engine import CompiledRunner
+
+f32, i32 = dtypes.float32, dtypes.int32
+NP = {f32: np.float32, i32: np.int32, dtypes.float64: np.float64}
+
+
+def cpu_renderer(threads: int = 3) -> ClangRenderer:
+    vb = Device["CPU"].compiler.vector_bytes  # type: ignore[attr-defined]
+    return ClangRenderer(vb, threads)
+
+
+def run(ast: UOp, device: str, renderer: Renderer, opts: list[Opt] | None, out: tuple[DType, int],
+        ins: list[np.ndarray]) -> np.ndarray:  # fmt: skip
+    prg = get_program(ast, renderer, opts)
+    runner = CompiledRunner(prg, device)
+    dt, n = out
+    bufs = [Buffer(device, n, dt).ensure_allocated().copyin(bytes(n * dt.itemsize))]
+    for arr in ins:
+        adt = next(k for k, v in NP.items() if v == arr.dtype.type)
+        bufs.append(Buffer(device, arr.size, adt).ensure_allocated().copyin(memoryview(np.ascontiguousarray(arr).data)))
+    runner(bufs, {})
+    return np.frombuffer(bytes(bufs[0].as_memoryview()), dtype=NP[dt]).copy()
+
+
+# *** kernels: (ast, output (dtype, size), inputs) ***
+
+
+def matmul(m: int, n: int, k: int, dt: DType = f32) -> tuple[UOp, tuple[DType, int], list[np.ndarray]]:
+    r0, r1, r2 = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    a, b, c = UOp.param(1, dt, m * k), UOp.param(2, dt, k * n), UOp.param(0, dt, m * n)
+    v = (a.index(r0 * k + r2).load() * b.index(r2 * n + r1).load()).reduce(r2)
+    rng = np.random.default_rng(m * 10000 + n * 100 + k)
+    ins = [rng.integers(-5, 5, (m * k,)).astype(NP[dt]), rng.integers(-5, 5, (k * n,)).astype(NP[dt])]
+    if dt is f32:
+        ins = [rng.standard_normal(m * k).astype(np.float32), rng.standard_normal(k * n).astype(np.float32)]
+    return UOp.sink(c.index(r0 * n + r1).store(v).end(r0, r1)), (dt, m * n), ins
+
+
+def reduce2d(rows: int, cols: int, axis: int, op: Ops = Ops.ADD, dt: DType = f32):
+    r0, r1 = UOp.range(rows if axis == 1 else cols, 0), UOp.range(cols if axis == 1 else rows, 1, AxisType.REDUCE)
+    a, out = UOp.param(1, dt, rows * cols), UOp.param(0, dt, rows if axis == 1 else cols)
+    idx = r0 * cols + r1 if axis == 1 else r1 * cols + r0
+    v = a.index(idx).load().reduce(r1, arg=op)
+    rng = np.random.default_rng(rows * 1000 + cols)
+    x = rng.standard_normal(rows * cols).astype(np.float32) if dt is f32 else rng.integers(-99, 99, rows * cols).astype(
+        NP[dt])  # fmt: skip
+    return UOp.sink(out.index(r0).store(v).end(r0)), (dt, rows if axis == 1 else cols), [x]
+
+
+def broadcast_ew(rows: int, cols: int):
+    r0, r1 = UOp.range(rows, 0), UOp.range(cols, 1)
+    a, b, out = UOp.param(1, f32, rows * cols), UOp.param(2, f32, cols), UOp.param(0, f32, rows * cols)
+    v = a.index(r0 * cols + r1).load() * b.index(r1).load() + UOp.const(f32, 1.0)
+    v = (v < UOp.const(f32, 0.5)).where(v, v * UOp.const(f32, 3.0))
+    rng = np.random.default_rng(rows + cols)
+    ins = [rng.standard_normal(rows * cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)]
+    return UOp.sink(out.index(r0 * cols + r1).store(v).end(r0, r1)), (f32, rows * cols), ins
+
+
+def gated(n: int):
+    r0 = UOp.range(n, 0)
+    a, out = UOp.param(1, f32, n), UOp.param(0, f32, n)
+    v = a.index(r0, valid=r0 < max(n // 2, 1)).load() + UOp.const(f32, 2.0)
+    return UOp.sink(out.index(r0).store(v).end(r0)), (f32, n), [np.arange(n, dtype=np.float32)]
+
+
+def softmax_like(rows: int, cols: int):
+    r0, r1, r2 = UOp.range(rows, 0), UOp.range(cols, 1), UOp.range(cols, 2, AxisType.REDUCE)
+    a, out = UOp.param(1, f32, rows * cols), UOp.param(0, f32, rows * cols)
+    mx = a.index(r0 * cols + r2).load().reduce(r2, arg=Ops.MAX)
+    v = a.index(r0 * cols + r1).load() - mx
+    rng = np.random.default_rng(rows * cols)
+    return UOp.sink(out.index(r0 * cols + r1).store(v).end(r0, r1)), (f32, rows * cols), [
+        rng.standard_normal(rows * cols).astype(np.float32)]  # fmt: skip
+
+
+SIZES = (1, 2, 3, 7, 16, 17, 31, 33, 64)
+KERNELS: dict[str, Callable[[random.Random], tuple[UOp, tuple[DType, int], list[np.ndarray]]]] = {
+    "matmul": lambda rnd: matmul(rnd.choice(SIZES), rnd.choice((*SIZES, 48, 100)), rnd.choice(SIZES)),
+    "matmul_int": lambda rnd: matmul(rnd.choice(SIZES), rnd.choice(SIZES), rnd.choice(SIZES), i32),
+    "sum_rows": lambda rnd: reduce2d(rnd.choice(SIZES), rnd.choice((*SIZES, 129, 1000)), 1),
+    "sum_cols": lambda rnd: reduce2d(rnd.choice(SIZES), rnd.choice((*SIZES, 129)), 0),
+    "max_rows": lambda rnd: reduce2d(rnd.choice(SIZES), rnd.choice((*SIZES, 127)), 1, Ops.MAX),
+    "int_sum": lambda rnd: reduce2d(rnd.choice(SIZES), rnd.choice(SIZES), 1, Ops.ADD, i32),
+    "broadcast": lambda rnd: broadcast_ew(rnd.choice(SIZES), rnd.choice((*SIZES, 100))),
+    "gated": lambda rnd: gated(rnd.choice((*SIZES, 100, 1000))),
+    "softmax_like": lambda rnd: softmax_like(rnd.choice(SIZES), rnd.choice(SIZES)),
+}
+
+
+def random_opts(ast: UOp, renderer: Renderer, rnd: random.Random, steps: int) -> list[Opt]:
+    k = OptKernel(ast, renderer)
+    for _ in range(steps):
+        children = legal_children(k)
+        if not children:
+            break
+        k = rnd.choice(children)
+    return list(k.applied)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_random_opts_keep_results(name: str, seed: int) -> None:
+    rnd = random.Random(f"{name}{seed}")
+    ast, out, ins = KERNELS[name](rnd)
+    cpu, py = cpu_renderer(), PythonRenderer(cpu_renderer().vector_bytes, 3)
+    opts = random_opts(ast, cpu, rnd, rnd.randint(1, 4))
+    base = run(ast, "CPU", cpu, [], out, ins)
+    got_cpu = run(ast, "CPU", cpu, opts, out, ins)
+    got_py = run(ast, "PYTHON", py, opts, out, ins)
+    np.testing.assert_array_equal(got_cpu, got_py, err_msg=f"CPU != PYTHON with {[str(o) for o in opts]}")
+    reorders = any(o.op is OptOps.SPLIT and o.arg[1] in (AxisType.UNROLL, AxisType.GROUP_REDUCE) for o in opts) or \
+        any(o.op is OptOps.PADTO for o in opts)  # fmt: skip
+    if out[0] is f32 and reorders:
+        np.testing.assert_allclose(got_cpu, base, rtol=1e-5, atol=1e-5, err_msg=str([str(o) for o in opts]))
+    else:
+        np.testing.assert_array_equal(got_cpu, base, err_msg=str([str(o) for o in opts]))
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_heuristic_opts_keep_results(name: str) -> None:
+    rnd = random.Random(name)
+    for _ in range(3):
+        ast, out, ins = KERNELS[name](rnd)
+        cpu = cpu_renderer(2)
+        opts = list(apply_opts(ast, cpu)[1])
+        base = run(ast, "CPU", cpu, [], out, ins)
+        np.testing.assert_allclose(run(ast, "CPU", cpu, opts, out, ins), base, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(run(ast, "PYTHON", PythonRenderer(cpu.vector_bytes, 2), opts, out, ins),
+                                      run(ast, "CPU", cpu, opts, out, ins))  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_threads_give_identical_results(threads: int) -> None:
+    ast, out, ins = matmul(48, 32, 17)
+    ren = cpu_renderer(3)
+    base = run(ast, "CPU", ren, [], out, ins)
+    opts = [split(1, 16, AxisType.UPCAST)] + ([split(0, threads, AxisType.THREAD, True)] if threads > 1 else [])
+    for _ in range(20):  # many small launches reuse the pool
+        np.testing.assert_array_equal(run(ast, "CPU", ren, opts, out, ins), base)
+    np.testing.assert_array_equal(run(ast, "PYTHON", PythonRenderer(ren.vector_bytes, 3), opts, out, ins), base)
+
+
+def test_matmul_tile_matches_numpy() -> None:
+    ast, out, (a, b) = matmul(64, 64, 64)
+    ren = cpu_renderer(2)
+    opts = [split(1, 32, AxisType.UPCAST), split(0, 8, AxisType.UPCAST), split(4, 4, AxisType.UNROLL),
+            split(0, 2, AxisType.THREAD, True)]  # fmt: skip
+    got = run(ast, "CPU", ren, opts, out, [a, b]).reshape(64, 64)
+    np.testing.assert_allclose(got, a.reshape(64, 64) @ b.reshape(64, 64), rtol=1e-4, atol=1e-4)
+
+
+def test_replayed_opts_render_the_same_source() -> None:
+    ast, _, _ = matmul(64, 48, 32)
+    ren = cpu_renderer(2)
+    p = get_program(ast, ren)
+    assert p.applied_opts, "the heuristic should optimise a 64x48x32 matmul"
+    replay = get_program(ast.replace(arg=KernelInfo(name="test", opts_to_apply=tuple(p.applied_opts))), ren)
+    assert replay.src == p.src
+    assert replay.applied_opts == p.applied_opts
+
+
+def test_illegal_explicit_opt_raises() -> None:
+    ast, _, _ = matmul(16, 16, 16)
+    with pytest.raises(KernelOptError, match=r"L16 L16 R16.*factor 5 must be >= 2 and divide"):
+        get_program(ast, cpu_renderer(), [split(0, 5, AxisType.UPCAST)])

@@ -67,7 +67,8 @@ def test_elementwise_and_reductions_match_cpu(cl: str, shape: tuple[int, ...]) -
     for fn in (lambda x, y: x * y + 1, lambda x, y: (x - y).relu().sum(axis=-1), lambda x, y: x.max() + y.sum()):
         got = fn(Tensor(a, device=cl), Tensor(b, device=cl)).numpy()
         want = fn(Tensor(a, device="CPU"), Tensor(b, device="CPU")).numpy()
-        np.testing.assert_array_equal(got, want)
+        # the CPU heuristics sum in vector accumulators (another order than the GPU's): equal up to rounding
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_matmul_and_transcendentals_match_cpu(cl: str) -> None:

@@ -479,10 +479,7 @@ class TinyJit(Generic[ReturnType]):
         targets.update(input_bases[s] for s in self._written_input_slots)
         if not targets:
             return
-        pending = [
-            t for t in list(_realize.all_tensors)
-            if _realize.buffer_of(t.uop) is None and _realize._reads_buffer_raw(t.uop, targets)
-        ]  # fmt: skip
+        pending = [t for root in _realize.pending_readers(targets) for t in _realize.index.tensors(root)]
         if pending:
             _realize.realize_tensors(pending)
 

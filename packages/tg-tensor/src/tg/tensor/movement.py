@@ -256,6 +256,7 @@ def stack(self: Any, *others: Any, dim: int | None = None, axis: int | None = No
 # backed by nothing, so writes there are dropped; strided slices pad and then shrink the padding away)
 _WRITABLE_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD})
 _VIEWS = _WRITABLE_VIEWS | {Ops.EXPAND}
+VIEW_OPS = _VIEWS  # movement ops: a tensor made only of these over a buffer is a view that aliases it
 
 
 def view_base(target: UOp) -> UOp:

@@ -153,12 +153,49 @@ def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
     return any(u.op is Ops.BUFFER and u in buffers for u in uop.toposort(lambda u: u.op is not Ops.ASSIGN))
 
 
+def _is_view(uop: UOp) -> bool:
+    """Whether `uop` is only movement ops over a BUFFER (a view: it aliases the buffer)."""
+    from tg.tensor.movement import VIEW_OPS
+
+    while uop.op in VIEW_OPS:
+        uop = uop.src[0]
+    return uop.op is Ops.BUFFER
+
+
+def _pending_reader(uop: UOp, buffers: set[UOp]) -> bool:
+    """Whether `uop` computes a value from one of `buffers` (so it must run before they are overwritten); views of
+    a buffer are not readers: they alias it and see its new contents."""
+    if _is_view(uop):
+        return False
+    if uop.op is Ops.ASSIGN:  # a pending write whose value reads the buffer
+        return _reads_buffer_raw(uop.src[1], buffers)
+    return _reads_buffer_raw(uop, buffers)
+
+
 def pending_readers(buffers: set[UOp], exclude: Iterable[UOp] = ()) -> list[UOp]:
-    """Roots of live lazy tensors that read one of `buffers` in its current state (not through an ASSIGN of it):
-    they must be computed before an assign overwrites it. Found through the index, not a scan."""
+    """Roots of live lazy tensors that read one of `buffers` in its current state (not through an ASSIGN of it),
+    pending assigns whose value reads one included: they must be computed before an assign overwrites it. Views
+    are not readers (they alias the buffer). Found through the index, not a scan."""
     skip = set(exclude)
     found = [r for r in index.affected(buffers) if r not in skip and not is_realized(r)]
-    return [r for r in found if index.tensors(r) and _reads_buffer_raw(r, buffers)]
+    return [r for r in found if index.tensors(r) and _pending_reader(r, buffers)]
+
+
+def repoint_views(state: UOp, new: UOp, owner: Tensor) -> None:
+    """After an assign made `new` the next state of the buffer that `state` (a BUFFER or pending ASSIGN) held,
+    every live view of `state` views `new` instead (views alias; value readers keep the old state)."""
+    from tg.tensor.movement import VIEW_OPS
+
+    replacement = new if new.shape == state.shape else new.reshape(state.shape)
+    for root in index.affected([state]):
+        u = root
+        while u.op in VIEW_OPS:
+            u = u.src[0]
+        if u is not state:
+            continue
+        for t in index.tensors(root):
+            if t is not owner:
+                t.uop = root.substitute({state: replacement})
 
 
 def realize_tensors(tensors: Iterable[Tensor]) -> None:

@@ -476,7 +476,21 @@ class Tensor(_DTypeShortcuts):
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]
         if base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
+            state = self.uop
+            while state.op is Ops.RESHAPE:
+                state = state.src[0]
             self.uop = self.uop.assign(x.uop)
+            if base.op is Ops.BUFFER:  # views of the buffer alias it: they see the new value, as in PyTorch
+                _realize.repoint_views(state, self.uop, self)
+        elif self.uop.op is Ops.BITCAST and self.uop.src[0].dtype.itemsize == self.dtype.itemsize:
+            # a bitcast view: write the value's bits through to the viewed tensor, at once
+            inner = Tensor(self.uop.src[0])
+            inner.assign(Tensor(x.uop.bitcast(inner.dtype))).realize()
+            self.uop = inner.uop.bitcast(self.dtype)
+        elif self.uop.op in _movement.VIEW_OPS and _movement.view_base(self.uop).op in (Ops.CONTIGUOUS, Ops.COPY):
+            # a view of a value that has no storage yet: store it first, then write through the view
+            Tensor(_movement.view_base(self.uop)).realize()
+            return self.assign(x)
         elif _movement.view_base(self.uop).op in (Ops.BUFFER, Ops.ASSIGN):
             # a view of stored data: the write goes to the whole buffer, realized now so that every tensor
             # sharing the buffer sees it (pending reads of the old values are computed first)

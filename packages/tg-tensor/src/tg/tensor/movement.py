@@ -41,7 +41,13 @@ def reshape(self: Tensor, *shape: Any) -> Tensor:
 
 
 def view(self: Tensor, *shape: Any) -> Tensor:
-    """Alias of reshape."""
+    """Alias of reshape; `t.view(dtype)` is a bitcast, as torch."""
+    from tg.ir import DType
+
+    if len(shape) == 1 and (isinstance(shape[0], (DType, str)) or type(shape[0]).__module__.split(".")[0] in (
+        "numpy", "torch"
+    ) or isinstance(shape[0], type)):  # fmt: skip
+        return self.bitcast(shape[0])
     return self.reshape(*shape)
 
 

@@ -116,10 +116,108 @@ def normal(
 
 
 def randint(
-    *shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: DType | str | None = None
+    *args: Any,
+    low: int | None = None,
+    high: int | None = None,
+    size: Any = None,
+    device: str | None = None,
+    dtype: DType | str | None = None,
 ) -> Tensor:
-    """Random integers in [low, high)."""
-    if high <= low:
-        raise ValueError(f"randint needs low < high, got [{low}, {high})")
+    """Random integers in [low, high): tinygrad's `randint(*shape, low=0, high=10)` or torch's
+    `randint(low, high, size)` / `randint(high, size)` / `randint(..., size=shape)` (recognised when `size=` is given
+    or the last positional argument is a sequence)."""
+    if size is not None or (args and isinstance(args[-1], (tuple, list))):
+        bounds = list(args[:-1]) if size is None else list(args)
+        shape = args[-1] if size is None else size
+        if len(bounds) == 1:
+            bounds = [0, *bounds]
+        if len(bounds) != 2 or low is not None or high is not None:
+            raise TypeError("randint(low, high, size): give one or two bounds and a size")
+        lo, hi = int(bounds[0]), int(bounds[1])
+        shape_args: tuple[Any, ...] = (shape,)
+    else:
+        lo, hi, shape_args = 0 if low is None else low, 10 if high is None else high, args
+    if hi <= lo:
+        raise ValueError(f"randint needs low < high, got [{lo}, {hi})")
     dt = dtype_arg(dtype) or dtypes.int32
-    return (rand(*shape, device=device, dtype=dtypes.float32) * (high - low)).cast(dtypes.int32).cast(dt) + low
+    if not dtypes.is_int(dt):
+        raise TypeError(f"randint needs an integer dtype, got {dt.name}")
+    # float64 keeps (high - low) exact for any int32 range
+    span = rand(*shape_args, device=device, dtype=dtypes.float64) * (hi - lo)
+    return (span.floor().cast(dtypes.int64) + lo).cast(dt)
+
+
+def randperm(n: int, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """A random permutation of 0..n-1 (argsort of random keys)."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+    dt = dtype_arg(dtype) or dtypes.int32
+    if n == 0:
+        from tg.tensor.tensor import Tensor
+
+        return Tensor.zeros(0, dtype=dt, device=device)
+    return rand(n, device=device).argsort().cast(dt)
+
+
+def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """Sample category indices (int32) from the weights in the last dim (1-d or 2-d), as torch.multinomial."""
+
+    if self.ndim not in (1, 2):
+        raise ValueError(f"multinomial needs a 1-d or 2-d tensor of weights, got shape {self.shape}")
+    if num_samples < 1:
+        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    if not replacement and num_samples > self.shape[-1]:
+        raise ValueError(f"multinomial: cannot take {num_samples} samples of {self.shape[-1]} without replacement")
+    w = (self if self.ndim == 2 else self.unsqueeze(0)).float()
+    if replacement:
+        cdf = w.cumsum(1)
+        cdf = cdf / cdf[:, -1:]
+        u = rand(w.shape[0], num_samples, 1, device=self.device)
+        out = (u >= cdf.unsqueeze(1)).sum(2).minimum(w.shape[1] - 1).cast(dtypes.int32)
+    else:
+        # Gumbel-top-k: the k largest of log(w) + Gumbel noise are a sample without replacement
+        g = -(-(rand(*w.shape, device=self.device) + 1e-20).log() + 1e-20).log()
+        keys = (w > 0).where(w.log() + g, float("-inf"))
+        out = keys.topk(num_samples, 1)[1].cast(dtypes.int32)
+    return out if self.ndim == 2 else out.reshape(num_samples)
+
+
+def _fan_in(shape: tuple[int, ...]) -> int:
+    return int(math.prod(shape[1:])) if len(shape) > 1 else int(shape[0]) if shape else 1
+
+
+def scaled_uniform(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """U(-1, 1) / sqrt(numel)."""
+    from tg.tensor.shapes import shape_arg as _shape_arg
+
+    shp = _shape_arg(shape)
+    return uniform(*shp, low=-1.0, high=1.0, device=device, dtype=dtype) * (math.prod(shp) ** -0.5)
+
+
+def glorot_uniform(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (Xavier/Glorot)."""
+    from tg.tensor.shapes import shape_arg as _shape_arg
+
+    shp = _shape_arg(shape)
+    bound = math.sqrt(6 / (shp[0] + math.prod(shp[1:]))) if shp else 1.0
+    return uniform(*shp, low=-bound, high=bound, device=device, dtype=dtype)
+
+
+def kaiming_uniform(
+    *shape: Any, a: float = 0.01, device: str | None = None, dtype: DType | str | None = None
+) -> Tensor:
+    """U(-b, b) with b = sqrt(6 / ((1 + a^2) * fan_in)), fan_in = prod(shape[1:]) (He)."""
+    from tg.tensor.shapes import shape_arg as _shape_arg
+
+    shp = _shape_arg(shape)
+    bound = math.sqrt(6.0 / ((1 + a * a) * _fan_in(shp)))
+    return uniform(*shp, low=-bound, high=bound, device=device, dtype=dtype)
+
+
+def kaiming_normal(*shape: Any, a: float = 0.01, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """N(0, std) with std = sqrt(2 / ((1 + a^2) * fan_in)) (He)."""
+    from tg.tensor.shapes import shape_arg as _shape_arg
+
+    shp = _shape_arg(shape)
+    std = math.sqrt(2.0 / ((1 + a * a) * _fan_in(shp)))
+    return normal(*shp, mean=0.0, std=std, device=device, dtype=dtype)

@@ -13,7 +13,9 @@ from typing import Any, cast
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
 from tg.tensor import activation as _act
+from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
+from tg.tensor import creation as _creation
 from tg.tensor import indexing as _indexing
 from tg.tensor import movement as _movement
 from tg.tensor import multi as _multi
@@ -21,9 +23,10 @@ from tg.tensor import nnops as _nn
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
+from tg.tensor import scan as _scan
 from tg.tensor.args import dtype_arg, pick
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
-from tg.tensor.shapes import broadcast_shape, shape_arg
+from tg.tensor.shapes import broadcast_shape
 
 Scalar = bool | int | float
 ShapeArg = int | Sequence[int]
@@ -71,6 +74,30 @@ class _DTypeShortcuts:
     def bool(self) -> Tensor:
         """Cast to bool."""
         return self.cast(dtypes.bool)
+
+    def double(self) -> Tensor:
+        """Cast to float64."""
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self) -> Tensor:
+        """Cast to bfloat16."""
+        return self.cast(dtypes.bfloat16)
+
+    def long(self) -> Tensor:
+        """Cast to int64."""
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        """Cast to int16."""
+        return self.cast(dtypes.int16)
+
+    def char(self) -> Tensor:
+        """Cast to int8."""
+        return self.cast(dtypes.int8)
+
+    def byte(self) -> Tensor:
+        """Cast to uint8."""
+        return self.cast(dtypes.uint8)
 
 
 class Tensor(_DTypeShortcuts):
@@ -195,8 +222,10 @@ class Tensor(_DTypeShortcuts):
         return self.shape[0]
 
     def __repr__(self) -> str:
-        state = "realized" if _realize.buffer_of(self.uop) is not None else "lazy"
-        return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.uop.device} {state}>"
+        """The values, like torch: `tensor([1., 2.])` (realizes; see format.py)."""
+        from tg.tensor.format import tensor_repr
+
+        return tensor_repr(self)
 
     def __hash__(self) -> int:
         return id(self)
@@ -239,117 +268,21 @@ class Tensor(_DTypeShortcuts):
         return _unpickle, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.device,
                            self.requires_grad)  # fmt: skip
 
-    # ---- creation ---------------------------------------------------------------------------------------
+    # ---- creation: see creation.py ----------------------------------------------------------------------
 
-    @staticmethod
-    def full(
-        shape: ShapeArg,
-        fill_value: Scalar,
-        dtype: DType | str | None = None,
-        device: str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Tensor:
-        """A tensor of `shape` filled with `fill_value`: `Tensor.full((2, 3), 7)`."""
-        shp = shape_arg((shape,)) if not isinstance(shape, int) else (shape,)
-        dt = _to_dtype(dtype) or dtypes.from_py(fill_value)
-        return Tensor(
-            UOp.full(shp, _fill_value(fill_value, dt), dt, canonical_device(device)), requires_grad=requires_grad
-        )
-
-    @staticmethod
-    def zeros(
-        *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
-        """A tensor of zeros: `Tensor.zeros(2, 3)`."""
-        return Tensor.full(shape_arg(shape), 0.0, dtype or dtypes.default_float, device, requires_grad)
-
-    @staticmethod
-    def ones(
-        *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
-        """A tensor of ones: `Tensor.ones(2, 3)`."""
-        return Tensor.full(shape_arg(shape), 1.0, dtype or dtypes.default_float, device, requires_grad)
-
-    @staticmethod
-    def empty(
-        *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
-        """An uninitialised tensor (a fresh buffer, no kernel): `Tensor.empty(4, 4)`."""
-        shp = shape_arg(shape)
-        dt = _to_dtype(dtype) or dtypes.default_float
-        buf = UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp)
-        return Tensor(buf, requires_grad=requires_grad)
-
-    @staticmethod
-    def arange(
-        start: Scalar,
-        stop: Scalar | None = None,
-        step: Scalar = 1,
-        dtype: DType | str | None = None,
-        device: str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Tensor:
-        """Evenly spaced values in [start, stop): `Tensor.arange(5)`, `Tensor.arange(0, 1, 0.25)`."""
-        if stop is None:
-            start, stop = 0, start
-        if step == 0:
-            raise ValueError("arange: step must not be zero")
-        dt = _to_dtype(dtype) or (
-            dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float
-        )
-        n = max(0, math.ceil((stop - start) / step))
-        values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(
-            isinstance(v, int) for v in (start, step)
-        ) else [start + i * step for i in range(n)]  # fmt: skip
-        return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)), requires_grad=requires_grad)
-
-    @staticmethod
-    def eye(
-        n: int,
-        m: int | None = None,
-        dtype: DType | str | None = None,
-        device: str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Tensor:
-        """The identity matrix (n x m): `Tensor.eye(3)`."""
-        m = n if m is None else m
-        if n < 0 or m < 0:
-            raise ValueError(f"eye: sizes must be non-negative, got {n} x {m}")
-        k = min(n, m)
-        dt = _to_dtype(dtype) or dtypes.default_float
-        if k == 0:
-            return Tensor.zeros(n, m, dtype=dt, device=device, requires_grad=requires_grad)
-        # a column of ones padded by k zeros, flattened: every (k+1)-th element is one
-        diag = (
-            Tensor.ones(k, 1, dtype=dt, device=device)
-            .pad(((0, 0), (0, k)))
-            .flatten()
-            .shrink(((0, k * k),))
-            .reshape(k, k)
-        )
-        return _leaf(diag.pad(((0, n - k), (0, m - k))), requires_grad)
-
-    def full_like(
-        self,
-        fill_value: Scalar,
-        dtype: DType | str | None = None,
-        device: str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Tensor:
-        """A tensor shaped like self filled with `fill_value`."""
-        return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
-
-    def zeros_like(
-        self, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
-        """Zeros shaped like self."""
-        return self.full_like(0, dtype, device, requires_grad)
-
-    def ones_like(
-        self, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
-        """Ones shaped like self."""
-        return self.full_like(1, dtype, device, requires_grad)
+    full = staticmethod(_creation.full)
+    zeros = staticmethod(_creation.zeros)
+    ones = staticmethod(_creation.ones)
+    empty = staticmethod(_creation.empty)
+    arange = staticmethod(_creation.arange)
+    linspace = staticmethod(_creation.linspace)
+    eye = staticmethod(_creation.eye)
+    full_like = _creation.full_like
+    zeros_like = _creation.zeros_like
+    ones_like = _creation.ones_like
+    empty_like = _creation.empty_like
+    rand_like = _creation.rand_like
+    randn_like = _creation.randn_like
 
     # ---- realization and data out -----------------------------------------------------------------------
 
@@ -508,12 +441,10 @@ class Tensor(_DTypeShortcuts):
         return self if dt is self.dtype else Tensor(self.uop.cast(dt))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
-        """Reinterpret the bits as `dtype` (same itemsize)."""
+        """Reinterpret the bits as `dtype`; with another itemsize the last dim scales (`float32 (2,) -> uint8 (8,)`)."""
         dt = to_dtype(dtype_arg(dtype) or dtype)
         if dt.itemsize != self.dtype.itemsize:
-            raise ValueError(
-                f"bitcast needs equal itemsizes: {self.dtype.name} ({self.dtype.itemsize}) -> {dt.name} ({dt.itemsize})"
-            )
+            return _aliases.bitcast_resize(self, dt)
         return self if dt is self.dtype else Tensor(self.uop.bitcast(dt))
 
     # ---- movement: see movement.py ---------------------------------------------------------------------
@@ -913,6 +844,49 @@ class Tensor(_DTypeShortcuts):
         ret = (neg & is_int.logical_not()).where(math.nan, signed)
         return (exp == 0).where(1.0, ret)
 
+    # ---- PyTorch habits: see aliases.py ----------------------------------------------------------------
+
+    size = _aliases.size
+    dim = _aliases.dim
+    itemsize = property(_aliases.itemsize)
+    is_floating_point = _aliases.is_floating_point
+    clone = _aliases.clone
+    cpu = _aliases.cpu
+    expand_as = _aliases.expand_as
+    view_as = _aliases.view_as
+    reshape_as = _aliases.reshape_as
+    type_as = _aliases.type_as
+    lt = _aliases.lt
+    le = _aliases.le
+    gt = _aliases.gt
+    ge = _aliases.ge
+    eq = _aliases.eq
+    ne = _aliases.ne
+    logical_and = _aliases.logical_and
+    logical_or = _aliases.logical_or
+    logical_xor = _aliases.logical_xor
+    bitwise_and = _aliases.bitwise_and
+    bitwise_or = _aliases.bitwise_or
+    bitwise_xor = _aliases.bitwise_xor
+    bitwise_not = _aliases.bitwise_not
+    lshift = _aliases.lshift
+    rshift = _aliases.rshift
+    fmod = _aliases.fmod
+    add_ = _aliases.add_
+    sub_ = _aliases.sub_
+    mul_ = _aliases.mul_
+    div_ = _aliases.div_
+    pow_ = _aliases.pow_
+    zero_ = _aliases.zero_
+    fill_ = _aliases.fill_
+    clamp_ = _aliases.clamp_
+    copy_ = _aliases.copy_
+    uniform_ = _aliases.uniform_
+    normal_ = _aliases.normal_
+    sequential = _aliases.sequential
+    pad_to = _aliases.pad_to
+    shrink_to = _aliases.shrink_to
+
     # ---- activations and composite math: see activation.py ------------------------------------------------
 
     relu = _act.relu
@@ -992,6 +966,14 @@ class Tensor(_DTypeShortcuts):
     log_softmax = _reduce_ops.log_softmax
     softmin = _reduce_ops.softmin
     matmul = _reduce_ops.matmul
+    cumsum = _scan.cumsum
+    cumprod = _scan.cumprod
+    cummax = _scan.cummax
+    cummin = _scan.cummin
+    logcumsumexp = _scan.logcumsumexp
+    sort = _scan.sort
+    argsort = _scan.argsort
+    topk = _scan.topk
     dot = _reduce_ops.dot
 
     # ---- indexing: see indexing.py ----------------------------------------------------------------------
@@ -1013,11 +995,12 @@ class Tensor(_DTypeShortcuts):
     randint = staticmethod(_random.randint)
     uniform = staticmethod(_random.uniform)
     normal = staticmethod(_random.normal)
-
-
-def _leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
-    """`t` made a grad leaf when `requires_grad` is given (creation functions' `requires_grad=`)."""
-    return t if requires_grad is None else t.requires_grad_(requires_grad)
+    randperm = staticmethod(_random.randperm)
+    multinomial = _random.multinomial
+    scaled_uniform = staticmethod(_random.scaled_uniform)
+    glorot_uniform = staticmethod(_random.glorot_uniform)
+    kaiming_uniform = staticmethod(_random.kaiming_uniform)
+    kaiming_normal = staticmethod(_random.kaiming_normal)
 
 
 def _coerce(value: Scalar, dt: DType) -> ConstType:

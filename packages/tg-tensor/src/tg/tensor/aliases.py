@@ -1,0 +1,298 @@
+"""PyTorch habits on top of the tinygrad API: `size()`, `dim()`, `clone()`, `cpu()`, comparison and logical methods,
+bitwise methods, `*_as` helpers, `fmod`/`div(rounding_mode=)`, and the in-place `_` methods (attached in tensor.py).
+
+In-place methods are `self.assign(result)` and return self. On a leaf that requires grad they raise while grad
+mode is on, as torch does (an optimizer step runs under `no_grad()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tg.ir import dtypes
+from tg.tensor.shapes import canonical_axis
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def size(self: Tensor, dim: int | None = None) -> Any:
+    """The shape (torch.Size-like tuple), or the size of `dim`."""
+    return self.shape if dim is None else self.shape[canonical_axis(dim, self.ndim)]
+
+
+def dim(self: Tensor) -> int:
+    """Number of dimensions (torch's name for ndim)."""
+    return self.ndim
+
+
+def itemsize(self: Tensor) -> int:
+    """Bytes per element."""
+    return self.dtype.itemsize
+
+
+def is_floating_point(self: Tensor) -> bool:
+    """True for float dtypes."""
+    return dtypes.is_float(self.dtype)
+
+
+def clone(self: Tensor, device: str | None = None) -> Tensor:
+    """A copy with storage of its own (lazy; realized when used), optionally on another device; not a view."""
+    x = self if device is None else self.to(device)
+    return x.contiguous() if x is self or x.uop is self.uop else x
+
+
+def cpu(self: Tensor) -> Tensor:
+    """This tensor on the CPU device."""
+    return self.to("CPU")
+
+
+def expand_as(self: Tensor, other: Tensor) -> Tensor:
+    """expand(other.shape)."""
+    return self.expand(other.shape)
+
+
+def view_as(self: Tensor, other: Tensor) -> Tensor:
+    """reshape(other.shape)."""
+    return self.reshape(other.shape)
+
+
+def type_as(self: Tensor, other: Tensor) -> Tensor:
+    """cast(other.dtype)."""
+    return self.cast(other.dtype)
+
+
+def reshape_as(self: Tensor, other: Tensor) -> Tensor:
+    """reshape(other.shape)."""
+    return self.reshape(other.shape)
+
+
+# ---- comparisons, logic and bits as methods ---------------------------------------------------------------------
+
+
+def lt(self: Tensor, x: Any) -> Tensor:
+    """self < x."""
+    return self < x
+
+
+def le(self: Tensor, x: Any) -> Tensor:
+    """self <= x."""
+    return self <= x
+
+
+def gt(self: Tensor, x: Any) -> Tensor:
+    """self > x."""
+    return self > x
+
+
+def ge(self: Tensor, x: Any) -> Tensor:
+    """self >= x."""
+    return self >= x
+
+
+def eq(self: Tensor, x: Any) -> Tensor:
+    """self == x (elementwise)."""
+    return self == x
+
+
+def ne(self: Tensor, x: Any) -> Tensor:
+    """self != x (elementwise)."""
+    return self != x
+
+
+def logical_and(self: Tensor, x: Any) -> Tensor:
+    """Elementwise and of the truth values."""
+    return self.cast(dtypes.bool) & _as_bool(self, x)
+
+
+def logical_or(self: Tensor, x: Any) -> Tensor:
+    """Elementwise or of the truth values."""
+    return self.cast(dtypes.bool) | _as_bool(self, x)
+
+
+def logical_xor(self: Tensor, x: Any) -> Tensor:
+    """Elementwise xor of the truth values."""
+    return self.cast(dtypes.bool) ^ _as_bool(self, x)
+
+
+def _as_bool(self: Tensor, x: Any) -> Any:
+    from tg.tensor.tensor import Tensor
+
+    return x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
+
+
+def _int_or_bool(op: str, t: Tensor) -> None:
+    if dtypes.is_float(t.dtype):
+        raise TypeError(f"{op} needs integer or bool tensors, got {t.dtype.name}")
+
+
+def bitwise_and(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    """Elementwise bitwise and (ints and bools)."""
+    _int_or_bool("bitwise_and", self)
+    return self & x
+
+
+def bitwise_or(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    """Elementwise bitwise or (ints and bools)."""
+    _int_or_bool("bitwise_or", self)
+    return self | x
+
+
+def bitwise_xor(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    """Elementwise bitwise xor (ints and bools)."""
+    _int_or_bool("bitwise_xor", self)
+    return self ^ x
+
+
+def bitwise_not(self: Tensor) -> Tensor:
+    """Elementwise bitwise not (logical not for bools)."""
+    _int_or_bool("bitwise_not", self)
+    return ~self
+
+
+def lshift(self: Tensor, x: int, reverse: bool = False) -> Tensor:
+    """self << x."""
+    _int_or_bool("lshift", self)
+    return self << x
+
+
+def rshift(self: Tensor, x: int, reverse: bool = False) -> Tensor:
+    """self >> x."""
+    _int_or_bool("rshift", self)
+    return self >> x
+
+
+def fmod(self: Tensor, x: Any) -> Tensor:
+    """Remainder with the sign of the dividend (C's fmod; torch.fmod): fmod(-7, 3) == -1."""
+    a, b = self._operands(x)
+    if dtypes.is_float(a.dtype):
+        return a - (a / b).trunc() * b
+    return a - a.idiv(b) * b
+
+
+# ---- in-place methods ---------------------------------------------------------------------------------------------
+
+
+def _inplace(self: Tensor, op: str, value: Tensor) -> Tensor:
+    from tg.tensor.autograd import is_grad_enabled
+
+    if self.requires_grad and self.is_leaf and is_grad_enabled():
+        raise RuntimeError(
+            f"{op}: a leaf tensor that requires grad is being used in an in-place operation; wrap it in no_grad()"
+        )
+    if value.shape != self.shape:
+        value = value.expand(self.shape) if value.ndim <= self.ndim else value
+    return self.assign(value.cast(self.dtype))
+
+
+def _binary_inplace(name: str, fn: Callable[[Tensor, Any], Tensor]) -> Callable[..., Tensor]:
+    def method(self: Tensor, x: Any) -> Tensor:
+        return _inplace(self, name, fn(self, x))
+
+    method.__name__ = name
+    method.__doc__ = f"In-place {name.rstrip('_')}: self = self {name.rstrip('_')} x; returns self."
+    return method
+
+
+add_ = _binary_inplace("add_", lambda a, b: a + b)
+sub_ = _binary_inplace("sub_", lambda a, b: a - b)
+mul_ = _binary_inplace("mul_", lambda a, b: a * b)
+div_ = _binary_inplace("div_", lambda a, b: a / b)
+pow_ = _binary_inplace("pow_", lambda a, b: a**b)
+
+
+def zero_(self: Tensor) -> Tensor:
+    """Fill with zeros in place; returns self."""
+    return _inplace(self, "zero_", self.zeros_like())
+
+
+def fill_(self: Tensor, value: Any) -> Tensor:
+    """Fill with `value` in place; returns self."""
+    return _inplace(self, "fill_", self.full_like(value))
+
+
+def clamp_(self: Tensor, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
+    """clamp in place; returns self."""
+    return _inplace(self, "clamp_", self.clip(min_, max_, min=min, max=max))
+
+
+def copy_(self: Tensor, src: Tensor) -> Tensor:
+    """Copy `src` (broadcast, cast, moved to self's device) into self; returns self."""
+    from tg.tensor.tensor import Tensor
+
+    s = src if isinstance(src, Tensor) else Tensor(src, device=self.device)
+    return _inplace(self, "copy_", s.to(self.device))
+
+
+def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    """Fill with U(a, b) in place; returns self."""
+    from tg.tensor.random import uniform
+
+    return _inplace(self, "uniform_", uniform(*self.shape, low=a, high=b, device=self.device, dtype=self.dtype))
+
+
+def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    """Fill with N(mean, std) in place; returns self."""
+    from tg.tensor.random import normal
+
+    return _inplace(self, "normal_", normal(*self.shape, mean=mean, std=std, device=self.device, dtype=self.dtype))
+
+
+def sequential(self: Tensor, ll: list[Callable[[Tensor], Tensor]]) -> Tensor:
+    """Apply the callables of `ll` in order: `x.sequential([layer1, Tensor.relu, layer2])`."""
+    x = self
+    for f in ll:
+        x = f(x)
+    return x
+
+
+def pad_to(self: Tensor, shape: Any, *args: int, value: float = 0.0) -> Tensor:
+    """Pad at the end of each dim up to `shape` (None keeps a dim)."""
+    target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape, *args)
+    if len(target) != self.ndim:
+        raise ValueError(f"pad_to: {target} has {len(target)} dims, the tensor {self.ndim}")
+    pads = [(0, 0 if t is None else t - s) for s, t in zip(self.shape, target, strict=True)]
+    if any(p < 0 for _, p in pads):
+        raise ValueError(f"pad_to: cannot pad {self.shape} to the smaller {target}")
+    return self.pad(pads, value=value)
+
+
+def shrink_to(self: Tensor, shape: Any, *args: int) -> Tensor:
+    """Keep the first `shape[i]` elements of each dim (None keeps a dim)."""
+    target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape, *args)
+    if len(target) != self.ndim:
+        raise ValueError(f"shrink_to: {target} has {len(target)} dims, the tensor {self.ndim}")
+    return self.shrink([None if t is None else (0, t) for t in target])
+
+
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def bitcast_resize(self: Tensor, dt: Any) -> Tensor:
+    """Bitcast to a dtype of another size: the last dim grows (to narrower) or shrinks (to wider) by the size
+    ratio, bytes in little-endian order as numpy's `view`."""
+    old, new = self.dtype.itemsize, dt.itemsize
+    if self.ndim == 0 or (new > old and (self.shape[-1] * old) % new):
+        raise ValueError(
+            f"bitcast {self.dtype.name} -> {dt.name} needs a last dim whose byte size ({self.shape[-1:]} x {old}) is a "
+            f"multiple of {new}"
+        )
+    if old not in _UINT_OF_SIZE or new not in _UINT_OF_SIZE:
+        raise ValueError(f"bitcast between {self.dtype.name} and {dt.name} is not supported")
+    bits = self.bitcast(_UINT_OF_SIZE[old])
+    if new < old:
+        k = old // new
+        parts = [((bits >> (8 * new * i)) & ((1 << (8 * new)) - 1)).cast(_UINT_OF_SIZE[new]) for i in range(k)]
+        from tg.tensor.tensor import Tensor
+
+        out = Tensor.stack(parts, dim=-1).reshape(*self.shape[:-1], self.shape[-1] * k)
+    else:
+        k = new // old
+        wide = bits.reshape(*self.shape[:-1], self.shape[-1] // k, k).cast(_UINT_OF_SIZE[new])
+        out = None
+        for i in range(k):
+            piece = wide[..., i] << (8 * old * i)
+            out = piece if out is None else out | piece
+        assert out is not None
+    return out.bitcast(dt)

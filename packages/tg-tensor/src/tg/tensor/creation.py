@@ -1,0 +1,190 @@
+"""Creation functions: full, zeros, ones, empty, arange, linspace, eye and the `*_like` family (attached to
+`Tensor` in tensor.py; the static ones as staticmethods). Every one takes `dtype=` (any spelling `args.dtype_arg`
+accepts), `device=` and `requires_grad=`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tg.ir import DType, UOp, dtypes
+from tg.tensor.args import dtype_arg
+from tg.tensor.data import pack
+from tg.tensor.shapes import shape_arg
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Scalar, ShapeArg, Tensor
+
+
+def _shape(op: str, shape: tuple[Any, ...]) -> tuple[int, ...]:
+    shp = shape_arg(shape)
+    if any(s < 0 for s in shp):
+        raise ValueError(f"{op}: negative dimension in shape {shp}")
+    return shp
+
+
+def full(
+    shape: ShapeArg,
+    fill_value: Scalar,
+    dtype: DType | str | None = None,
+    device: str | None = None,
+    requires_grad: bool | None = None,
+) -> Tensor:
+    """A tensor of `shape` filled with `fill_value`: `Tensor.full((2, 3), 7)` (dtype follows the value)."""
+    from tg.tensor.tensor import Tensor, _fill_value, canonical_device
+
+    shp = _shape("full", (shape,))
+    dt = dtype_arg(dtype) or dtypes.from_py(fill_value)
+    uop = UOp.full(shp, _fill_value(fill_value, dt), dt, canonical_device(device))
+    return Tensor(uop, requires_grad=requires_grad)
+
+
+def zeros(
+    *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """A tensor of zeros: `Tensor.zeros(2, 3)`."""
+    return full(_shape("zeros", shape), 0.0, dtype_arg(dtype) or dtypes.default_float, device, requires_grad)
+
+
+def ones(
+    *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """A tensor of ones: `Tensor.ones(2, 3)`."""
+    return full(_shape("ones", shape), 1.0, dtype_arg(dtype) or dtypes.default_float, device, requires_grad)
+
+
+def empty(
+    *shape: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """An uninitialised tensor (a fresh buffer, no kernel): `Tensor.empty(4, 4)`."""
+    from tg.tensor.tensor import Tensor, canonical_device
+
+    shp = _shape("empty", shape)
+    dt = dtype_arg(dtype) or dtypes.default_float
+    buf = UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp)
+    return Tensor(buf, requires_grad=requires_grad)
+
+
+def arange(
+    start: Scalar,
+    stop: Scalar | None = None,
+    step: Scalar = 1,
+    dtype: DType | str | None = None,
+    device: str | None = None,
+    requires_grad: bool | None = None,
+) -> Tensor:
+    """Evenly spaced values in [start, stop): `Tensor.arange(5)`, `Tensor.arange(0, 1, 0.25)`."""
+    from tg.tensor.tensor import Tensor, _from_bytes, canonical_device
+
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    dt = dtype_arg(dtype) or (
+        dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float
+    )
+    n = max(0, math.ceil((stop - start) / step))
+    values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(
+        isinstance(v, int) for v in (start, step)
+    ) else [start + i * step for i in range(n)]  # fmt: skip
+    return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)), requires_grad=requires_grad)
+
+
+def linspace(
+    start: float,
+    stop: float,
+    steps: int,
+    dtype: DType | str | None = None,
+    device: str | None = None,
+    requires_grad: bool | None = None,
+) -> Tensor:
+    """`steps` evenly spaced values from start to stop inclusive: `Tensor.linspace(0, 1, 5)`."""
+    if not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dt = dtype_arg(dtype) or dtypes.default_float
+    if steps == 1:
+        return full((1,), start, dt, device, requires_grad)
+    delta = (stop - start) / (steps - 1) if steps > 1 else 0.0
+    # both halves count from their end, so the first and last values are exact (as torch)
+    values = [start + i * delta if i < steps // 2 else stop - (steps - 1 - i) * delta for i in range(steps)]
+    from tg.tensor.tensor import Tensor
+
+    vals = Tensor(values, dtype=dtypes.float64 if dt is dtypes.float64 else dtypes.float32, device=device)
+    out = vals.cast(dt)  # integer dtypes truncate toward zero, as torch
+    return out if requires_grad is None else out.requires_grad_(requires_grad)
+
+
+def eye(
+    n: int,
+    m: int | None = None,
+    dtype: DType | str | None = None,
+    device: str | None = None,
+    requires_grad: bool | None = None,
+) -> Tensor:
+    """The identity matrix (n x m): `Tensor.eye(3)`."""
+    m = n if m is None else m
+    if n < 0 or m < 0:
+        raise ValueError(f"eye: sizes must be non-negative, got {n} x {m}")
+    k = min(n, m)
+    dt = dtype_arg(dtype) or dtypes.default_float
+    if k == 0:
+        return zeros(n, m, dtype=dt, device=device, requires_grad=requires_grad)
+    # a column of ones padded by k zeros, flattened: every (k+1)-th element is one
+    diag = ones(k, 1, dtype=dt, device=device).pad(((0, 0), (0, k))).flatten().shrink(((0, k * k),)).reshape(k, k)
+    out = diag.pad(((0, n - k), (0, m - k)))
+    return out if requires_grad is None else out.requires_grad_(requires_grad)
+
+
+def full_like(
+    self: Tensor,
+    fill_value: Scalar,
+    dtype: DType | str | None = None,
+    device: str | None = None,
+    requires_grad: bool | None = None,
+) -> Tensor:
+    """A tensor shaped like self filled with `fill_value`."""
+    return full(self.shape, fill_value, dtype_arg(dtype) or self.dtype, device or self.device, requires_grad)
+
+
+def zeros_like(
+    self: Tensor, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """Zeros shaped like self."""
+    return full_like(self, 0, dtype, device, requires_grad)
+
+
+def ones_like(
+    self: Tensor, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """Ones shaped like self."""
+    return full_like(self, 1, dtype, device, requires_grad)
+
+
+def empty_like(
+    self: Tensor, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """An uninitialised tensor shaped like self."""
+    return empty(
+        *self.shape, dtype=dtype_arg(dtype) or self.dtype, device=device or self.device, requires_grad=requires_grad
+    )
+
+
+def rand_like(
+    self: Tensor, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """Uniform [0, 1) random numbers shaped like self."""
+    from tg.tensor.random import rand
+
+    dt = dtype_arg(dtype) or (self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+    return rand(*self.shape, dtype=dt, device=device or self.device, requires_grad=requires_grad)
+
+
+def randn_like(
+    self: Tensor, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None
+) -> Tensor:
+    """Standard normal random numbers shaped like self."""
+    from tg.tensor.random import randn
+
+    dt = dtype_arg(dtype) or (self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+    return randn(*self.shape, dtype=dt, device=device or self.device, requires_grad=requires_grad)

@@ -39,8 +39,11 @@ def is_floating_point(self: Tensor) -> bool:
 
 def clone(self: Tensor, device: str | None = None) -> Tensor:
     """A copy with storage of its own (lazy; realized when used), optionally on another device; not a view."""
+    from tg.tensor.tensor import Tensor
+
     x = self if device is None else self.to(device)
-    return x.contiguous() if x is self or x.uop is self.uop else x
+    # an ASSIGN into a fresh buffer: a CONTIGUOUS of a stored value would just be that storage again
+    return Tensor(Tensor.empty(*x.shape, dtype=x.dtype, device=x.device).assign(x).uop)  # tracked like any result
 
 
 def cpu(self: Tensor) -> Tensor:
@@ -290,9 +293,7 @@ def bitcast_resize(self: Tensor, dt: Any) -> Tensor:
     else:
         k = new // old
         wide = bits.reshape(*self.shape[:-1], self.shape[-1] // k, k).cast(_UINT_OF_SIZE[new])
-        out = None
-        for i in range(k):
-            piece = wide[..., i] << (8 * old * i)
-            out = piece if out is None else out | piece
-        assert out is not None
+        out = wide[..., 0]
+        for i in range(1, k):
+            out = out | (wide[..., i] << (8 * old * i))
     return out.bitcast(dt)

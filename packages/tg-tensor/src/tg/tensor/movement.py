@@ -184,14 +184,14 @@ def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return self.reshape(*self.shape[:s], int(math.prod(self.shape[s : e + 1])), *self.shape[e + 1 :])
 
 
-def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
-    """Remove size-1 dims (all, or just `dim` if it has size 1)."""
+def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    """Remove size-1 dims (all, or those of `dim` (an int or a tuple) that have size 1)."""
     if dim is None:
         return self.reshape(tuple(s for s in self.shape if s != 1))
     if self.ndim == 0:
         return self
-    d = canonical_axis(dim, self.ndim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
+    dims = {canonical_axis(d, self.ndim) for d in ([dim] if isinstance(dim, int) else dim)}
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
 
 def unsqueeze(self: Tensor, dim: int) -> Tensor:

@@ -17,6 +17,7 @@ from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
 from tg.tensor import creation as _creation
 from tg.tensor import indexing as _indexing
+from tg.tensor import linalg as _linalg
 from tg.tensor import movement as _movement
 from tg.tensor import multi as _multi
 from tg.tensor import nnops as _nn
@@ -309,15 +310,21 @@ class Tensor(_DTypeShortcuts):
         """The raw bytes of the values (realizes)."""
         return memoryview(bytes(_realize.host_bytes(self)))
 
-    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
-        """This tensor on `device` (a COPY when the device differs): `t.to("PYTHON")`; a sharded tensor gathers its
-        shards; a tuple of devices replicates (`shard(devices)`)."""
+    def to(self, device: Any = None, dtype: Any = None) -> Tensor:
+        """This tensor on `device` (a COPY when the device differs) and/or cast to `dtype`, as torch's `to`:
+        `t.to("PYTHON")`, `t.to(dtypes.half)`, `t.to("CPU", "float16")`; a sharded tensor gathers its shards; a
+        tuple of devices replicates (`shard(devices)`)."""
+        if device is not None and not isinstance(device, (str, tuple, list)) and dtype is None:
+            device, dtype = None, device  # t.to(dtype)
+        x = self if dtype is None else self.cast(dtype)
+        if device is None:
+            return x
         if isinstance(device, (tuple, list)):
-            return self.shard(tuple(device))
+            return x.shard(tuple(device))
         dev = canonical_device(device)
-        if dev == self.device:
-            return self
-        return Tensor(self.uop.copy_to_device(dev))
+        if dev == x.device:
+            return x
+        return Tensor(x.uop.copy_to_device(dev))
 
     shard = _multi.shard
     shard_ = _multi.shard_
@@ -966,6 +973,8 @@ class Tensor(_DTypeShortcuts):
     log_softmax = _reduce_ops.log_softmax
     softmin = _reduce_ops.softmin
     matmul = _reduce_ops.matmul
+    einsum = staticmethod(_linalg.einsum)
+    interpolate = _linalg.interpolate
     cumsum = _scan.cumsum
     cumprod = _scan.cumprod
     cummax = _scan.cummax

@@ -1,0 +1,1 @@
+"""tg.tensor.nn: layers (placeholder while the layers land)."""

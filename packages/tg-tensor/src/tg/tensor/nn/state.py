@@ -51,7 +51,7 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
     while stack:  # iterative depth-first walk, children in attribute order
         name, value = stack.pop()
         if isinstance(value, tensor_type):
-            out.setdefault(name, value)
+            out.setdefault(name, value)  # type: ignore[arg-type]
             continue
         if id(value) in seen:
             continue

@@ -112,7 +112,7 @@ def _scan_opcodes(stream: Any, path: str) -> None:
             if opcode.name not in ALLOWED_OPCODES:
                 raise fail(path, f"pickle opcode {opcode.name} is not allowed in a weights file", pos)
             if opcode.name in ("BINPUT", "LONG_BINPUT", "MEMOIZE"):
-                if opcode.name != "MEMOIZE" and arg > puts:
+                if isinstance(arg, int) and arg > puts:
                     raise fail(path, f"pickle memo index {arg} is out of order", pos)
                 puts += 1
     except FormatError:
@@ -172,7 +172,9 @@ class _Unpickler(pickle.Unpickler):
     def rebuild_v2(self, storage: Any, offset: Any, size: Any, stride: Any, *_: Any) -> Any:
         return self.rebuild(storage, offset, size, stride, None)
 
-    def rebuild_v3(self, storage: Any, offset: Any, size: Any, stride: Any, rg: Any, hooks: Any, dtype: Any, *_: Any):
+    def rebuild_v3(
+        self, storage: Any, offset: Any, size: Any, stride: Any, grad: Any, hooks: Any, dtype: Any, *_: Any
+    ) -> Any:
         if not isinstance(dtype, DType):
             raise FormatError(f"_rebuild_tensor_v3 needs a torch dtype, got {dtype!r}")
         return self.rebuild(storage, offset, size, stride, dtype)
@@ -233,7 +235,7 @@ def build_tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType
 
 def _gather_view(
     storage: Storage, start: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: DType, span: int
-):
+) -> Tensor:
     """A general strided view (overlapping or gapped): the span is read and gathered on the host."""
     import numpy as np
 

@@ -79,7 +79,7 @@ def test_loaded_tensors_are_lazy_disk_views() -> None:
     assert sd["bf16"].dtype is dtypes.bfloat16 and sd["fp8"].dtype is dtypes.fp8e4m3
     zipped = torch_load(FIXTURES / "tiny_zip.pt")
     assert zipped["fc.weight"].device.startswith("DISK:")
-    assert zipped["fc.weight"].requires_grad is True  # saved as nn.Parameter
+    assert not zipped["fc.weight"].requires_grad  # saved as nn.Parameter: the flag belongs to the model's tensor
 
 
 def test_gguf_metadata_and_dtype_option() -> None:

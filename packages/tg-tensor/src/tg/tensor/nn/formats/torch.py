@@ -181,8 +181,7 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any = None, *_: Any) -> Any:
-    if isinstance(data, Tensor) and requires_grad is True and dtypes.is_float(data.dtype):
-        data.requires_grad = True
+    """An `nn.Parameter` loads as its plain tensor: `requires_grad` belongs to the model's tensor it is loaded into."""
     return data
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.tensor.nn._compat import no_grad
+from tg.tensor.autograd import no_grad
 from tg.tensor.nn.formats.errors import FormatError
 from tg.tensor.nn.formats.gguf import gguf_load
 from tg.tensor.nn.formats.safetensors import safe_load, safe_load_metadata, safe_metadata, safe_save

@@ -1,0 +1,284 @@
+"""Optimizers: SGD (momentum, dampening, nesterov, weight decay), LARS, Adam, AdamW, LAMB, and OptimizerGroup.
+
+An optimizer never computes anything by itself: `schedule_step()` builds lazy `assign`s of every parameter and
+state tensor (momenta, moments, step counters) and `step()` realizes them together with the forward pass, the
+gradients and BatchNorm's running statistics in one schedule, so the scheduler can fuse gradients into the update
+kernels. The learning rate is a tensor: changing `opt.lr` changes no kernel. Update rules are torch's (formulas in
+specs/tensor-api.md 4.2); `state_dict()`/`load_state_dict()` save and restore everything needed to resume exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tg.ir import DType, dtypes
+from tg.tensor.autograd import no_grad
+from tg.tensor.tensor import Tensor
+
+__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Optimizer", "OptimizerGroup"]
+
+
+def _state(like: Tensor, dtype: DType | None = None, fill: float = 0.0) -> Tensor:
+    """A zero-filled state tensor beside `like` with storage of its own (moments in >= float32)."""
+    dt = dtype or (dtypes.float32 if like.dtype in (dtypes.float16, dtypes.bfloat16) else like.dtype)
+    return Tensor.full(like.shape, fill, dtype=dt, device=like.device).contiguous().realize()
+
+
+def _scalar(value: float, device: str, dtype: DType = dtypes.float32) -> Tensor:
+    return Tensor(value, dtype=dtype, device=device).contiguous().realize()
+
+
+class Optimizer:
+    """Base class: splits `params` into trainable parameters (float tensors whose `requires_grad` is True, or unset
+    and then turned on) and buffers (everything else: realized with each step, never updated)."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float, device: str | None = None) -> None:
+        unique: dict[int, Tensor] = {}
+        for t in params:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"optimizer params must be Tensors, got {type(t).__name__}")
+            unique.setdefault(id(t), t)
+        for t in unique.values():
+            if t.requires_grad is None and dtypes.is_float(t.dtype):
+                t.requires_grad_(True)
+        self.params = [t for t in unique.values() if t.requires_grad]
+        self.buffers = [t for t in unique.values() if not t.requires_grad]
+        if not self.params:
+            raise ValueError("optimizer got no trainable parameters (all are requires_grad=False or not float)")
+        self.device = device or self.params[0].device
+        self._lr = _scalar(float(lr), self.device)
+        self.step_count = _scalar(0, self.device, dtypes.int32)
+        self.state: dict[str, list[Tensor]] = {}  # per-parameter state, by name, in `params` order
+
+    @property
+    def lr(self) -> Tensor:
+        """The learning rate, a 0-d float32 tensor; assign a number to change it (no kernel changes)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float | Tensor) -> None:
+        new = value if isinstance(value, Tensor) else Tensor(float(value), device=self.device)
+        self._lr.assign(new.cast(self._lr.dtype).to(self.device).reshape(())).realize()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients: `.grad = None` (torch 2.x default) or zero-filled gradients."""
+        for t in self.params:
+            if set_to_none or t.grad is None:
+                t.grad = None
+            else:
+                t.grad = Tensor.zeros(t.shape, dtype=t.dtype, device=t.device)
+
+    def schedule_step(self) -> list[Tensor]:
+        """Lazy updates of every parameter with a gradient and of the optimizer state; returns the tensors to
+        realize (state, parameters, buffers, gradients). Parameters without a gradient are left unchanged."""
+        with no_grad():
+            count = self.step_count + 1
+            self.step_count.assign(count)
+            pairs = [(i, t, t.grad) for i, t in enumerate(self.params) if t.grad is not None]
+            for i, t, grad in pairs:
+                assert grad is not None
+                new = self._update(i, t, grad.detach().cast(t.dtype), count)
+                t.assign(new.cast(t.dtype))
+            extra = self._step_shared()
+        grads = [t.grad for t in self.params if t.grad is not None]
+        state = [s for values in self.state.values() for s in values]
+        return [self.step_count, *extra, *state, *self.params, *self.buffers, *grads]
+
+    def step(self, *extra: Tensor) -> None:
+        """Apply one update: realizes the forward pass, gradients, updates and `extra` tensors (e.g. the loss) in
+        one schedule."""
+        Tensor.realize(*extra, *self.schedule_step())
+
+    def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _step_shared(self) -> list[Tensor]:
+        """State shared by all parameters that advances once per step (Adam's running powers of b1, b2)."""
+        return []
+
+    # ---- state dicts ------------------------------------------------------------------------------------------
+
+    def _named_state(self) -> dict[str, Tensor]:
+        return {"lr": self._lr, "step": self.step_count}
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """`{"lr", "step", shared state, per-parameter state as "<name>.<index>"}`; savable with `safe_save`."""
+        out = self._named_state()
+        for name, values in self.state.items():
+            out.update({f"{name}.{i}": v for i, v in enumerate(values)})
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Tensor]) -> None:
+        """Restore a `state_dict()` (names and shapes must match: ValueError listing the differences)."""
+        from tg.tensor.nn.state import load_state_dict
+
+        load_state_dict(self.state_dict(), state_dict, verbose=False)
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent (torch's rule): `g += wd*w`; with momentum `b = g` on the first step, then
+    `b = momentum*b + (1-dampening)*g`; `g = g + momentum*b` if nesterov else `b`; `w -= lr*g`.
+    `classic=False` (tinygrad's default) vs `True`: whether lr multiplies `g` before the momentum buffer."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        classic: bool = False,
+    ) -> None:
+        super().__init__(params, lr)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("nesterov momentum needs momentum > 0 and dampening 0")
+        self.momentum, self.dampening, self.weight_decay = momentum, dampening, weight_decay
+        self.nesterov, self.classic = nesterov, classic
+        if momentum:
+            self.state["momentum"] = [_state(t) for t in self.params]
+
+    def _direction(self, w: Tensor, g: Tensor) -> Tensor:
+        return g + self.weight_decay * w if self.weight_decay else g
+
+    def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
+        g = self._direction(w, g)
+        if self.classic:
+            g = g * self.lr
+        if self.momentum:
+            buf = self.state["momentum"][i]
+            moved = buf * self.momentum + g * (1 - self.dampening)
+            new_buf = (step == 1).where(g, moved) if self.dampening else moved
+            buf.assign(new_buf.cast(buf.dtype))
+            g = g + self.momentum * new_buf if self.nesterov else new_buf
+        return w - g if self.classic else w - g * self.lr
+
+
+class LARS(SGD):
+    """SGD with layer-wise adaptive rate scaling: `r = tcoef*|w|/(|g| + wd*|w|)` (1 where a norm is 0),
+    `g = (g + wd*w)*r`, then momentum as SGD (tinygrad's defaults: classic=True)."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        nesterov: bool = False,
+        classic: bool = True,
+        tcoef: float = 0.001,
+    ) -> None:
+        super().__init__(params, lr, momentum, 0.0, weight_decay, nesterov, classic)
+        self.tcoef = tcoef
+
+    def _direction(self, w: Tensor, g: Tensor) -> Tensor:
+        w_norm, g_norm = w.square().sum().sqrt(), g.square().sum().sqrt()
+        ratio = ((w_norm > 0) & (g_norm > 0)).where(self.tcoef * w_norm / (g_norm + self.weight_decay * w_norm), 1.0)
+        return (g + self.weight_decay * w) * ratio
+
+
+class LAMB(Optimizer):
+    """LAMB: Adam moments with bias correction, `u = m̂/(sqrt(v̂) + eps) + wd*w`, trust ratio `r = |w|/|u|`
+    (1 where a norm is 0), `w -= lr*r*u`. With `adam=True` the ratio is 1 (AdamW); `decoupled=False` adds the
+    weight decay to the gradient instead (Adam's L2)."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+        decoupled: bool = True,
+        betas: tuple[float, float] | None = None,
+    ) -> None:
+        super().__init__(params, lr)
+        self.b1, self.b2 = betas if betas is not None else (b1, b2)
+        self.eps, self.weight_decay, self.adam, self.decoupled = eps, weight_decay, adam, decoupled
+        self.b1_t, self.b2_t = _scalar(1.0, self.device), _scalar(1.0, self.device)
+        self.state["m"] = [_state(t) for t in self.params]
+        self.state["v"] = [_state(t) for t in self.params]
+        self._b1_t_next: Tensor | None = None
+
+    def _named_state(self) -> dict[str, Tensor]:
+        return {**super()._named_state(), "b1_t": self.b1_t, "b2_t": self.b2_t}
+
+    def _step_shared(self) -> list[Tensor]:
+        self.b1_t.assign(self.b1_t * self.b1)
+        self.b2_t.assign(self.b2_t * self.b2)
+        return [self.b1_t, self.b2_t]
+
+    def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
+        m, v = self.state["m"][i], self.state["v"][i]
+        g = g.cast(m.dtype)
+        wf = w.cast(m.dtype)
+        if self.weight_decay and not self.decoupled:
+            g = g + self.weight_decay * wf
+        new_m = m * self.b1 + g * (1 - self.b1)
+        new_v = v * self.b2 + g.square() * (1 - self.b2)
+        m.assign(new_m)
+        v.assign(new_v)
+        b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2  # this step's powers (the assigns run in _step_shared)
+        update = (new_m / (1 - b1_t)) / ((new_v / (1 - b2_t)).sqrt() + self.eps)
+        if self.weight_decay and self.decoupled:
+            update = update + self.weight_decay * wf
+        if not self.adam:
+            w_norm, u_norm = wf.square().sum().sqrt(), update.square().sum().sqrt()
+            update = update * ((w_norm > 0) & (u_norm > 0)).where(w_norm / u_norm, 1.0)
+        return wf - self.lr * update
+
+
+def Adam(
+    params: Iterable[Tensor],
+    lr: float = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] | None = None,
+) -> LAMB:
+    """Adam (torch): moments `m, v` with bias correction, `w -= lr*m̂/(sqrt(v̂) + eps)`; `weight_decay` is L2
+    added to the gradient."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=False, betas=betas)
+
+
+def AdamW(
+    params: Iterable[Tensor],
+    lr: float = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] | None = None,
+) -> LAMB:
+    """AdamW (torch): Adam with decoupled weight decay, `w -= lr*(m̂/(sqrt(v̂) + eps) + wd*w)`."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True, betas=betas)
+
+
+class OptimizerGroup:
+    """Several optimizers stepped as one (e.g. different rules for different parameters): one schedule."""
+
+    def __init__(self, *optimizers: Optimizer) -> None:
+        if not optimizers:
+            raise ValueError("OptimizerGroup needs at least one optimizer")
+        self.optimizers = list(optimizers)
+        self.params = [t for o in self.optimizers for t in o.params]
+        self.buffers = [t for o in self.optimizers for t in o.buffers]
+
+    def __getitem__(self, index: int) -> Optimizer:
+        return self.optimizers[index]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """zero_grad of every optimizer."""
+        for o in self.optimizers:
+            o.zero_grad(set_to_none)
+
+    def schedule_step(self) -> list[Tensor]:
+        """The lazy updates of all optimizers."""
+        return [t for o in self.optimizers for t in o.schedule_step()]
+
+    def step(self, *extra: Tensor) -> None:
+        """One step of every optimizer, realized in one schedule (with `extra`)."""
+        Tensor.realize(*extra, *self.schedule_step())

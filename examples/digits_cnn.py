@@ -46,7 +46,9 @@ def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return x_train, y_train, x_test, y_test
 
 
-def train(steps: int = 600, batch: int = 64, lr: float = 2e-3, seed: int = 0, progress: bool = True) -> dict[str, float]:
+def train(
+    steps: int = 600, batch: int = 64, lr: float = 2e-3, seed: int = 0, progress: bool = True
+) -> dict[str, float]:
     """Train the CNN; returns test accuracy, losses, wall time and steps per second."""
     from tqdm import tqdm
 
@@ -104,7 +106,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         import sklearn  # noqa: F401
         import tqdm  # noqa: F401
     except ImportError as e:
-        sys.exit(f"the digits demo needs scikit-learn and tqdm ({e}): `pip install scikit-learn tqdm`, or `hatch run demo`")
+        sys.exit(
+            f"the digits demo needs scikit-learn and tqdm ({e}): `pip install scikit-learn tqdm`, or `hatch run demo`"
+        )
     result = train(args.steps, args.batch, seed=args.seed)
     print(
         f"digits CNN: test accuracy {result['accuracy']:.2%} on {int(result['test_images'])} images, "

@@ -105,7 +105,9 @@ class _ConvNd:
         bias: bool = True,
     ) -> None:
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}")
+            raise ValueError(
+                f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}"
+            )
         self.kernel_size = (kernel_size,) * dims if isinstance(kernel_size, int) else tuple(kernel_size)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         bound = kaiming_bound(in_channels // groups * math.prod(self.kernel_size))
@@ -145,7 +147,9 @@ class _ConvTransposeNd:
         bias: bool = True,
     ) -> None:
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}")
+            raise ValueError(
+                f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}"
+            )
         self.kernel_size = (kernel_size,) * dims if isinstance(kernel_size, int) else tuple(kernel_size)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups

@@ -71,15 +71,16 @@ class Optimizer:
     def schedule_step(self) -> list[Tensor]:
         """Lazy updates of every parameter with a gradient and of the optimizer state; returns the tensors to
         realize (state, parameters, buffers, gradients). Parameters without a gradient are left unchanged."""
+        # State is assigned first and read back through the assigned tensors: every later read sees the new value
+        # and the scheduler orders it after the write (re-deriving a new value from a state buffer that has
+        # already been overwritten in the same schedule would be wrong).
         with no_grad():
-            count = self.step_count + 1
-            self.step_count.assign(count)
-            pairs = [(i, t, t.grad) for i, t in enumerate(self.params) if t.grad is not None]
-            for i, t, grad in pairs:
-                assert grad is not None
-                new = self._update(i, t, grad.detach().cast(t.dtype), count)
-                t.assign(new.cast(t.dtype))
+            self.step_count.assign(self.step_count + 1)
             extra = self._step_shared()
+            for i, t in enumerate(self.params):
+                if t.grad is not None:
+                    new = self._update(i, t, t.grad.detach().cast(t.dtype), self.step_count)
+                    t.assign(new.cast(t.dtype))
         grads = [t.grad for t in self.params if t.grad is not None]
         state = [s for values in self.state.values() for s in values]
         return [self.step_count, *extra, *state, *self.params, *self.buffers, *grads]
@@ -150,7 +151,7 @@ class SGD(Optimizer):
             moved = buf * self.momentum + g * (1 - self.dampening)
             new_buf = (step == 1).where(g, moved) if self.dampening else moved
             buf.assign(new_buf.cast(buf.dtype))
-            g = g + self.momentum * new_buf if self.nesterov else new_buf
+            g = g + self.momentum * buf if self.nesterov else buf
         return w - g if self.classic else w - g * self.lr
 
 
@@ -200,7 +201,6 @@ class LAMB(Optimizer):
         self.b1_t, self.b2_t = _scalar(1.0, self.device), _scalar(1.0, self.device)
         self.state["m"] = [_state(t) for t in self.params]
         self.state["v"] = [_state(t) for t in self.params]
-        self._b1_t_next: Tensor | None = None
 
     def _named_state(self) -> dict[str, Tensor]:
         return {**super()._named_state(), "b1_t": self.b1_t, "b2_t": self.b2_t}
@@ -216,12 +216,9 @@ class LAMB(Optimizer):
         wf = w.cast(m.dtype)
         if self.weight_decay and not self.decoupled:
             g = g + self.weight_decay * wf
-        new_m = m * self.b1 + g * (1 - self.b1)
-        new_v = v * self.b2 + g.square() * (1 - self.b2)
-        m.assign(new_m)
-        v.assign(new_v)
-        b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2  # this step's powers (the assigns run in _step_shared)
-        update = (new_m / (1 - b1_t)) / ((new_v / (1 - b2_t)).sqrt() + self.eps)
+        m.assign(m * self.b1 + g * (1 - self.b1))
+        v.assign(v * self.b2 + g.square() * (1 - self.b2))
+        update = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)  # b1_t, b2_t: this step's powers
         if self.weight_decay and self.decoupled:
             update = update + self.weight_decay * wf
         if not self.adam:

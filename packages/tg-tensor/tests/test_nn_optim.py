@@ -1,0 +1,226 @@
+"""nn.optim: each update rule against a numpy transcription of its formula (5 steps) and against torch.optim where
+installed; lr changes, state dicts, frozen tensors, OptimizerGroup, and a tiny model whose loss falls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tg.tensor import GlobalCounters, Tensor, nn
+from tg.tensor.nn import optim
+from tg.tensor.nn.state import get_parameters, safe_load, safe_save
+
+STEPS = 5
+W0 = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+TARGET = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+
+
+def grad_of(w: np.ndarray) -> np.ndarray:
+    """The gradient of the test loss sum((w - target)^3 / 3 + w^2) (nonlinear, so steps differ)."""
+    return (w - TARGET) ** 2 + 2 * w
+
+
+def run_tg(make: Callable[[list[Tensor]], optim.Optimizer]) -> np.ndarray:
+    w = Tensor(W0.copy(), requires_grad=True)
+    opt = make([w])
+    target = Tensor(TARGET)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        (((w - target) ** 3) / 3 + w.square()).sum().backward()
+        opt.step()
+    return w.numpy()
+
+
+def sgd_ref(lr: float, momentum: float = 0, dampening: float = 0, wd: float = 0, nesterov: bool = False) -> np.ndarray:
+    w, b = W0.astype(np.float64), None
+    for _ in range(STEPS):
+        g = grad_of(w) + wd * w
+        if momentum:
+            b = g if b is None else momentum * b + (1 - dampening) * g
+            g = g + momentum * b if nesterov else b
+        w = w - lr * g
+    return w
+
+
+def adam_ref(lr: float, b1: float, b2: float, eps: float, wd: float, mode: str) -> np.ndarray:
+    w, m, v = W0.astype(np.float64), 0.0, 0.0
+    for t in range(1, STEPS + 1):
+        g = grad_of(w) + (wd * w if mode == "adam" else 0)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        u = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        if mode in ("adamw", "lamb"):
+            u = u + wd * w
+        if mode == "lamb":
+            wn, un = np.linalg.norm(w), np.linalg.norm(u)
+            u = u * (wn / un if wn > 0 and un > 0 else 1.0)
+        w = w - lr * u
+    return w
+
+
+def lars_ref(lr: float, momentum: float, wd: float, tcoef: float) -> np.ndarray:
+    w, b = W0.astype(np.float64), 0.0
+    for _ in range(STEPS):
+        g = grad_of(w)
+        wn, gn = np.linalg.norm(w), np.linalg.norm(g)
+        r = tcoef * wn / (gn + wd * wn) if wn > 0 and gn > 0 else 1.0
+        g = (g + wd * w) * r * lr
+        b = momentum * b + g
+        w = w - b
+    return w
+
+
+CASES = {
+    "sgd": (lambda p: optim.SGD(p, lr=0.05), sgd_ref(0.05)),
+    "sgd_momentum_wd": (lambda p: optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1), sgd_ref(0.05, 0.9, wd=0.1)),
+    "sgd_dampening": (lambda p: optim.SGD(p, lr=0.05, momentum=0.8, dampening=0.3), sgd_ref(0.05, 0.8, 0.3)),
+    "sgd_nesterov": (lambda p: optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True), sgd_ref(0.05, 0.9, nesterov=True)),
+    "sgd_classic": (lambda p: optim.SGD(p, lr=0.05, momentum=0.9, classic=True), sgd_ref(0.05, 0.9)),
+    "adam": (lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1), adam_ref(0.01, 0.9, 0.999, 1e-8, 0.1, "adam")),
+    "adamw": (lambda p: optim.AdamW(p, lr=0.01, betas=(0.8, 0.99)), adam_ref(0.01, 0.8, 0.99, 1e-8, 0.01, "adamw")),
+    "lamb": (lambda p: optim.LAMB(p, lr=0.01, weight_decay=0.05), adam_ref(0.01, 0.9, 0.999, 1e-6, 0.05, "lamb")),
+    "lars": (lambda p: optim.LARS(p, lr=0.1), lars_ref(0.1, 0.9, 1e-4, 0.001)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_update_rule_matches_numpy(name: str) -> None:
+    make, want = CASES[name]
+    np.testing.assert_allclose(run_tg(make), want, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (
+            lambda p: optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.2, weight_decay=0.1),
+            lambda t, p: t.optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.2, weight_decay=0.1),
+        ),
+        (
+            lambda p: optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1),
+            lambda t, p: t.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1),
+        ),
+        (lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1), lambda t, p: t.optim.Adam(p, lr=0.01, weight_decay=0.1)),
+        (lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1), lambda t, p: t.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
+    ],  # fmt: skip
+    ids=["sgd", "nesterov", "adam", "adamw"],
+)
+def test_update_rule_matches_torch(ours: Callable, theirs: Callable) -> None:
+    torch = pytest.importorskip("torch")
+    w = torch.tensor(W0.copy(), requires_grad=True)
+    opt = theirs(torch, [w])
+    target = torch.tensor(TARGET)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        (((w - target) ** 3) / 3 + w.square()).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(run_tg(ours), w.detach().numpy(), rtol=2e-5, atol=1e-6)
+
+
+def test_lr_change_recompiles_nothing_and_takes_effect() -> None:
+    w = Tensor(W0.copy(), requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        (w * Tensor(TARGET)).sum().backward()
+        opt.step()
+
+    step()
+    step()
+    before = w.numpy()
+    compiled = GlobalCounters.kernel_count
+    opt.lr = 0.01
+    assert opt.lr.item() == pytest.approx(0.01)
+    from tg.runtime import engine
+
+    cached = len(engine.method_cache)
+    step()
+    assert len(engine.method_cache) == cached  # the same kernels ran with the new lr
+    np.testing.assert_allclose(w.numpy(), before - 0.01 * TARGET, rtol=1e-6, atol=1e-7)
+    assert GlobalCounters.kernel_count > compiled
+
+
+def test_state_dict_round_trip_resumes_bit_identically(tmp_path: Path) -> None:
+    def make() -> tuple[Tensor, optim.Optimizer]:
+        w = Tensor(W0.copy(), requires_grad=True)
+        return w, optim.Adam([w], lr=0.01)
+
+    def step(w: Tensor, opt: optim.Optimizer) -> None:
+        opt.zero_grad()
+        (((w - Tensor(TARGET)) ** 3) / 3).sum().backward()
+        opt.step()
+
+    w1, opt1 = make()
+    for _ in range(3):
+        step(w1, opt1)
+    assert sorted(opt1.state_dict()) == ["b1_t", "b2_t", "lr", "m.0", "step", "v.0"]
+    safe_save(opt1.state_dict(), tmp_path / "opt.safetensors")
+    safe_save({"w": w1}, tmp_path / "w.safetensors")
+    w2, opt2 = make()
+    w2.assign(safe_load(tmp_path / "w.safetensors")["w"].to(w2.device)).realize()
+    opt2.load_state_dict(safe_load(tmp_path / "opt.safetensors"))
+    assert opt2.step_count.item() == 3
+    step(w1, opt1)
+    step(w2, opt2)
+    np.testing.assert_array_equal(w1.numpy(), w2.numpy())
+    with pytest.raises(ValueError, match="missing keys"):
+        opt2.load_state_dict({"lr": Tensor(0.1)})
+
+
+def test_frozen_tensors_and_buffers_are_not_updated() -> None:
+    frozen = Tensor(W0.copy(), requires_grad=False)
+    trained = Tensor(W0.copy())  # requires_grad unset: the optimizer turns it on
+    opt = optim.SGD([frozen, trained], lr=0.1)
+    assert trained.requires_grad and opt.params == [trained] and opt.buffers == [frozen]
+    opt.zero_grad()
+    (frozen * trained).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(frozen.numpy(), W0)
+    np.testing.assert_allclose(trained.numpy(), W0 - 0.1 * W0, rtol=1e-6)
+    with pytest.raises(ValueError, match="no trainable"):
+        optim.SGD([Tensor([1, 2])])
+
+
+def test_optimizer_group_steps_all_in_one_schedule() -> None:
+    a, b = Tensor(W0.copy(), requires_grad=True), Tensor(TARGET.copy(), requires_grad=True)
+    group = optim.OptimizerGroup(optim.SGD([a], lr=0.1), optim.Adam([b], lr=0.01))
+    assert group[1].params == [b]
+    group.zero_grad()
+    (a * b).sum().backward()
+    group.step()
+    np.testing.assert_allclose(a.numpy(), W0 - 0.1 * TARGET, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), TARGET - 0.01 * np.sign(W0), rtol=1e-4, atol=1e-6)
+
+
+def test_tiny_model_loss_falls() -> None:
+    Tensor.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 1, 6, 6)).astype(np.float32)
+    y = (x.mean((1, 2, 3)) > 0).astype(np.int32)
+
+    class Model:
+        def __init__(self) -> None:
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.bn = nn.BatchNorm2d(4)
+            self.fc = nn.Linear(4 * 3 * 3, 2)
+
+        def __call__(self, t: Tensor) -> Tensor:
+            return self.fc(nn.max_pool(self.bn(self.conv(t)).relu(), 2).flatten(1))
+
+    model = Model()
+    opt = optim.Adam(get_parameters(model), lr=0.05)
+    losses = []
+    for _ in range(8):
+        opt.zero_grad()
+        with Tensor.train():
+            loss = nn.sparse_categorical_crossentropy(model(Tensor(x)), Tensor(y))
+        loss.backward()
+        opt.step(loss)
+        losses.append(loss.item())
+    assert losses[-1] < 0.6 * losses[0], losses
+    assert model.bn.num_batches_tracked.item() == 8  # running stats realized with each step

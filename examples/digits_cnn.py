@@ -30,7 +30,7 @@ class DigitsCNN:
 
     def __call__(self, x: Tensor) -> Tensor:
         x = self.conv2(self.conv1(x).relu()).relu()
-        return self.fc(nn.max_pool(x, 2).flatten(1))
+        return self.fc(x.max_pool2d(2).flatten(1))
 
 
 def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -63,7 +63,7 @@ def train(
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
         with Tensor.train():
-            loss = nn.sparse_categorical_crossentropy(model(x), y)
+            loss = model(x).sparse_categorical_crossentropy(y)
         loss.backward()
         opt.step(loss)
         return loss

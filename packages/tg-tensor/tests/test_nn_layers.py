@@ -23,7 +23,7 @@ def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, padding: int, dila
     """Direct N-d cross-correlation in float64 loops over output positions."""
     n = w.ndim - 2
     x = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(padding, padding)] * n)
-    batch, cin = x.shape[:2]
+    batch = x.shape[0]
     cout, cg = w.shape[:2]
     kernel = w.shape[2:]
     out_sizes = [(s - dilation * (k - 1) - 1) // stride + 1 for s, k in zip(x.shape[2:], kernel, strict=True)]
@@ -43,10 +43,10 @@ def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, padding: int, dila
     return out
 
 
-def conv_transpose_reference(x: np.ndarray, w: np.ndarray, stride: int, padding: int, output_padding: int,
-                             dilation: int, groups: int) -> np.ndarray:  # fmt: skip
+def conv_transpose_reference(
+    x: np.ndarray, w: np.ndarray, stride: int, padding: int, output_padding: int, dilation: int, groups: int
+) -> np.ndarray:
     """Transposed convolution by its definition: every input element scatters `x * w` into the output."""
-    n = w.ndim - 2
     batch, cin, *spatial = x.shape
     cg = w.shape[1]
     kernel = w.shape[2:]
@@ -105,8 +105,9 @@ def test_conv_same_padding_and_errors() -> None:
     x = randn(1, 2, 5, 6)
     assert layer(Tensor(x)).shape == (1, 3, 5, 6)
     padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 2)])
-    np.testing.assert_allclose(layer(Tensor(x)).numpy(), conv_reference(padded, layer.weight.numpy(), 1, 0, 1, 1),
-                               rtol=1e-4, atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        layer(Tensor(x)).numpy(), conv_reference(padded, layer.weight.numpy(), 1, 0, 1, 1), rtol=1e-4, atol=1e-5
+    )
     with pytest.raises(ValueError, match="channels"):
         layer(Tensor(randn(1, 3, 5, 6)))
     with pytest.raises(ValueError, match="groups"):
@@ -117,11 +118,13 @@ def test_conv_same_padding_and_errors() -> None:
     ("dims", "stride", "padding", "output_padding", "dilation", "groups"),
     [(2, 1, 0, 0, 1, 1), (2, 2, 1, 1, 1, 1), (2, 3, 1, 0, 2, 2), (1, 2, 0, 1, 1, 1)],
 )
-def test_conv_transpose_matches_reference(dims: int, stride: int, padding: int, output_padding: int, dilation: int,
-                                          groups: int) -> None:  # fmt: skip
+def test_conv_transpose_matches_reference(
+    dims: int, stride: int, padding: int, output_padding: int, dilation: int, groups: int
+) -> None:
     layer_cls = nn.ConvTranspose2d if dims == 2 else nn.ConvTranspose1d
-    layer = layer_cls(4, 6, 3, stride=stride, padding=padding, output_padding=output_padding, dilation=dilation,
-                      groups=groups)  # fmt: skip
+    layer = layer_cls(
+        4, 6, 3, stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups
+    )
     x = randn(2, 4, *([4] * dims))
     want = conv_transpose_reference(x, layer.weight.numpy(), stride, padding, output_padding, dilation, groups)
     want += layer.bias.numpy().reshape(1, -1, *([1] * dims))
@@ -137,7 +140,9 @@ def test_conv_gradient_matches_central_differences() -> None:
         return float((conv_reference(x, wv, 2, 1, 1, 2) * r).sum())
 
     wt = Tensor(w, requires_grad=True)
-    out = nn.functional.conv(Tensor(x), wt, groups=2, stride=2, padding=1)
+    out = nn.Conv2d(2, 4, 3, stride=2, padding=1, groups=2, bias=False)
+    out.weight = wt
+    out = out(Tensor(x))
     (grad,) = (out * Tensor(r)).sum().gradient(wt)
     numeric = np.zeros_like(w)
     for idx in np.ndindex(*w.shape):
@@ -215,7 +220,7 @@ def test_embedding_and_lstm_cell() -> None:
     h2, c2 = cell(Tensor(x), (Tensor(h), Tensor(c)))
     gates = x @ cell.weight_ih.numpy().T + cell.bias_ih.numpy() + h @ cell.weight_hh.numpy().T + cell.bias_hh.numpy()
     i, f, g, o = np.split(gates, 4, axis=1)
-    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    sig = lambda v: 1 / (1 + np.exp(-v))
     c_want = sig(f) * c + sig(i) * np.tanh(g)
     np.testing.assert_allclose(c2.numpy(), c_want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(h2.numpy(), sig(o) * np.tanh(c_want), rtol=1e-4, atol=1e-5)
@@ -244,8 +249,9 @@ def test_state_dict_keys_match_torch_names() -> None:
             self.cell = nn.LSTMCell(2, 2)
 
     keys = list(get_state_dict(Net()))
-    assert keys == ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
-                    "bn.num_batches_tracked", "cell.weight_ih", "cell.weight_hh", "cell.bias_ih", "cell.bias_hh"]  # fmt: skip
+    bn_keys = ["bn.weight", "bn.bias", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+    cell_keys = ["cell.weight_ih", "cell.weight_hh", "cell.bias_ih", "cell.bias_hh"]
+    assert keys == ["conv.weight", "conv.bias", *bn_keys, *cell_keys]
 
 
 # ---- against torch ---------------------------------------------------------------------------------------------

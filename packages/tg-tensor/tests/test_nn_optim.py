@@ -106,7 +106,7 @@ def test_update_rule_matches_numpy(name: str) -> None:
         ),
         (lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1), lambda t, p: t.optim.Adam(p, lr=0.01, weight_decay=0.1)),
         (lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1), lambda t, p: t.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
-    ],  # fmt: skip
+    ],
     ids=["sgd", "nesterov", "adam", "adamw"],
 )
 def test_update_rule_matches_torch(ours: Callable, theirs: Callable) -> None:
@@ -210,7 +210,7 @@ def test_tiny_model_loss_falls() -> None:
             self.fc = nn.Linear(4 * 3 * 3, 2)
 
         def __call__(self, t: Tensor) -> Tensor:
-            return self.fc(nn.max_pool(self.bn(self.conv(t)).relu(), 2).flatten(1))
+            return self.fc(self.bn(self.conv(t)).relu().max_pool2d(2).flatten(1))
 
     model = Model()
     opt = optim.Adam(get_parameters(model), lr=0.05)
@@ -218,7 +218,7 @@ def test_tiny_model_loss_falls() -> None:
     for _ in range(8):
         opt.zero_grad()
         with Tensor.train():
-            loss = nn.sparse_categorical_crossentropy(model(Tensor(x)), Tensor(y))
+            loss = model(Tensor(x)).sparse_categorical_crossentropy(Tensor(y))
         loss.backward()
         opt.step(loss)
         losses.append(loss.item())

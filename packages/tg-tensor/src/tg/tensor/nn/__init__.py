@@ -16,18 +16,9 @@ from typing import Any
 from tg.ir import DType, dtypes
 from tg.tensor.autograd import no_grad
 from tg.tensor.nn import optim, state
-from tg.tensor.nn.functional import (
-    PaddingArg,
-    conv,
-    conv_transpose,
-    dropout,
-    embedding,
-    kaiming_bound,
-    max_pool,
-    sparse_categorical_crossentropy,
-    uniform_param,
-)
 from tg.tensor.tensor import Tensor
+
+PaddingArg = int | Sequence[int] | str
 
 __all__ = [
     "BatchNorm",
@@ -51,9 +42,7 @@ __all__ = [
     "Linear",
     "RMSNorm",
     "eval",
-    "max_pool",
     "optim",
-    "sparse_categorical_crossentropy",
     "state",
     "train",
 ]
@@ -61,6 +50,16 @@ __all__ = [
 
 def _is_training(layer: Any) -> bool:
     return bool(Tensor.training) if layer.training is None else bool(layer.training)
+
+
+def kaiming_bound(fan_in: int) -> float:
+    """The `U(-k, k)` bound of torch's default layer init: `k = 1/sqrt(fan_in)`."""
+    return 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+
+def uniform_param(*shape: int, bound: float) -> Tensor:
+    """A trainable tensor drawn from `U(-bound, bound)`."""
+    return Tensor.uniform(*shape, low=-bound, high=bound).requires_grad_()
 
 
 def _ones(*shape: int) -> Tensor:
@@ -115,7 +114,9 @@ class _ConvNd:
         self.bias = uniform_param(out_channels, bound=bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return conv(x, self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+        return x.conv2d(
+            self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation, padding=self.padding
+        )
 
 
 class Conv1d(_ConvNd):
@@ -158,8 +159,14 @@ class _ConvTransposeNd:
         self.bias = uniform_param(out_channels, bound=bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return conv_transpose(
-            x, self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+        return x.conv_transpose2d(
+            self.weight,
+            self.bias,
+            groups=self.groups,
+            stride=self.stride,
+            dilation=self.dilation,
+            padding=self.padding,
+            output_padding=self.output_padding,
         )
 
 
@@ -379,7 +386,9 @@ class Embedding:
         self.weight = weight.contiguous().requires_grad_()
 
     def __call__(self, idx: Tensor) -> Tensor:
-        return embedding(self.weight, idx)
+        if not dtypes.is_int(idx.dtype):
+            raise TypeError(f"Embedding indices must be integers, got {idx.dtype.name}")
+        return self.weight[idx]
 
 
 class LSTMCell:
@@ -418,7 +427,10 @@ class Dropout:
         self.training: bool | None = None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return dropout(x, self.p, _is_training(self))
+        if not _is_training(self):
+            return x
+        with Tensor.train():
+            return x.dropout(self.p)
 
 
 def _set_mode(model: Any, mode: bool | None) -> Any:

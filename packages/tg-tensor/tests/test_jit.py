@@ -411,3 +411,12 @@ def test_cross_device_copies_in_a_capture(jit_mode: int) -> None:
     f = captured(lambda x: ((x.to("CPU:1") * 2).to("CPU") + 1).realize())
     for i in range(4):
         assert f(realized([float(i), 1.0])).tolist() == [2.0 * i + 1, 3.0]
+
+
+def test_threaded_kernels_in_a_capture(jit_mode: int) -> None:
+    # a big reduction gets a THREAD axis (thread pool): it replays as an ExecItem between batches
+    f = captured(lambda x: ((x * 2).sum(1) + 1).realize())
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        a = rng.random((512, 1024), dtype=np.float32)
+        np.testing.assert_allclose(f(Tensor(a).realize()).numpy(), (a * 2).sum(1) + 1, rtol=1e-4)

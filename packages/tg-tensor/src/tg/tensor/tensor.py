@@ -265,7 +265,11 @@ class Tensor(_DTypeShortcuts):
         return arr if dtype is None else arr.astype(dtype)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle the values (realizing first): a load gets its own buffer on the same device."""
+        """Pickle the values (realizing first): a load gets its own buffer on the same device (a sharded tensor:
+        its devices and axis)."""
+        if isinstance(self.uop.device, tuple):
+            return _unpickle_sharded, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.devices,
+                                       _multi.shard_axis(self), self.requires_grad)  # fmt: skip
         return _unpickle, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.device,
                            self.requires_grad)  # fmt: skip
 
@@ -1034,6 +1038,21 @@ def _fill_value(value: Scalar, dt: DType) -> ConstType:
 def _unpickle(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None) -> Tensor:
     """Inverse of `Tensor.__reduce__`: a tensor with its own buffer holding `raw`."""
     return Tensor(_from_bytes(raw, shape, dtype, canonical_device(device)), requires_grad=requires_grad)
+
+
+def _unpickle_sharded(
+    raw: bytes,
+    shape: tuple[int, ...],
+    dtype: DType,
+    devices: tuple[str, ...],
+    axis: int | None,
+    requires_grad: bool | None,
+) -> Tensor:
+    """Inverse of `Tensor.__reduce__` for a sharded tensor: sharded again over the same devices and axis."""
+    whole = Tensor(_from_bytes(raw, shape, dtype, canonical_device(devices[0])))
+    ret = whole.shard(devices, axis).realize()
+    ret.requires_grad = requires_grad
+    return ret
 
 
 def _from_bytes(raw: bytes, shape: tuple[int, ...], dt: DType, device: str) -> UOp:

@@ -107,6 +107,7 @@ class CPUBatchExecutor:
                 and type(runner._prg).__name__ == "CPUProgram"
                 and p.global_size is None
                 and p.local_size is None
+                and getattr(p, "threads", 1) == 1  # THREAD kernels run on the Python-side pool: ExecItems
             )
         if isinstance(runner, BufferCopy):
             return len(ei.bufs) == 2 and _is_cpu(ei.bufs[0].device) and _is_cpu(ei.bufs[1].device)

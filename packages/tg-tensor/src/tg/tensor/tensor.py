@@ -1051,7 +1051,8 @@ def _unpickle_sharded(
     """Inverse of `Tensor.__reduce__` for a sharded tensor: sharded again over the same devices and axis."""
     whole = Tensor(_from_bytes(raw, shape, dtype, canonical_device(devices[0])))
     ret = whole.shard(devices, axis).realize()
-    ret.requires_grad = requires_grad
+    if requires_grad is not None:
+        ret.requires_grad = requires_grad
     return ret
 
 

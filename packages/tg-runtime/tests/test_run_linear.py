@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from tg.codegen.schedule import cache_stats, clear_schedule_cache, create_schedule
+from tg.codegen.schedule import cache_stats, clear_schedule_cache, create_schedule, replace_buffers
 from tg.ir import Context, GlobalCounters, Ops, UOp, Variable, dtypes
 from tg.runtime.engine import buffer_for, method_cache, run_linear
 
@@ -82,3 +82,15 @@ def test_run_linear_counts_kernels_and_rejects_non_linear():
     assert GlobalCounters.kernel_count == k + 1
     with pytest.raises(TypeError, match="LINEAR"):
         run_linear(s.linear.src[0])  # type: ignore[arg-type]
+
+
+def test_a_schedule_runs_again_on_new_buffers():
+    a = upload([1.0, 2.0, 3.0], "CPU")
+    out = a.alu(Ops.MUL, a)
+    s = create_schedule(UOp(Ops.SINK, src=(out,)))
+    run_linear(s.linear)
+    b = upload([4.0, 5.0, 6.0], "CPU")
+    dest = UOp.new_buffer("CPU", 3, dtypes.float32)
+    out_buf = s.linear.src[0].src[1]
+    run_linear(replace_buffers(s.linear, {a: b, out_buf: dest}))
+    assert read(s.becomes[out], 3) == [1.0, 4.0, 9.0] and read(dest, 3) == [16.0, 25.0, 36.0]

@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import Ops, UOp
+from tg.ir import GroupOp, Ops, UOp
 from tg.tensor.data import to_numpy_dtype
 
 if TYPE_CHECKING:
@@ -107,11 +107,10 @@ def _forget(ts: dict[int, Any], key: int) -> Any:
 
 
 _SHARED_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.DEFINE_VAR, Ops.BIND})
-_MOVEMENT = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP})
 
 
 def _is_const_view(n: UOp) -> bool:
-    while n.op in _MOVEMENT:
+    while n.op in GroupOp.Movement:
         n = n.src[0]
     return n.op is Ops.CONST
 
@@ -239,7 +238,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             else:
                 becomes[root] = becomes.get(v, v)
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
-    affected = [r for r in index.affected(becomes) if not is_realized(r)]
+    affected = [r for r in index.affected(becomes) if not is_realized(r) and index.tensors(r)]
     if not affected:
         return
     # one substitute for every affected graph: shared nodes are rebuilt once

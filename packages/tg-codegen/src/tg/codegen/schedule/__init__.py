@@ -24,14 +24,22 @@ from tg.codegen.schedule.cache import (
 from tg.codegen.schedule.callify import Normalized
 from tg.codegen.schedule.disk import pm_disk_strided_copy
 from tg.codegen.schedule.kernels import build_kernels
-from tg.codegen.schedule.linear import order_kernels, schedule_spec, verify_schedule
+from tg.codegen.schedule.linear import order_kernels, replace_buffers, schedule_spec, verify_schedule
 from tg.codegen.schedule.memory import plan_memory
 from tg.codegen.schedule.rangeify import Plan, numel_matches, plan_stores
 from tg.ir import Ops, UOp, graph_rewrite_map, tensor_spec, verify
 from tg.ir.helpers import SPEC
 from tg.ir.uop import sint
 
-__all__ = ["Schedule", "cache_stats", "clear_schedule_cache", "create_schedule", "schedule_spec", "verify_schedule"]
+__all__ = [
+    "Schedule",
+    "cache_stats",
+    "clear_schedule_cache",
+    "create_schedule",
+    "replace_buffers",
+    "schedule_spec",
+    "verify_schedule",
+]
 
 # every switch that changes fusion decisions is part of the cache key
 POLICY: tuple = ()

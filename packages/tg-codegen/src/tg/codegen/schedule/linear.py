@@ -88,3 +88,21 @@ schedule_spec = PatternMatcher([
 def verify_schedule(linear: UOp) -> bool:
     """Check a schedule against `schedule_spec` (raises SpecError naming the bad node)."""
     return verify(linear, schedule_spec)
+
+
+def replace_buffers(linear: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """`linear` with its buffer arguments replaced by `mapping` (BUFFER -> BUFFER; a BUFFER_VIEW follows its base),
+    e.g. to run a captured schedule on new inputs. Kernel bodies are untouched (they only hold PARAM slots)."""
+
+    def arg(a: UOp) -> UOp:
+        if a.op is Ops.BUFFER_VIEW:
+            return a if (b := arg(a.src[0])) is a.src[0] else a.replace(src=(b,))
+        return mapping.get(a, a)
+
+    calls = []
+    for c in linear.src:
+        args = tuple(arg(a) for a in c.src[1:])
+        calls.append(
+            c if all(x is y for x, y in zip(args, c.src[1:], strict=True)) else c.replace(src=(c.src[0], *args))
+        )
+    return linear.replace(src=tuple(calls))

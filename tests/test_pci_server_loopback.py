@@ -144,7 +144,7 @@ def ping(srv: ServerProcess, within: float = 5.0) -> None:
                     if not chunk:
                         break
                     last += chunk
-                if last == bytes(RESPONSE_SIZE):
+                if len(last) == RESPONSE_SIZE and last[0] == 0:  # OK; resp0 holds the server's feature flags
                     return
         except OSError:
             pass

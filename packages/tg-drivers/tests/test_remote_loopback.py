@@ -69,7 +69,7 @@ def ping(srv: RemoteServerThread, attempts: int = 50) -> None:
         with raw_connect(srv, 2.0) as sock:
             sock.sendall(pack_request(RemoteCmd.PING))
             reply = recv_exact(sock, RESPONSE_SIZE)
-            if reply == b"\0" * RESPONSE_SIZE:
+            if unpack_response_header(reply)[0] == 0:  # OK (resp0 carries the server's feature flags)
                 return
         time.sleep(0.05)
     raise AssertionError("server did not answer PING")
@@ -309,7 +309,7 @@ def ping_unix(path: str) -> None:
             sock.settimeout(2.0)
             sock.connect(path)
             sock.sendall(pack_request(RemoteCmd.PING))
-            if recv_exact(sock, RESPONSE_SIZE) == b"\0" * RESPONSE_SIZE:
+            if unpack_response_header(recv_exact(sock, RESPONSE_SIZE))[0] == 0:
                 return
         time.sleep(0.05)
     raise AssertionError("unix server did not answer PING")

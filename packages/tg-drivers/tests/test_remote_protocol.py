@@ -36,7 +36,7 @@ def h(text: str) -> bytes:
 def test_constants() -> None:
     assert (REQUEST_FMT, RESPONSE_FMT, DEFAULT_PORT) == ("<BIIQQQ", "<BQQ", 6667)
     assert (REQUEST_SIZE, RESPONSE_SIZE) == (33, 17)
-    assert [int(c) for c in RemoteCmd] == [*range(13), 0x80]
+    assert [int(c) for c in RemoteCmd] == [*range(15), 0x80]
     assert RemoteCmd.MMIO_WRITE == 7 and RemoteCmd.PING == 12 and RemoteCmd.AUTH == 0x80
 
 

@@ -24,6 +24,7 @@ from tg.drivers.remote import Limits, RemoteCmd, RemoteServer, Session, StaticPr
 from tg.drivers.remote.protocol import (
     PAYLOAD_CMDS,
     RESPONSE_SIZE,
+    SERVER_FEATURES,
     decode_addr_table,
     decode_paddrs,
     encode_probe_payload,
@@ -670,8 +671,8 @@ def test_reply_stream_matches_reference(requests: list[tuple[int, int, int, int]
                 expected.append(("fields", ref.read_config(off, size), 0) if good else None)
             elif cmd == RemoteCmd.MAP_BAR:
                 expected.append(("fields", *ref.bar_info(bar)) if bar < 6 else None)
-            else:
-                expected.append(("fields", 0, 0))
+            else:  # PING answers the server's optional-command flags
+                expected.append(("fields", SERVER_FEATURES, 0))
         out = b""
         for pos in range(0, len(stream), chunk):
             replies, close = session.feed(stream[pos : pos + chunk])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdflash import regs
+from tg.drivers.regprog import ProgramResult, RegisterProgram, post_writes, run_program
 
 log = logging.getLogger("amdflash")
 
@@ -158,3 +159,11 @@ class Bar5:
     def write(self, off: int, data: bytes) -> None:
         """Block write."""
         self.view.write(off, bytes(data))
+
+    def run_program(self, program: RegisterProgram) -> ProgramResult:
+        """Run a register program on BAR5: one round trip over the remote transport, op by op elsewhere."""
+        return run_program(self.view, program)
+
+    def post_writes(self, writes: list[tuple[int, int]]) -> bool:
+        """Send dword writes as one posted request where the transport can (remote); False: write them one by one."""
+        return post_writes(self.view, writes)

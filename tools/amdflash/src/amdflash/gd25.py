@@ -94,7 +94,8 @@ class GD25LQ16E:
                 return sr1
             if expired:
                 raise TimeoutError(f"flash remained busy for {timeout}s")
-            time.sleep(self.busy_poll_interval)
+            if self.busy_poll_interval > 0:  # 0 (the simulator): poll again at once, without yielding the CPU
+                time.sleep(self.busy_poll_interval)
 
     def write_enable(self) -> None:
         """WREN, then check that WEL is set."""

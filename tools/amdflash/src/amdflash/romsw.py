@@ -8,6 +8,7 @@ import time
 from amdflash import regs
 from amdflash.util import RegisterAccessor
 from tg.drivers.interrupts import critical
+from tg.drivers.regprog import ProgramResult, RegisterProgram, run_program
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +19,16 @@ TRANSACTION_TIMEOUT = 2.0
 # Chip-erase opcodes complete in one byte. Every ROM_SW_CNTL write re-sends the opcode left in ROM_SW_COMMAND as a
 # bare 1-byte command (the pre-clear and the restore of each transaction), so these must never be placed there.
 ONE_BYTE_DESTRUCTIVE_OPCODES = frozenset({0x60, 0xC7})
+
+# Saved at the start of every transaction, then set up as (register, and-mask, or-value) in this order.
+SAVED_REGISTERS = (regs.GPIO_PAD_MASK, regs.GPIO_PAD_A, regs.GPIO_PAD_EN, regs.PAGE_MIRROR_CNTL, regs.ROM_CNTL)
+SETUP = (
+    (regs.GPIO_PAD_MASK, ~regs.GPIO_SPI_PADS, 0),  # release the SPI pads from GPIO use
+    (regs.GPIO_PAD_A, ~regs.GPIO_SPI_PADS, 0),
+    (regs.GPIO_PAD_EN, ~regs.GPIO_SPI_PADS, 0),
+    (regs.PAGE_MIRROR_CNTL, regs.PAGE_MIRROR_CLEAR, regs.PAGE_MIRROR_ROMSW),  # ENABLE | USAGE=1
+    (regs.ROM_CNTL, ~0xF, 0x8),  # low nibble 8
+)
 
 # The order in which `transfer` restores what it set up: the engine first (ROM_SW_CNTL, ROM_SW_STATUS), then the clock,
 # the page mirror and the GPIO pads.
@@ -109,52 +120,62 @@ class Navi31SPI:
         count: int,
         timeout: float | None,
     ) -> bytes:
-        bar = self.bar5
-        ncmd = 1 + address_len
-        saved: dict[int, int] = {}  # register -> value before the transaction, for those written so far
-
-        def setup(off: int, value: int, original: int) -> None:
-            saved.setdefault(off, original)
-            bar.write32(off, value & 0xFFFFFFFF)
-
+        # The whole transaction is one register program: over the remote transport it is one round trip; elsewhere it
+        # runs op by op, in this order. The restore is a separate step, of exactly the set-up writes that ran.
+        prog = RegisterProgram()
+        saved = {off: prog.read32(off) for off in SAVED_REGISTERS}
+        setup = [(prog.write32_from(off, saved[off], and_mask, or_value), off) for off, and_mask, or_value in SETUP]
+        # ROM_SW_CNTL/STATUS are restored to 0 (their idle value); every ROM_SW_CNTL write triggers the engine, so that
+        # restore happens only once the pads, mirror and clock above are set up
+        setup += [(prog.write32(off, 0), off) for off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS)]
+        cleared = prog.expect32(regs.ROM_SW_STATUS, 0xFFFFFFFF, 0)
+        cleared_op = len(prog.ops) - 1
+        prog.write32(regs.ROM_SW_COMMAND, ((address & 0xFFFFFF) << 8) | (opcode & 0xFF))
+        for i in range(0, len(data_out), 4):
+            prog.write32(regs.ROM_SW_DATA + i, int.from_bytes(data_out[i : i + 4].ljust(4, b"\0"), "big"))
+        control = ((address_len) << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if data_in else 0) | count
+        prog.write32(regs.ROM_SW_CNTL, control)
+        prog.read32(regs.ROM_SW_CNTL)  # flush the posted write
+        prog.expect32(regs.ROM_SW_STATUS, regs.ROM_SW_STATUS_DONE, regs.ROM_SW_STATUS_DONE)  # the first poll
+        rx_size = (data_in + 3) & ~3
+        if data_in:
+            prog.read(regs.ROM_SW_DATA, rx_size)
+        ran: ProgramResult | None = None
         completed = False
         try:
-            gpio_mask = bar.read32(regs.GPIO_PAD_MASK)
-            gpio_a = bar.read32(regs.GPIO_PAD_A)
-            gpio_en = bar.read32(regs.GPIO_PAD_EN)
-            page_mirror = bar.read32(regs.PAGE_MIRROR_CNTL)
-            rom_cntl = bar.read32(regs.ROM_CNTL)
-            setup(regs.GPIO_PAD_MASK, gpio_mask & ~regs.GPIO_SPI_PADS, gpio_mask)
-            setup(regs.GPIO_PAD_A, gpio_a & ~regs.GPIO_SPI_PADS, gpio_a)
-            setup(regs.GPIO_PAD_EN, gpio_en & ~regs.GPIO_SPI_PADS, gpio_en)
-            setup(regs.PAGE_MIRROR_CNTL, (page_mirror & regs.PAGE_MIRROR_CLEAR) | regs.PAGE_MIRROR_ROMSW, page_mirror)
-            setup(regs.ROM_CNTL, (rom_cntl & ~0xF) | 0x8, rom_cntl)
-            # ROM_SW_CNTL/STATUS are restored to 0 (their idle value); every ROM_SW_CNTL write triggers the engine, so
-            # that restore happens only once the pads, mirror and clock above are set up
-            setup(regs.ROM_SW_CNTL, 0, 0)
-            setup(regs.ROM_SW_STATUS, 0, 0)
-            status = bar.read32(regs.ROM_SW_STATUS)
-            if status != 0:
+            try:
+                ran = run_program(self.bar5, prog)
+            except BaseException as exc:
+                ran = getattr(exc, "program_result", None)  # how far a local run got (None: unknown, remote)
+                raise
+            if not ran.complete and ran.executed == cleared_op + 1:  # stopped at the STATUS check
+                status = ran.values[cleared]
                 raise RuntimeError(f"ROM_SW_STATUS did not clear (status={status:#010x}){GATED_HINT}")
-            bar.write32(regs.ROM_SW_COMMAND, ((address & 0xFFFFFF) << 8) | (opcode & 0xFF))
-            for i in range(0, len(data_out), 4):
-                chunk = data_out[i : i + 4].ljust(4, b"\0")
-                bar.write32(regs.ROM_SW_DATA + i, int.from_bytes(chunk, "big"))
-            control = ((ncmd - 1) << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if data_in else 0) | count
-            bar.write32(regs.ROM_SW_CNTL, control)
-            bar.read32(regs.ROM_SW_CNTL)  # flush the posted write
-            self._wait_done(self.timeout if timeout is None else timeout)
-            result = b""
-            if data_in:
-                raw = bar.read(regs.ROM_SW_DATA, (data_in + 3) & ~3)
-                result = bytes(raw[:data_in])
+            raw = ran.blocks[0] if ran.complete and data_in else b""
+            if not ran.complete:  # not done at the first poll: keep polling, then read the window
+                self._wait_done(self.timeout if timeout is None else timeout)
+                raw = bytes(self.bar5.read(regs.ROM_SW_DATA, rx_size)) if data_in else b""
             completed = True
-            return result
+            return bytes(raw[:data_in])
         finally:
-            self._restore(saved, completed)
+            if ran is not None:
+                self._restore(
+                    {
+                        off: 0 if off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS) else ran.values[saved[off]]
+                        for index, off in setup
+                        if index < ran.executed
+                    },
+                    completed,
+                )
+            else:
+                log.error("ROM_SW transaction failed before its register values were known; nothing to restore")
 
     def _restore(self, saved: dict[int, int], completed: bool) -> None:
         """Undo exactly the set-up writes that happened, in the fixed restore order; keep going past failures."""
+        writes = [(off, saved[off]) for off in RESTORE_ORDER if off in saved]
+        poster = getattr(self.bar5, "post_writes", None)
+        if poster is not None and poster(writes):  # remote: one posted request
+            return
         first_error: BaseException | None = None
         for off in RESTORE_ORDER:
             if off not in saved:

@@ -25,8 +25,10 @@ from tg.drivers.errors import ConnectionClosedError, RemoteError
 from tg.drivers.lock import acquire_device_lock, lock_name
 from tg.drivers.mmio import HostMMIO, MMIOView
 from tg.drivers.pci.base import PCIDevice
+from tg.drivers.regprog import ProgramResult, RegisterProgram
 from tg.drivers.remote.protocol import (
     DEFAULT_PORT,
+    FEATURE_MMIO_BATCH,
     MAX_TOKEN_LEN,
     PAGE_SIZE,
     RESPONSE_SIZE,
@@ -200,6 +202,7 @@ class RemoteConnection:
         self.rpc_timeout = rpc_timeout if rpc_timeout is not None else _env_float("REMOTE_RPC_TIMEOUT", 60.0)
         self.is_unix = sock.family == socket.AF_UNIX
         self.broken: str | None = None
+        self._features: int | None = None
         self._lock = threading.RLock()
         sock.settimeout(self.rpc_timeout)
         _Stats.begin()
@@ -241,6 +244,13 @@ class RemoteConnection:
         if token is not None:
             conn.authenticate(token)
         return conn
+
+    @property
+    def features(self) -> int:
+        """The server's optional-command flags (`PING`'s `resp0`; 0 from servers older than them), asked once."""
+        if self._features is None:
+            self._features = self.rpc(RemoteCmd.PING)[0]
+        return self._features
 
     def authenticate(self, token: str | bytes) -> None:
         """Send AUTH with `token` (at most 256 bytes)."""
@@ -470,6 +480,42 @@ class RemoteMMIO(MMIOView):
             )
             out += data
         return bytes(out)
+
+    def run_program(self, program: RegisterProgram) -> ProgramResult:
+        """Run a register program on the server in one round trip (`MMIO_BATCH`); op by op on older servers."""
+        conn = self.dev.connection
+        if self.rd_cmd != RemoteCmd.MMIO_READ or not conn.features & FEATURE_MMIO_BATCH:
+            return program.run_local(self)
+        for op in program.ops:  # the same bounds as every other access of this view, checked before sending
+            width = op[2] if op[0] == 5 else 4
+            self._check_range(op[3], width)
+        payload = program.encode(base=self.off)
+        _, executed, data, _ = conn.rpc(
+            RemoteCmd.MMIO_BATCH,
+            self.dev.dev_id,
+            self.residx,
+            len(program.ops),
+            len(payload),
+            0,
+            payload,
+            trailing=None,
+            max_trailing=program.read_bytes,
+        )
+        return program.decode(executed, data)
+
+    def post_program(self, program: RegisterProgram) -> bool:
+        """Send a writes-only register program without waiting (`MMIO_BATCH_POSTED`); False if the server is too old
+        for it (the caller then writes op by op). Like every posted write, a failure shows up on the next RPC."""
+        conn = self.dev.connection
+        if self.rd_cmd != RemoteCmd.MMIO_READ or not conn.features & FEATURE_MMIO_BATCH:
+            return False
+        if program.read_bytes:
+            raise ValueError("a posted register program may only write")
+        for op in program.ops:
+            self._check_range(op[3], 4)
+        payload = program.encode(base=self.off)
+        conn.post(RemoteCmd.MMIO_BATCH_POSTED, self.dev.dev_id, self.residx, len(program.ops), len(payload), 0, payload)
+        return True
 
     def _write_bytes(self, off: int, data: bytes) -> None:
         conn = self.dev.connection

@@ -49,13 +49,30 @@ class RemoteCmd(enum.IntEnum):
     SYSMEM_WRITE = 10
     RESIZE_BAR = 11
     PING = 12
+    MMIO_BATCH = 13
+    MMIO_BATCH_POSTED = 14
     AUTH = 0x80
 
 
 #: commands followed by a payload of `arg1` bytes
-PAYLOAD_CMDS = frozenset({RemoteCmd.PROBE, RemoteCmd.MMIO_WRITE, RemoteCmd.SYSMEM_WRITE, RemoteCmd.AUTH})
+PAYLOAD_CMDS = frozenset(
+    {
+        RemoteCmd.PROBE,
+        RemoteCmd.MMIO_WRITE,
+        RemoteCmd.SYSMEM_WRITE,
+        RemoteCmd.AUTH,
+        RemoteCmd.MMIO_BATCH,
+        RemoteCmd.MMIO_BATCH_POSTED,
+    }
+)
+#: PING's `resp0` on servers that have them (older servers answer 0): bit flags of optional commands;
+#: FEATURE_MMIO_BATCH covers MMIO_BATCH and MMIO_BATCH_POSTED
+FEATURE_MMIO_BATCH = 1
+SERVER_FEATURES = FEATURE_MMIO_BATCH
+#: largest MMIO_BATCH payload (4096 ops of 16 bytes)
+MAX_BATCH_PAYLOAD = 64 << 10
 #: posted commands: the server sends no response at all
-POSTED_CMDS = frozenset({RemoteCmd.MMIO_WRITE, RemoteCmd.SYSMEM_WRITE})
+POSTED_CMDS = frozenset({RemoteCmd.MMIO_WRITE, RemoteCmd.SYSMEM_WRITE, RemoteCmd.MMIO_BATCH_POSTED})
 #: commands that do not refer to a device (`dev_id` is ignored)
 DEVICELESS_CMDS = frozenset({RemoteCmd.PROBE, RemoteCmd.PING, RemoteCmd.AUTH})
 

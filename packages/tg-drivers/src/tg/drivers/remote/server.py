@@ -23,15 +23,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from tg.drivers.regprog import OP_EXPECT32, OP_READ, OP_READ32, decode_ops, run_ops
 from tg.drivers.remote.protocol import (
     CFG_SPACE_SIZE,
     CONTIGUOUS_MAX,
     DEFAULT_PORT,
+    MAX_BATCH_PAYLOAD,
     MAX_PROBE_PAYLOAD,
     MAX_TOKEN_LEN,
     NUM_BARS,
     PAGE_SIZE,
     POSTED_CMDS,
+    SERVER_FEATURES,
     ProtocolError,
     RemoteCmd,
     Request,
@@ -43,6 +46,8 @@ from tg.drivers.remote.protocol import (
     pack_error,
     pack_response,
 )
+
+READ_OPS = frozenset({OP_READ32, OP_EXPECT32, OP_READ})
 
 if TYPE_CHECKING:
     from tg.drivers.mmio import MMIOView
@@ -188,6 +193,8 @@ class Session:
             RemoteCmd.PROBE: MAX_PROBE_PAYLOAD,
             RemoteCmd.MMIO_WRITE: self.limits.max_xfer,
             RemoteCmd.SYSMEM_WRITE: self.limits.max_xfer,
+            RemoteCmd.MMIO_BATCH: MAX_BATCH_PAYLOAD,
+            RemoteCmd.MMIO_BATCH_POSTED: MAX_BATCH_PAYLOAD,
         }
 
     @property
@@ -327,7 +334,7 @@ class Session:
         return Reply(pack_response())
 
     def _ping(self, req: Request) -> Reply:
-        return Reply(pack_response())
+        return Reply(pack_response(SERVER_FEATURES))  # resp0: the optional commands this server has
 
     def _probe(self, req: Request) -> Reply:
         if req.arg1 % 8:
@@ -395,6 +402,34 @@ class Session:
     def _mmio_read(self, req: Request) -> Reply:
         view = self._bar_view(req)
         return Reply(pack_response(req.arg1, 0, _read(view, req.arg0, req.arg1)))
+
+    def _mmio_batch_posted(self, req: Request) -> None:
+        """A register program of writes only, without a reply (a read in it drops the session, nothing applied)."""
+        self._mmio_batch(req, posted=True)
+
+    def _mmio_batch(self, req: Request, posted: bool = False) -> Reply | None:
+        """A register program (`tg.drivers.regprog`): validated whole (ops, slots, bounds) before any op runs."""
+        try:
+            ops = decode_ops(req.payload)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        if posted and any(op in READ_OPS for op, *_ in ops):
+            raise RequestError("MMIO_BATCH_POSTED may only write")
+        _, size = self._check_bar(req)
+        total = 0
+        for i, (op, _, block, offset, _) in enumerate(ops):
+            width = block if op == OP_READ else 4
+            total += width if op in READ_OPS else 0
+            if offset + width > size:
+                raise RequestError(
+                    f"MMIO_BATCH op {i}: BAR {req.bar} access [{offset:#x}, {offset + width:#x}) is out of bounds "
+                    f"(size {size:#x})"
+                )
+        if total > self.limits.max_xfer:
+            raise RequestError(f"MMIO_BATCH reads {total} bytes, over the limit of {self.limits.max_xfer} bytes")
+        view = self._bar_view(Request(req.cmd, req.dev_id, req.bar, 0, 0))
+        executed, data = run_ops(view, ops)
+        return None if posted else Reply(pack_response(len(data), executed, data))
 
     def _mmio_write(self, req: Request) -> None:
         view = self._bar_view(req)
@@ -521,6 +556,8 @@ _HANDLERS: dict[int, Callable[[Session, Request], Reply | None]] = {
     RemoteCmd.SYSMEM_WRITE: Session._sysmem_write,
     RemoteCmd.RESIZE_BAR: Session._resize_bar,
     RemoteCmd.PING: Session._ping,
+    RemoteCmd.MMIO_BATCH: Session._mmio_batch,
+    RemoteCmd.MMIO_BATCH_POSTED: Session._mmio_batch_posted,
     RemoteCmd.AUTH: Session._auth,
 }
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tg.ir import dtypes
+from tg.runtime.device import Device
 from tg.tensor import Tensor
 from tg.tensor.nn.state import (
     FormatError,
@@ -37,7 +38,7 @@ EXPECTED = np.load(FIXTURES / "expected.npz")
 
 def values(t: Tensor) -> np.ndarray:
     """A loaded tensor's values in numpy (bf16/fp8 through float32)."""
-    t = t.to(None)
+    t = t.to(Device.DEFAULT)
     if t.dtype is dtypes.bfloat16 or t.dtype in dtypes.fp8s:
         t = t.cast(dtypes.float32)
     return t.numpy()

@@ -12,6 +12,7 @@ import struct
 from typing import Any
 
 from tg.ir import DType, dtypes
+from tg.runtime.device import Device
 from tg.tensor.nn.formats.errors import fail
 from tg.tensor.nn.formats.ggml_quants import QUANTIZED
 from tg.tensor.nn.formats.source import FileSource, checked_numel
@@ -196,6 +197,6 @@ def _load_one(fn: Any, dtype: DType) -> tuple[dict[str, Any], dict[str, Tensor]]
             if numel == 0:
                 tensors[name] = Tensor.zeros(*shape, dtype=dtype)
                 continue
-            blocks = src.raw()[start : start + nbytes].to(None).reshape(nbytes // block_bytes, block_bytes)
+            blocks = src.raw()[start : start + nbytes].to(Device.DEFAULT).reshape(nbytes // block_bytes, block_bytes)
             tensors[name] = dequantize(blocks).reshape(shape).cast(dtype)
         return kv, tensors

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from tg.ir import DType, dtypes
+from tg.runtime.device import Device
 from tg.tensor.nn.formats.errors import fail
 from tg.tensor.nn.formats.source import FileSource, checked_numel, path_of
 from tg.tensor.tensor import Tensor
@@ -194,5 +195,5 @@ def safe_save(tensors: dict[str, Tensor], fn: Any, metadata: dict[str, str] | No
         f.write(text)
         for t in tensors.values():
             if t.nbytes:
-                f.write(bytes(t.contiguous().to(None).data()))
+                f.write(bytes(t.contiguous().to(Device.DEFAULT).data()))
     os.replace(tmp, path)

@@ -12,6 +12,7 @@ import struct
 from typing import Any
 
 from tg.ir import DType, dtypes
+from tg.runtime.device import Device
 from tg.tensor.nn.formats.errors import fail
 from tg.tensor.tensor import Tensor
 
@@ -107,7 +108,7 @@ class FileSource:
         if offset % dtype.itemsize == 0 and (byteorder == "little" or dtype.itemsize == 1):
             start = offset // dtype.itemsize
             return self._buffer(dtype)[start : start + numel].reshape(shape)
-        raw = self.raw()[offset : offset + numel * dtype.itemsize].to(None)
+        raw = self.raw()[offset : offset + numel * dtype.itemsize].to(Device.DEFAULT)
         return bytes_to_dtype(raw, dtype, byteorder).reshape(shape)
 
 

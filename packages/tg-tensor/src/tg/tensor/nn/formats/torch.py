@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tg.ir import DType, dtypes
+from tg.runtime.device import Device
 from tg.tensor.nn.formats.errors import FormatError, fail
 from tg.tensor.nn.formats.source import FileSource, bytes_to_dtype, checked_numel
 from tg.tensor.tensor import Tensor
@@ -226,7 +227,7 @@ def build_tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType
         expected *= shape[i]
     base = src.tensor(start, (expected,), dtype, storage.byteorder)
     if order != kept:  # a permuted layout: permute on a compute device (DISK only copies contiguous runs)
-        base = base.to(None)
+        base = base.to(Device.DEFAULT)
     t = base.reshape(tuple(shape[i] for i in order)).permute(tuple(order.index(i) for i in kept))
     full = tuple(shape[i] if i in kept else 1 for i in range(len(shape)))
     return t.reshape(full).expand(shape)
@@ -238,7 +239,7 @@ def _gather_view(
     """A general strided view (overlapping or gapped): the span is read and gathered on the host."""
     import numpy as np
 
-    flat = storage.src.tensor(start, (span,), dtype, storage.byteorder).to(None)
+    flat = storage.src.tensor(start, (span,), dtype, storage.byteorder).to(Device.DEFAULT)
     index = np.zeros(shape, dtype=np.int64)
     for dim, (n, s) in enumerate(zip(shape, strides, strict=True)):
         index += (np.arange(n, dtype=np.int64) * s).reshape([-1 if i == dim else 1 for i in range(len(shape))])

@@ -224,6 +224,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     device = Device.canonicalize(device)
     if (runner := method_cache.get((device, ast))) is None:
         from tg.codegen.program import get_program
+        from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
 
         runner = method_cache[(device, ast)] = CompiledRunner(get_program(ast, Device[device].renderer), device)
     return runner

@@ -1,0 +1,231 @@
+"""BEAM search (`BEAM=n`): pick a kernel's opts by compiling and timing candidates on the device.
+
+The search starts from the heuristic kernel (so it can only improve on it) and keeps the `n` fastest kernels per
+round. Each round expands every kernel in the beam by the legal opts of the action list
+(`tg.codegen.opt.actions`), drops candidates that reach an AST already seen or exceed the register model, compiles
+them in parallel (the C compiler runs as one process per candidate, `CPU_COUNT` at a time) and times them on the
+device with the compiler idle: one warm-up, then up to 3 runs, stopping after a run slower than twice the best.
+The search stops after `BEAM_TIME` seconds (default 10 per kernel) or when a round improves by less than 1%.
+
+Winners are cached on disk per (kernel AST, renderer, compiler, beam width); `IGNORE_BEAM_CACHE=1` searches again.
+Progress: a tqdm bar on stderr at DEBUG>=1 or BEAM_PROGRESS=1.
+"""
+
+from __future__ import annotations
+
+import array
+import concurrent.futures
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tg.codegen.opt import Opt, OptKernel, OptOps, hand_coded_opts, set_beam_hook
+from tg.codegen.opt.actions import legal_children
+from tg.codegen.opt.kernel import vector_lanes
+from tg.codegen.program import ProgramSpec, get_program
+from tg.codegen.render.renderer import Renderer
+from tg.ir.dtype import PtrDType, dtypes
+from tg.ir.helpers import DEBUG, cache_dir
+from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp
+from tg.runtime.device import Buffer, CompileError, Device
+
+SEARCH_VERSION = 1
+
+
+def _env(key: str, default: float) -> float:
+    """An environment setting read now (not cached: tests and benchmarks change these between searches)."""
+    val = os.environ.get(key, "")
+    try:
+        return float(val) if val else default
+    except ValueError:
+        raise ValueError(f"environment variable {key}={val!r} is not a number") from None
+
+
+def _opts_to_json(opts: Sequence[Opt]) -> list[Any]:
+    return [[o.op.name, o.axis, [o.arg[0], o.arg[1].name, o.arg[2]] if o.op is OptOps.SPLIT else o.arg] for o in opts]
+
+
+def _opts_from_json(data: list[Any]) -> list[Opt]:
+    ret = []
+    for op, axis, arg in data:
+        if op == "SPLIT":
+            arg = (int(arg[0]), AxisType[arg[1]], bool(arg[2]))
+        ret.append(Opt(OptOps[op], int(axis), arg))
+    return ret
+
+
+def _cache_file(ast: UOp, renderer: Renderer, compiler_key: str, width: int) -> Path:
+    h = hashlib.sha256(b"|".join([ast.key, repr(renderer).encode(), compiler_key.encode(),
+                                  f"{width}|{SEARCH_VERSION}".encode()])).hexdigest()  # fmt: skip
+    return Path(cache_dir()) / "beam" / h[:2] / f"{h}.json"
+
+
+def _fits_registers(k: OptKernel) -> bool:
+    """The register model: accumulator vectors + one operand vector per tile column + 1 <= vector registers."""
+    regs = getattr(k.renderer, "vector_registers", 0)
+    if not regs:
+        return True
+    w = vector_lanes(k.renderer, k.dtype_itemsize)
+    up = k.type_product(AxisType.UPCAST)
+    acc = max(1, up * k.type_product(AxisType.GROUP_REDUCE) // w)
+    unroll = k.type_product(AxisType.UNROLL)
+    return acc + 2 <= regs + 8 and up * unroll <= 4096
+
+
+def _test_buffers(p: ProgramSpec, device: str) -> list[Buffer]:
+    """One buffer per kernel argument, filled with ones (no division by zero, no denormals)."""
+    bufs = []
+    for u in (u for u in p.uops if u.op is Ops.PARAM):
+        assert isinstance(u.dtype, PtrDType)
+        dt, n = u.dtype.base, max(u.dtype.size, 1)
+        buf = Buffer(device, n, dt).ensure_allocated()
+        fmt = {
+            dtypes.float32: "f",
+            dtypes.float64: "d",
+            dtypes.int32: "i",
+            dtypes.int64: "q",
+            dtypes.uint32: "I",
+            dtypes.uint64: "Q",
+            dtypes.int16: "h",
+            dtypes.uint16: "H",
+            dtypes.int8: "b",
+            dtypes.uint8: "B",
+        }.get(dt)
+        if fmt is not None:
+            buf.copyin(memoryview(array.array(fmt, [1]) * n).cast("B"))
+        bufs.append(buf)
+    return bufs
+
+
+class _Timer:
+    """Times compiled candidates of one kernel on one device, sharing buffers between candidates."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.dev = device, Device[device]
+        self.bufs: list[Buffer] | None = None
+
+    def __call__(self, p: ProgramSpec, lib: bytes, best: float) -> float:
+        prg: Any = self.dev.runtime(p.name, lib)
+        if self.bufs is None:
+            self.bufs = _test_buffers(p, self.device)
+        args = [b._buf for b in self.bufs]
+        vals = tuple(max(1, int(v.arg[1])) for v in p.vars)  # variables at their lower bound (>= 1)
+        kw: dict[str, Any] = {"threads": p.threads} if p.threads > 1 else {}
+        prg(*args, vals=vals, **kw)  # warm-up
+        tm = float("inf")
+        for _ in range(3):
+            t = prg(*args, vals=vals, wait=True, **kw)
+            tm = min(tm, t)
+            if t > 2 * best:
+                break
+        return tm
+
+
+def _compile(k: OptKernel, compiler: Any) -> tuple[OptKernel, ProgramSpec, bytes] | None:
+    try:
+        p = get_program(k.ast, k.renderer, ())
+        return k, p, compiler.compile_cached(p.src)
+    except (CompileError, ValueError, NotImplementedError):
+        return None
+
+
+def beam_search(ast: UOp, renderer: Renderer, width: int, device: str | None = None,
+                time_limit: float | None = None) -> list[Opt]:  # fmt: skip
+    """The opts of the fastest kernel BEAM search finds for `ast` on `device` (default: the renderer's device)."""
+    device = device or renderer.device
+    dev = Device[device]
+    compiler = dev.compiler
+    cfile = _cache_file(ast, renderer, getattr(compiler, "cachekey", "") or "", width)
+    if not _env("IGNORE_BEAM_CACHE", 0):
+        try:
+            return _opts_from_json(json.loads(cfile.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    limit = float(_env("BEAM_TIME", 10.0)) if time_limit is None else time_limit
+    start = time.perf_counter()
+    timer = _Timer(device)
+    k0 = hand_coded_opts(OptKernel(ast, renderer))
+    first = _compile(k0, compiler)
+    if first is None:
+        return list(k0.applied)
+    best_t = heuristic_t = timer(first[1], first[2], float("inf"))
+    beam: list[tuple[float, OptKernel]] = [(best_t, k0)]
+    seen = {k0.ast.key}
+    bar = _progress(first[1].name)
+    workers = max(1, getattr(renderer, "thread_max", 1))
+    rounds = 0
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        while time.perf_counter() - start < limit:
+            rounds += 1
+            cands = []
+            for _, k in beam:
+                for c in legal_children(k):
+                    if c.ast.key not in seen and _fits_registers(c):
+                        seen.add(c.ast.key)
+                        cands.append(c)
+            if not cands:
+                break
+            timed: list[tuple[float, OptKernel]] = []
+            futures = [pool.submit(_compile, c, compiler) for c in cands]
+            done = 0
+            for fut in futures:
+                if time.perf_counter() - start > limit:
+                    break
+                res = fut.result()
+                done += 1
+                if res is None:
+                    continue
+                c, p, lib = res
+                tm = timer(p, lib, best_t)
+                timed.append((tm, c))
+                best_t = min(best_t, tm)
+                if bar is not None:
+                    bar.set_postfix_str(f"round {rounds} {done}/{len(cands)} best {best_t * 1e3:.2f} ms "
+                                        f"{time.perf_counter() - start:.1f}/{limit:.0f} s")  # fmt: skip
+                    bar.update(1)
+            for fut in futures:
+                fut.cancel()
+            old_best = beam[0][0]
+            beam = sorted(beam + timed, key=lambda x: x[0])[:width]
+            if beam[0][0] > old_best * 0.99:
+                break
+    if bar is not None:
+        bar.close()
+    best = list(beam[0][1].applied)
+    if DEBUG >= 1:
+        print(
+            f"BEAM {first[1].name}: {beam[0][0] * 1e3:.3f} ms (heuristic {heuristic_t * 1e3:.3f} ms) after {rounds} "
+            f"rounds, {time.perf_counter() - start:.1f} s: {' '.join(str(o) for o in best)}",
+            file=sys.stderr,
+        )
+    try:
+        cfile.parent.mkdir(parents=True, exist_ok=True)
+        cfile.write_text(json.dumps(_opts_to_json(best)))
+    except OSError:
+        pass
+    return best
+
+
+def _progress(name: str) -> Any:
+    if not (DEBUG >= 1 or _env("BEAM_PROGRESS", 0)):
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(desc=f"BEAM {name}", unit="kernel", file=sys.stderr, leave=False)
+
+
+def _hook(ast: UOp, renderer: Renderer, width: int) -> list[Opt]:
+    if renderer.device != "CPU":  # only devices that run fast enough to time (PYTHON keeps the heuristic)
+        return list(hand_coded_opts(OptKernel(ast, renderer)).applied)
+    return beam_search(ast, renderer, width)
+
+
+set_beam_hook(_hook)

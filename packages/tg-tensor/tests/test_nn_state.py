@@ -440,3 +440,46 @@ def test_load_state_dict_from_a_file_streams_and_consumes(tmp_path: Path) -> Non
     load_state_dict(model, loaded, consume=True)
     assert loaded == {}
     np.testing.assert_array_equal(model.head["scale"].numpy(), [3.0])
+
+
+STREAM_SCRIPT = """
+import sys
+from tg.tensor import Tensor
+from tg.tensor.nn.state import load_state_dict, safe_load, safe_save
+
+def anon():  # resident anonymous memory: what loading needs beyond the (reclaimable) page cache of the file
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+
+fn, count, size = sys.argv[1], 16, 1 << 20
+safe_save({f"layers.{i}": Tensor.full((size,), float(i)) for i in range(count)}, fn)
+class Model:
+    def __init__(self, realized):
+        # each realized as it is made: equal lazy graphs that are still alive when one is realized share its buffer
+        self.layers = [Tensor.zeros(size).contiguous() for _ in range(count)]
+        if realized:
+            self.layers = [Tensor.full((size,), -1.0 - i).contiguous().realize() for i in range(count)]
+for realized in (True, False):
+    model = Model(realized)
+    before = anon()
+    load_state_dict(model, safe_load(fn))
+    assert model.layers[5].numpy()[:3].tolist() == [5.0] * 3
+    print(realized, anon() - before)
+"""
+
+
+@pytest.mark.slow
+def test_loading_a_64_mib_file_streams_without_a_second_copy(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc to read resident memory")
+    fn = tmp_path / "big.safetensors"
+    out = subprocess.run([sys.executable, "-c", STREAM_SCRIPT, str(fn)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    growth = {line.split()[0]: int(line.split()[1]) for line in out.stdout.splitlines()}
+    file_size = fn.stat().st_size
+    assert growth["True"] < 0.3 * file_size  # into allocated weights: no copy of the file at all
+    assert growth["False"] < 1.3 * file_size  # lazy weights: the model's own memory, plus at most one tensor

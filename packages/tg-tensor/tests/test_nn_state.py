@@ -483,3 +483,15 @@ def test_loading_a_64_mib_file_streams_without_a_second_copy(tmp_path: Path) -> 
     file_size = fn.stat().st_size
     assert growth["True"] < 0.3 * file_size  # into allocated weights: no copy of the file at all
     assert growth["False"] < 1.3 * file_size  # lazy weights: the model's own memory, plus at most one tensor
+
+
+def test_loaded_tensors_can_be_saved_again(tmp_path: Path) -> None:
+    """Converting formats: lazy DISK views (and views needing a permute) go straight back into safe_save."""
+    zipped = {k: v for k, v in torch_load(FIXTURES / "tiny_zip.pt").items() if k != "nested"}
+    quantized = gguf_load(FIXTURES / "tiny.gguf")[1]
+    for name, tensors in (("from_torch", zipped), ("from_gguf", quantized)):
+        fn = tmp_path / f"{name}.safetensors"
+        safe_save(tensors, fn)
+        back = safe_load(fn)
+        for key, t in tensors.items():
+            np.testing.assert_array_equal(values(back[key]), values(t), err_msg=key)

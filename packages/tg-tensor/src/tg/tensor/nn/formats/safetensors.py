@@ -195,5 +195,5 @@ def safe_save(tensors: dict[str, Tensor], fn: Any, metadata: dict[str, str] | No
         f.write(text)
         for t in tensors.values():
             if t.nbytes:
-                f.write(bytes(t.contiguous().to(Device.DEFAULT).data()))
+                f.write(bytes(t.to(Device.DEFAULT).contiguous().data()))
     os.replace(tmp, path)

@@ -8,6 +8,7 @@ from tg.runtime.device import Device
 from tg.runtime.jit import JitError
 from tg.tensor.__about__ import __version__
 from tg.tensor.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tg.tensor.function import function
 from tg.tensor.jit import TinyJit
 from tg.tensor.tensor import Tensor
 
@@ -22,6 +23,7 @@ __all__ = [
     "__version__",
     "dtypes",
     "enable_grad",
+    "function",
     "is_grad_enabled",
     "no_grad",
     "set_grad_enabled",

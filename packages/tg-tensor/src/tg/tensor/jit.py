@@ -238,6 +238,8 @@ class TinyJit(Generic[ReturnType]):
 
         if self.fxn is None and self._program is None:
             raise _jit_error()(f"TinyJit({self.name}) has not captured yet (2 calls needed)")
+        if _realize.tracing_functions:
+            raise _jit_error()(f"TinyJit({self.name}) cannot run inside @function {_realize.tracing_functions[-1]}")
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
         if engine.capturing and not any(r is self._recorder_marker for r in engine.capturing):

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 # every live Tensor (the JIT reads it; realize itself never scans it: it uses the index below)
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+# names of the @function bodies being traced (innermost last): nothing may be realized or read while tracing
+tracing_functions: list[str] = []
 
 
 class TensorIndex:
@@ -210,6 +212,11 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     todo = [t for t in tensors if not is_realized(t.uop)]
     if not todo:
         return
+    if tracing_functions:
+        raise RuntimeError(
+            f"cannot realize inside @function {tracing_functions[-1]}: its body is traced once and reused; return the "
+            "tensors instead"
+        )
     roots = list(dict.fromkeys(t.uop for t in todo))
     sink = UOp(Ops.SINK, src=tuple(roots))
     # a pending read of a buffer that an assign in this schedule overwrites must be computed now, before the write
@@ -253,6 +260,8 @@ def host_bytes(t: Tensor) -> bytearray:
     """The raw bytes of tensor `t` (realizes it)."""
     from tg.runtime.engine import buffer_for, capturing
 
+    if tracing_functions:
+        raise RuntimeError(f"cannot read tensor data inside @function {tracing_functions[-1]}")
     if capturing:
         from tg.runtime.jit import JitError
 

@@ -1,0 +1,212 @@
+"""`@function`: trace a Python function of tensors once per signature and reuse the traced graph.
+
+The first call with a new signature (argument structure; each tensor's shape, dtype, device and which arguments
+share a buffer; non-tensor arguments by value; DEFAULT_FLOAT/DEFAULT_INT/TRAINING) runs the function on
+*placeholder* tensors and keeps the graphs it returns. Every call, that one included, substitutes this call's
+tensors for the placeholders: the result is the same graph the plain function would have built, so values,
+fusion and gradients are those of the plain function, and the Python body runs once per signature (its side
+effects too). Assigns to arguments inside the body are applied to the caller's tensors; random numbers drawn
+inside are drawn anew at each call, as eager calls would.
+
+Limits: reading data (`numpy()`, `item()`) or calling `realize()` inside the body raises; tensors the body reads
+that are not arguments (closure weights) raise unless `allow_implicit=True`, which binds them in place (an
+`assign` to them is seen by later calls; rebinding the Python name is not).
+"""
+
+from __future__ import annotations
+
+import functools
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from tg.ir import Ops, UOp, dtypes
+from tg.ir.helpers import getenv
+from tg.tensor import random as _random
+from tg.tensor import realize as _realize
+from tg.tensor.jit import _flatten, _flatten_return, _settings, _unflatten_return
+from tg.tensor.tensor import Tensor
+
+__all__ = ["function"]
+
+R = TypeVar("R")
+
+
+def _placeholder(i: int, t: Tensor) -> UOp:
+    """Argument slot `i`: a BUFFER that never holds memory (its UNIQUE is a tuple, never a counter value)."""
+    numel = 1
+    for s in t.shape:
+        numel *= int(s)
+    return UOp(Ops.BUFFER, t.dtype, (UOp(Ops.UNIQUE, arg=("param", i)), UOp(Ops.DEVICE, arg=t.device)), numel).reshape(
+        t.shape
+    )
+
+
+def _base_buffer(uop: UOp) -> UOp | None:
+    from tg.tensor.movement import VIEW_OPS
+
+    while uop.op in VIEW_OPS or uop.op is Ops.ASSIGN:
+        uop = uop.src[0]
+    return uop if uop.op is Ops.BUFFER else None
+
+
+class _Trace:
+    """One traced signature: output graphs over placeholders, written arguments, random draws to renew."""
+
+    def __init__(
+        self,
+        placeholders: list[UOp],
+        outputs: list[UOp | None],
+        ret_structure: Any,
+        writes: list[tuple[int, UOp]],
+        rng: list[tuple[str, UOp, int, int]],
+        rng_advance: int,
+    ) -> None:
+        self.placeholders, self.outputs, self.ret_structure = placeholders, outputs, ret_structure
+        self.writes, self.rng, self.rng_advance = writes, rng, rng_advance
+
+
+class Function(Generic[R]):
+    """A function traced once per signature (see the module docstring); `trace_count` counts the traces."""
+
+    def __init__(self, fxn: Callable[..., R], allow_implicit: bool = False) -> None:
+        self.fxn, self.allow_implicit = fxn, allow_implicit
+        self.name = getattr(fxn, "__qualname__", repr(fxn))
+        self.cache: OrderedDict[Any, _Trace] = OrderedDict()
+        self.cache_size = int(getenv("FUNCTION_CACHE_SIZE", 256))
+        self.trace_count = 0
+        functools.update_wrapper(self, fxn)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        tensors: list[tuple[str, Tensor]] = []
+        statics: list[tuple[str, Any]] = []
+        structure = (
+            _flatten(tuple(args), "args", tensors, statics),
+            tuple(sorted(kwargs)),
+            tuple(_flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics) for k in sorted(kwargs)),
+        )
+        for path, value in statics:
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(
+                    f"@function {self.name}: argument {path} ({type(value).__name__}) is not hashable; non-tensor "
+                    "arguments are part of the trace's key"
+                ) from None
+        # aliasing: which tensor arguments are one buffer (then the trace shares one placeholder)
+        first: dict[Any, int] = {}
+        alias_keys = [id(t) if (b := _base_buffer(t.uop)) is None else b for _, t in tensors]
+        alias = tuple(first.setdefault(k, i) for i, k in enumerate(alias_keys))
+        key = (
+            structure,
+            tuple((t.shape, t.dtype, t.device) for _, t in tensors),
+            alias,
+            tuple((p, type(v), v) for p, v in statics),
+            _settings(),
+        )
+        trace = self.cache.get(key)
+        if trace is None:
+            trace = self._trace(args, kwargs, tensors, alias)
+            self.cache[key] = trace
+            if len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(key)
+        return self._bind(trace, tensors, alias)
+
+    def _trace(self, args: tuple, kwargs: dict, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> _Trace:
+        placeholders = [_placeholder(i, t) for i, (_, t) in enumerate(tensors)]
+        stand_ins = [Tensor(placeholders[alias[i]]) for i in range(len(tensors))]
+        for st, (_, t) in zip(stand_ins, tensors, strict=True):
+            if t.requires_grad:
+                st.requires_grad = True
+        replace = {id(t): st for (_, t), st in zip(tensors, stand_ins, strict=True)}
+        start_unique = UOp.unique().arg  # buffers made before the trace have smaller UNIQUE numbers
+        rng_start, outer_log = Tensor._rng_counter, _random.rng_log
+        rng_log: list[tuple[str, UOp, int, int]] = []
+        _random.rng_log = rng_log
+        _realize.tracing_functions.append(self.name)
+        try:
+            ret = self.fxn(*_rebuild_args(args, replace), **_rebuild_args(kwargs, replace))
+        finally:
+            _realize.tracing_functions.pop()
+            _random.rng_log = outer_log
+        self.trace_count += 1
+        returned: list[Tensor | None] = []
+        ret_structure = _flatten_return(ret, returned, self.name)
+        outputs = [None if t is None else t.uop for t in returned]
+        writes = [(i, st.uop) for i, st in enumerate(stand_ins) if st.uop is not placeholders[alias[i]]]
+        roots = [u for u in outputs if u is not None] + [w for _, w in writes]
+        implicit = [
+            u for u in UOp.sink(*roots).toposort() if u.op is Ops.BUFFER and isinstance(u.src[0].arg, int)
+            and u.src[0].arg < start_unique
+        ] if roots else []  # fmt: skip
+        if implicit and not self.allow_implicit:
+            desc = ", ".join(f"{u.dtype.name} ({u.arg},) on {u.device}" for u in implicit[:3])
+            raise RuntimeError(
+                f"function {self.name} reads {len(implicit)} tensor(s) that are not arguments ({desc}); pass them as "
+                "arguments or use @function(allow_implicit=True)"
+            )
+        rng = [(kind, u, value - rng_start if kind == "counter" else 0, num) for kind, u, value, num in rng_log]
+        advance, Tensor._rng_counter = Tensor._rng_counter - rng_start, rng_start  # the binding draws them
+        return _Trace(placeholders, outputs, ret_structure, writes, rng, advance)
+
+    def _bind(self, trace: _Trace, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> R:
+        mapping: dict[UOp, UOp] = {}
+        for i, (_, t) in enumerate(tensors):
+            if alias[i] == i:
+                mapping[trace.placeholders[i]] = t.uop
+        if trace.rng:  # this call's random draws: fresh counters and the current seed
+            from tg.tensor.tensor import _from_bytes
+
+            start, seed = Tensor._rng_counter, Tensor._seed & 0xFFFFFFFFFFFFFFFF
+            for kind, buf, offset, num in trace.rng:
+                values = array("Q", range(start + offset, start + offset + num) if kind == "counter" else [seed])
+                mapping[buf] = _base(_from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device)))
+            Tensor._rng_counter = start + trace.rng_advance
+        roots = [u for u in trace.outputs if u is not None] + [w for _, w in trace.writes]
+        bound = iter(UOp.sink(*roots).substitute(mapping).src) if roots else iter(())
+        returned: list[Tensor | None] = [None if u is None else Tensor(next(bound)) for u in trace.outputs]
+        for i, _ in trace.writes:
+            target = tensors[i][1]
+            state = target.uop
+            while state.op is Ops.RESHAPE:
+                state = state.src[0]
+            target.uop = next(bound)
+            _realize.repoint_views(state, target.uop, target)
+        return _unflatten_return(trace.ret_structure, iter(returned))
+
+
+def _base(u: UOp) -> UOp:
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u
+
+
+def _rebuild_args(value: Any, replace: dict[int, Tensor]) -> Any:
+    """`value` with each Tensor swapped for its stand-in (containers rebuilt, other leaves kept)."""
+    if isinstance(value, Tensor):
+        return replace[id(value)]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_rebuild_args(v, replace) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebuild_args(v, replace) for v in value)
+    if isinstance(value, dict):
+        return {k: _rebuild_args(v, replace) for k, v in value.items()}
+    return value
+
+
+def function(fxn: Callable[..., R] | None = None, *, allow_implicit: bool = False) -> Any:
+    """Trace `fxn` once per signature and reuse the graph: `@function` or `@function(allow_implicit=True)`.
+
+    >>> @function
+    ... def mlp(x, w1, w2):
+    ...     return (x @ w1).relu() @ w2
+    """
+    if fxn is None:
+        return lambda f: Function(f, allow_implicit=allow_implicit)
+    return Function(fxn, allow_implicit=allow_implicit)

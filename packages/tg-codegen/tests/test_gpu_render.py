@@ -109,3 +109,36 @@ def test_local_ranges_must_close_every_store() -> None:
     b = UOp.param(1, f32, 4).index(r1).store(UOp.const(f32, 1.0)).end(r1)
     with pytest.raises(ValueError, match="LOCAL"):
         get_program(UOp.sink(a, b), OpenCLRenderer())
+
+
+def test_cuda_spellings_and_launch_dims() -> None:
+    from tg.codegen.render.cuda import CUDARenderer
+
+    ren = CUDARenderer("sm_90")
+    p = get_program(elementwise(6, 1024), ren)
+    assert 'extern "C" __global__ void E_6_1024(float* __restrict__ data0' in p.src
+    assert "blockIdx.x" in p.src and "threadIdx.x" in p.src and "blockIdx.y" in p.src
+    assert p.global_size == (4, 6) and p.local_size == (256, 1)
+    assert ren.render_bitcast("x", f32, dtypes.uint32) == "tg_bitcast<unsigned int>((float)(x))"
+    assert ren.render_const(float("inf"), f32) == "__int_as_float(0x7f800000)"
+    assert ren.workitem("i", 2) == "((int)(blockIdx.z*blockDim.z+threadIdx.z))"
+    half = UOp.range(8, 0)
+    src = get_program(
+        UOp.sink(
+            UOp.param(0, dtypes.float16, 8)
+            .index(half)
+            .store(UOp.param(1, dtypes.float16, 8).index(half).load() * 2)
+            .end(half)
+        ),
+        ren,
+    ).src
+    assert "cvt.f32.f16" in src and "#include" not in src and "__builtin" not in src
+    with pytest.raises(ValueError, match="sm_90"):
+        CUDARenderer("gfx1100")
+
+
+def test_cuda_grid_limits_merge_large_outer_dimensions() -> None:
+    from tg.codegen.render.cuda import CUDARenderer
+
+    p = get_program(elementwise(70000, 3, 4), CUDARenderer())  # 70000 > 65535 blocks in y/z: one dimension
+    assert p.global_size is not None and len(p.global_size) == 1

@@ -1,0 +1,95 @@
+"""`CUDARenderer`: CUDA C++ kernels (`extern "C" __global__`, blockIdx/threadIdx, `__shared__`, `__syncthreads`).
+
+A small subclass of the C renderer. CUDA device code is C++: `bool`, `__restrict__`, bit casts through the
+`__int_as_float` family or a union helper, and no C99 compound literals. The source includes no header, so NVRTC
+compiles it without a CUDA toolkit: float16 <-> float32 conversions are single PTX `cvt` instructions, bfloat16 and
+fp8 use the C helpers (computed in float32, as on the CPU). Compiled by NVRTC with `-default-device` (helpers are
+device functions) and `--fmad=false` (results match the CPU device bit for bit).
+"""
+
+from __future__ import annotations
+
+from tg.codegen.render.cstyle import CStyleLanguage
+from tg.ir.dtype import DType, dtypes
+
+_CUDA_HALF = r"""static inline float tg_h2f(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+static inline unsigned short tg_f2h(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}"""
+_CUDA_BITCAST = r"""template <class T, class F> static inline T tg_bitcast(F x) {
+  union { F f; T t; } u; u.f = x; return u.t;
+}"""
+# the C helper text's compiler built-ins, spelled with CUDA intrinsics
+_CUDA_SPELLING = (
+    ("__builtin_memcpy(&f, &u, 4)", "f = __uint_as_float(u)"),
+    ("__builtin_memcpy(&u, &f, 4)", "u = __float_as_uint(f)"),
+    ("__builtin_memcpy(&u, &x, 4)", "u = __float_as_uint(x)"),
+    ('__builtin_nanf("")', "__int_as_float(0x7fc00000)"),
+    ("__builtin_inff()", "__int_as_float(0x7f800000)"),
+    ("__builtin_copysignf", "copysignf"),
+)
+
+
+class CUDARenderer(CStyleLanguage):
+    """CUDA C++ for one GPU architecture (`sm_90`); launch limits are CUDA's (1024 threads per block)."""
+
+    device = "CUDA"
+    suffix = "cu"
+    has_local = True
+    has_shared = True
+    kernel_prefix = 'extern "C" __global__ void'
+    buffer_suffix = " __restrict__"
+    local_prefix = "__shared__ "
+    barrier = "__syncthreads();"
+    global_max = (2**31 - 1, 65535, 65535)
+    infinity = {
+        dtypes.float32: "__int_as_float(0x7f800000)",
+        dtypes.float64: "__longlong_as_double(0x7ff0000000000000ll)",
+    }
+    nan = {dtypes.float32: "__int_as_float(0x7fc00000)", dtypes.float64: "__longlong_as_double(0x7ff8000000000000ll)"}
+    type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool"}
+    _workitems = {"g": "blockIdx", "l": "threadIdx"}
+
+    def __init__(self, arch: str = "sm_90", max_local_threads: int = 256, shared_max: int = 49152) -> None:
+        if not (arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
+            raise ValueError(f"CUDA architecture must look like sm_90, got {arch!r}")
+        self.arch = arch
+        self.local_max = (1024, 1024, 64)
+        self.max_local_threads, self.shared_max = max_local_threads, shared_max
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # type: ignore[override]
+        return type(self), (self.arch, self.max_local_threads, self.shared_max)
+
+    def workitem(self, kind: str, dim: int) -> str:
+        """`blockIdx.x`, `threadIdx.y`, or the global id `(blockIdx.z*blockDim.z+threadIdx.z)` (as int)."""
+        axis = "xyz"[dim]
+        if kind == "i":
+            return f"((int)(blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis}))"
+        return f"((int){self._workitems[kind]}.{axis})"
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        """`tg_bitcast<T>(x)`: a union helper (C compound literals are not C++)."""
+        if src.itemsize != dst.itemsize:
+            raise ValueError(f"bitcast {src} -> {dst} changes the size ({src.itemsize} vs {dst.itemsize} bytes)")
+        return f"tg_bitcast<{self.render_dtype(dst)}>(({self.render_dtype(src)})({x}))"
+
+    def render_prelude(self, needs: set[str]) -> list[str]:
+        """The C helpers with CUDA intrinsics; float16 conversions as PTX cvt instructions; no headers."""
+        helpers = []
+        for text in super().render_prelude(needs):
+            if text.startswith("#include"):
+                continue  # CUDA's math functions are built in
+            if "tg_h2f" in text:
+                text = _CUDA_HALF
+            for old, new in _CUDA_SPELLING:
+                text = text.replace(old, new)
+            helpers.append(text)
+        return helpers
+
+    def render_kernel(self, name: str, params: list[str], body: list[str], prefix: list[str]) -> str:
+        """The kernel, with the bit-cast helper when the body uses it."""
+        if any("tg_bitcast<" in line for line in body):
+            prefix = [_CUDA_BITCAST, *prefix]
+        return super().render_kernel(name, params, body, prefix)

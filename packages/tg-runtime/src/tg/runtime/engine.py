@@ -137,7 +137,8 @@ class CompiledRunner(Runner):
 
 
 class BufferCopy(Runner):
-    """Copies ``bufs[1]`` into ``bufs[0]`` (any devices) through host memory."""
+    """Copies ``bufs[1]`` into ``bufs[0]`` (any devices): directly when both allocators are of one kind and have a
+    ``transfer`` method (CUDA to CUDA), else through host memory."""
 
     def __init__(self, nbytes: int, dest_device: str, src_device: str) -> None:
         name = f"copy {nbytes:8d}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}"
@@ -149,7 +150,10 @@ class BufferCopy(Runner):
             raise ValueError(f"copy size mismatch: {dest!r} <- {src!r}")
         start = time.perf_counter()
         assert dest.allocator is not None
-        if (host_view := dest.allocator._as_buffer(dest._buf)) is not None:
+        transfer = getattr(dest.allocator, "transfer", None)  # device to device without the host (CUDA peer copies)
+        if transfer is not None and type(src.allocator) is type(dest.allocator):
+            transfer(dest._buf, src._buf, dest.nbytes, Device[src.device])
+        elif (host_view := dest.allocator._as_buffer(dest._buf)) is not None:
             src.copyout(host_view)  # straight into the host-visible destination memory
         else:
             dest.copyin(src.as_memoryview(allow_zero_copy=True))

@@ -1,9 +1,10 @@
 """Matmul and elementwise throughput of tg on a GPU device against torch on the same GPU (when torch is there).
 
-Run from the repository without installing: `PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python scripts/gpu_bench.py`
-(`DEV=CL` for OpenCL; default CUDA). Prints GFLOP/s (matmul) and GB/s (elementwise: bytes read + written) per size
-at N, 4N, 16N and the ratio tg / torch measured in the same run. Wall time per iteration after a warm-up,
-synchronised at the end, so it includes tg's per-call overhead (small next to these kernels).
+Run from the repository without installing:
+`PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python scripts/gpu_bench.py` (`DEV=CL` for OpenCL; default CUDA).
+Prints GFLOP/s (matmul) and GB/s (elementwise: bytes read + written) per size at N, 4N, 16N and the ratio
+tg / torch measured in the same run. Wall time per iteration after a warm-up, synchronised at the end, so it
+includes tg's per-call overhead (small next to these kernels).
 """
 
 from __future__ import annotations
@@ -60,12 +61,12 @@ def main() -> None:
         ta, tb = Tensor(a, device=DEV).realize(), Tensor(b, device=DEV).realize()
         got = (ta @ tb).numpy()
         err = float(np.abs(got - a @ b).max() / (np.abs(a @ b).max() + 1e-9))
-        t = timeit(lambda: (ta @ tb).realize(), dev.synchronize)
+        t = timeit(lambda ta=ta, tb=tb: (ta @ tb).realize(), dev.synchronize)
         flops = 2 * n**3 / t * 1e-9
         line = f"matmul {n}^3 fp32 (GFLOP/s)"
         if torch is not None:
             xa, xb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
-            tt = timeit(lambda: xa @ xb, torch.cuda.synchronize)
+            tt = timeit(lambda xa=xa, xb=xb: xa @ xb, torch.cuda.synchronize)
             tflops = 2 * n**3 / tt * 1e-9
             print(f"{line:<28}{flops:12.1f}{tflops:12.1f}{flops / tflops:10.2f}  rel.err {err:.1e}")
         else:
@@ -74,12 +75,12 @@ def main() -> None:
         x, y = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
         tx, ty = Tensor(x, device=DEV).realize(), Tensor(y, device=DEV).realize()
         np.testing.assert_array_equal((tx + ty).numpy(), x + y)
-        t = timeit(lambda: (tx + ty).realize(), dev.synchronize)
+        t = timeit(lambda tx=tx, ty=ty: (tx + ty).realize(), dev.synchronize)
         gbs = 3 * 4 * n / t * 1e-9
         line = f"add 2^{n.bit_length() - 1} fp32 (GB/s)"
         if torch is not None:
             px, py = torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev)
-            tt = timeit(lambda: px + py, torch.cuda.synchronize)
+            tt = timeit(lambda px=px, py=py: px + py, torch.cuda.synchronize)
             tgbs = 3 * 4 * n / tt * 1e-9
             print(f"{line:<28}{gbs:12.1f}{tgbs:12.1f}{gbs / tgbs:10.2f}")
         else:

@@ -275,3 +275,14 @@ def test_reshaped_output_of_a_stored_value_gets_its_buffer():
         return u
 
     assert becomes[flat].shape == (4,) and base(becomes[flat]) is base(becomes[s]) is items[0].bufs[0]
+
+
+def test_computation_on_disk_data_runs_on_the_copy_destination(tmp_path):
+    disk = UOp.new_buffer(f"DISK:{tmp_path / 'w.bin'}", 64, dtypes.uint8)
+    lo = disk.shrink(((8, 16),)).cast(dtypes.uint16)
+    hi = disk.shrink(((16, 24),)).cast(dtypes.uint16)
+    value = lo.alu(Ops.OR, hi.alu(Ops.SHL, UOp.full((8,), 8, dtypes.uint16, f"DISK:{tmp_path / 'w.bin'}")))
+    items = sched(value.copy_to_device("CPU"))
+    assert [si.ast.op for si in items] == [Ops.COPY, Ops.COPY, Ops.SINK]
+    assert sorted(si.bufs[1].arg for si in items[:2]) == [(8, 8), (8, 16)]  # only the bytes read, never a kernel
+    assert all(str(b.device) == "CPU" for b in items[2].bufs)

@@ -59,6 +59,8 @@ LOADERS = {
     "tiny.safetensors": safe_load,
     "tiny_zip.pt": torch_load,
     "tiny_legacy.pt": torch_load,
+    "torch_real_zip.pt": torch_load,  # written by torch.save itself (make_fixtures.py with torch installed)
+    "torch_real_legacy.pt": torch_load,
     "tiny.gguf": lambda fn: gguf_load(fn)[1],
 }
 

@@ -73,6 +73,32 @@ def lars_ref(lr: float, momentum: float, wd: float, tcoef: float) -> np.ndarray:
     return w
 
 
+def newton_schulz_ref(g: np.ndarray, clamp: bool, steps: int = 5, eps: float = 1e-7) -> np.ndarray:
+    a, b, c = 3.4445, -4.775, 2.0315
+    tall = g.shape[0] > g.shape[1]
+    x = g.T if tall else g
+    norm = np.linalg.norm(x)
+    x = x / (max(norm, eps) if clamp else norm + eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def muon_ref(lr: float, momentum: float, wd: float, torch_compatible: bool) -> np.ndarray:
+    w, b = W0.astype(np.float64), np.zeros(W0.shape)
+    for _ in range(STEPS):
+        g = grad_of(w)
+        if torch_compatible:
+            b = b + (g - b) * (1 - momentum)
+            update = g + (b - g) * momentum
+            w = w * (1 - lr * wd) - lr * np.sqrt(max(1, w.shape[0] / w.shape[1])) * newton_schulz_ref(update, True)
+        else:
+            b = momentum * b + g
+            w = w - lr * newton_schulz_ref(g + momentum * b, False) - lr * wd * w
+    return w
+
+
 CASES = {
     "sgd": (lambda p: optim.SGD(p, lr=0.05), sgd_ref(0.05)),
     "sgd_momentum_wd": (lambda p: optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1), sgd_ref(0.05, 0.9, wd=0.1)),
@@ -83,6 +109,8 @@ CASES = {
     "adamw": (lambda p: optim.AdamW(p, lr=0.01, betas=(0.8, 0.99)), adam_ref(0.01, 0.8, 0.99, 1e-8, 0.01, "adamw")),
     "lamb": (lambda p: optim.LAMB(p, lr=0.01, weight_decay=0.05), adam_ref(0.01, 0.9, 0.999, 1e-6, 0.05, "lamb")),
     "lars": (lambda p: optim.LARS(p, lr=0.1), lars_ref(0.1, 0.9, 1e-4, 0.001)),
+    "muon": (lambda p: optim.Muon(p, lr=0.05), muon_ref(0.05, 0.95, 0.1, False)),
+    "muon_torch": (lambda p: optim.Muon(p, lr=0.05, torch_compatible=True), muon_ref(0.05, 0.95, 0.1, True)),
 }
 
 
@@ -119,6 +147,30 @@ def test_update_rule_matches_torch(ours: Callable, theirs: Callable) -> None:
         (((w - target) ** 3) / 3 + w.square()).sum().backward()
         opt.step()
     np.testing.assert_allclose(run_tg(ours), w.detach().numpy(), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_muon_torch_compatible_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    w = torch.tensor(W0.copy(), requires_grad=True)
+    opt = torch.optim.Muon([w], lr=0.05)
+    target = torch.tensor(TARGET)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        (((w - target) ** 3) / 3 + w.square()).sum().backward()
+        opt.step()
+    ours = run_tg(lambda p: optim.Muon(p, lr=0.05, torch_compatible=True))
+    # torch runs Newton-Schulz in bfloat16 (3 significant digits): compare the total change to that precision
+    np.testing.assert_allclose(ours - W0, w.detach().numpy() - W0, rtol=0.03, atol=3e-3)
+
+
+def test_muon_rejects_vectors_and_orthogonalises() -> None:
+    with pytest.raises(ValueError, match="matrices only"):
+        optim.Muon([Tensor([1.0, 2.0], requires_grad=True)])
+    g = np.random.default_rng(3).standard_normal((6, 4)).astype(np.float32)
+    x = optim.newton_schulz(Tensor(g), steps=10).numpy()
+    singular = np.linalg.svd(x, compute_uv=False)
+    assert np.all((singular > 0.5) & (singular < 1.5)), singular  # roughly orthogonal (Muon's quintic)
 
 
 def test_lr_change_recompiles_nothing_and_takes_effect() -> None:

@@ -15,7 +15,7 @@ from tg.ir import DType, dtypes
 from tg.tensor.autograd import no_grad
 from tg.tensor.tensor import Tensor
 
-__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Optimizer", "OptimizerGroup"]
+__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerGroup", "newton_schulz"]
 
 
 def _state(like: Tensor, dtype: DType | None = None, fill: float = 0.0) -> Tensor:
@@ -252,6 +252,76 @@ def AdamW(
 ) -> LAMB:
     """AdamW (torch): Adam with decoupled weight decay, `w -= lr*(m̂/(sqrt(v̂) + eps) + wd*w)`."""
     return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True, betas=betas)
+
+
+def newton_schulz(
+    g: Tensor,
+    steps: int = 5,
+    coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+    eps: float = 1e-7,
+    clamp_norm: bool = False,
+) -> Tensor:
+    """Approximate orthogonalisation of a matrix (Muon): `X = G/(|G|_F + eps)` (`max(|G|_F, eps)` with
+    `clamp_norm`), then `steps` times `X = a*X + b*(X Xᵀ) X + c*(X Xᵀ)² X`, on the transpose when rows > cols."""
+    if g.ndim != 2:
+        raise ValueError(f"newton_schulz needs a matrix, got shape {g.shape}")
+    a, b, c = coefficients
+    tall = g.shape[0] > g.shape[1]
+    x = g.transpose(0, 1) if tall else g
+    norm = x.square().sum().sqrt()
+    x = x / (norm.maximum(eps) if clamp_norm else norm + eps)
+    for _ in range(steps):
+        gram = x @ x.transpose(0, 1)
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x.transpose(0, 1) if tall else x
+
+
+class Muon(Optimizer):
+    """Muon for matrix parameters (a conv weight counts as (out, rest)): momentum as SGD (nesterov by default), the
+    update orthogonalised by `newton_schulz`, `w -= lr*G + lr*wd*w`. `torch_compatible=True` follows torch 2.13's
+    `optim.Muon` instead: EMA momentum, decay applied first, lr scaled by `sqrt(max(1, rows/cols))`, norm clamped
+    at eps (torch runs the iteration in bfloat16; tg in the parameter's dtype). Use an OptimizerGroup with AdamW
+    for vectors."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.95,
+        weight_decay: float = 0.1,
+        ns_steps: int = 5,
+        ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+        nesterov: bool = True,
+        eps: float = 1e-7,
+        torch_compatible: bool = False,
+    ) -> None:
+        super().__init__(params, lr)
+        flat = [t.shape for t in self.params if t.ndim < 2]
+        if flat:
+            raise ValueError(f"Muon updates matrices only, got parameters of shapes {flat}; use AdamW for those")
+        self.momentum, self.weight_decay, self.ns_steps = momentum, weight_decay, ns_steps
+        self.ns_coefficients, self.nesterov, self.eps = ns_coefficients, nesterov, eps
+        self.torch_compatible = torch_compatible
+        self.state["momentum"] = [_state(t) for t in self.params]
+
+    def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
+        buf = self.state["momentum"][i]
+        g = g.cast(buf.dtype)
+        if self.torch_compatible:
+            buf.assign(buf + (g - buf) * (1 - self.momentum))
+            direction = g + (buf - g) * self.momentum if self.nesterov else buf
+        else:
+            buf.assign(buf * self.momentum + g)
+            direction = g + self.momentum * buf if self.nesterov else buf
+        matrix = direction.reshape(w.shape[0], -1)
+        ortho = newton_schulz(matrix, self.ns_steps, self.ns_coefficients, self.eps, self.torch_compatible)
+        ortho = ortho.reshape(w.shape)
+        wf = w.cast(buf.dtype)
+        if self.torch_compatible:
+            rows, cols = matrix.shape
+            scale = max(1.0, rows / cols) ** 0.5
+            return wf * (1 - self.lr * self.weight_decay) - self.lr * scale * ortho
+        return wf - self.lr * ortho - self.lr * self.weight_decay * wf
 
 
 class OptimizerGroup:

@@ -92,13 +92,14 @@ def _pow(x: Any, y: Any) -> Any:
     if isinstance(x, int) and isinstance(y, int) and y >= 0:
         # results wrap to at most 64 bits, so modular exponentiation gives the same low bits without the huge int
         return pow(x, y, 1 << 64)
+    odd = isinstance(y, (int, float)) and math.isfinite(y) and float(y).is_integer() and int(y) % 2 == 1
     try:
         r = x**y
         return r if not isinstance(r, complex) else math.nan
-    except ZeroDivisionError:
-        return math.inf
+    except ZeroDivisionError:  # 0 ** negative: inf, signed like C's pow for -0.0 and an odd exponent
+        return math.copysign(math.inf, x) if odd else math.inf
     except OverflowError:
-        return math.inf
+        return -math.inf if x < 0 and odd else math.inf
 
 
 def _threefry(x: int, key: int) -> int:

@@ -123,6 +123,9 @@ DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 # multi-device allreduce: auto | naive | ring (auto: ring above the threshold, in elements, on more than 2 devices)
 ALLREDUCE = ContextVar("ALLREDUCE", "auto")
 RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)
+# 1: math ops (EXP2, LOG2, SIN, SQRT, POW) native where the target has them (libm on CPU); 2: polynomial
+# decompositions on every target (what GPUs without these ops run), to check them on CPU and PYTHON
+TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 
 
 def cache_dir() -> pathlib.Path:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tg.ir.helpers import DEBUG, GlobalCounters, ansilen, colored
+from tg.ir.helpers import DEBUG, TRANSCENDENTAL, GlobalCounters, ansilen, colored
 from tg.ir.ops import Ops
 from tg.ir.uop import UOp, sym_infer
 from tg.runtime.device import Buffer, Device
@@ -219,18 +219,20 @@ class ScheduleItemLike(Protocol):
     def bufs(self) -> tuple[UOp, ...]: ...
 
 
-# compiled kernels by (device, ast): ASTs are hash-consed, so an equal kernel is the same key
+# compiled kernels by (device, ast): ASTs are hash-consed, so an equal kernel is the same key; code generated under
+# a non-default TRANSCENDENTAL is kept under "DEVICE+TRANSCENDENTAL=n" (the setting changes the code)
 method_cache: dict[tuple[str, UOp], CompiledRunner] = {}
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for ``ast`` on ``device`` (code generation and compilation happen once per pair)."""
     device = Device.canonicalize(device)
-    if (runner := method_cache.get((device, ast))) is None:
+    key = (device if TRANSCENDENTAL.value == 1 else f"{device}+TRANSCENDENTAL={TRANSCENDENTAL.value}", ast)
+    if (runner := method_cache.get(key)) is None:
         from tg.codegen.program import get_program
         from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
 
-        runner = method_cache[(device, ast)] = CompiledRunner(get_program(ast, Device[device].renderer), device)
+        runner = method_cache[key] = CompiledRunner(get_program(ast, Device[device].renderer), device)
     return runner
 
 

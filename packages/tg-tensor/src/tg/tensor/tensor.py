@@ -26,6 +26,7 @@ from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
 from tg.tensor import scan as _scan
 from tg.tensor.args import dtype_arg, pick
+from tg.tensor import transcendental as _transcendental
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
 from tg.tensor.shapes import broadcast_shape
 
@@ -750,12 +751,6 @@ class Tensor(_DTypeShortcuts):
             return fn(self.cast(dtypes.float32)).cast(self.dtype)
         return None
 
-    def exp(self) -> Tensor:
-        """e ** x."""
-        if (narrow := self._via_float32(Tensor.exp)) is not None:
-            return narrow
-        return (self._float() * (1 / math.log(2))).exp2()
-
     def log(self) -> Tensor:
         """Natural logarithm."""
         if (narrow := self._via_float32(Tensor.log)) is not None:
@@ -777,12 +772,6 @@ class Tensor(_DTypeShortcuts):
     def sin(self) -> Tensor:
         """Sine."""
         return self._unary(Ops.SIN)
-
-    def cos(self) -> Tensor:
-        """Cosine, as sin(pi/2 - x)."""
-        if (narrow := self._via_float32(Tensor.cos)) is not None:
-            return narrow
-        return ((math.pi / 2) - self._float()).sin()
 
     def abs(self) -> Tensor:
         """|x|."""
@@ -808,31 +797,18 @@ class Tensor(_DTypeShortcuts):
         t = self.trunc()
         return t if not dtypes.is_float(self.dtype) else (self > t).where(t + 1, t)
 
-    def sigmoid(self) -> Tensor:
-        """1 / (1 + e^-x)."""
-        if (narrow := self._via_float32(Tensor.sigmoid)) is not None:
-            return narrow
-        return 1 / (1 + (-self._float()).exp())
-
-    def tanh(self) -> Tensor:
-        """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
-        if (narrow := self._via_float32(Tensor.tanh)) is not None:
-            return narrow
-        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
     def square(self) -> Tensor:
         """x * x."""
         return self * self
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
-        """self ** x; integer Python exponents multiply exactly, other exponents go through exp2/log2."""
-        if (
-            not reverse
-            and isinstance(x, (int, float))
-            and not isinstance(x, bool)
-            and float(x).is_integer()
-            and abs(x) <= 64
-        ):
+        """self ** x. Integer tensors with small integer Python exponents multiply exactly (wrapping); float
+        powers use the POW op (C's pow: libm on the CPU), correctly signed for negative bases with integer
+        exponents and accurate for huge results (`10.0 ** Tensor([30.0])`)."""
+        small = 64 if not dtypes.is_float(self.dtype) else 2  # repeated squaring compounds float rounding
+        if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer() \
+                and abs(x) <= small:  # fmt: skip
             n, acc, base = abs(int(x)), None, self
             while n:
                 if n & 1:
@@ -843,17 +819,18 @@ class Tensor(_DTypeShortcuts):
         if not reverse and isinstance(x, float) and x == 0.5:
             return self.sqrt()
         base, exp = self._operands(x, reverse)
-        base, exp = base._float(), exp._float()
-        if base.dtype.itemsize < 4:  # exp2(y * log2(x)) rounded once, not per step
-            return base.float().pow(exp.float()).cast(base.dtype)
-        mag = (exp * base.abs().log2()).exp2()
-        # a negative base only has a real power for integral exponents; odd ones flip the sign
-        is_int = exp.trunc() == exp
-        odd = (exp.abs() - (exp.abs() * 0.5).trunc() * 2) == 1
-        neg = base < 0
-        signed = (neg & odd).where(-mag, mag)
-        ret = (neg & is_int.logical_not()).where(math.nan, signed)
-        return (exp == 0).where(1.0, ret)
+        return _transcendental.pow_(base, exp)
+
+    # ---- accurate math: see transcendental.py --------------------------------------------------------------
+
+    exp = _transcendental.exp
+    expm1 = _transcendental.expm1
+    log1p = _transcendental.log1p
+    cos = _transcendental.cos
+    tan = _transcendental.tan
+    sigmoid = _transcendental.sigmoid
+    tanh = _transcendental.tanh
+    erf = _transcendental.erf
 
     # ---- PyTorch habits: see aliases.py ----------------------------------------------------------------
 
@@ -926,8 +903,6 @@ class Tensor(_DTypeShortcuts):
     atan = _act.atan
     asin = _act.asin
     acos = _act.acos
-    erf = _act.erf
-    tan = _act.tan
     lerp = _act.lerp
     copysign = _act.copysign
     logaddexp = _act.logaddexp

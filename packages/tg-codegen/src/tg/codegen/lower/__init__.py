@@ -21,9 +21,10 @@ from tg.codegen.lower.devectorize import devectorize_rules
 from tg.codegen.lower.expand import expand_kernel
 from tg.codegen.lower.gpudims import add_gpudims
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
-from tg.codegen.lower.transcendental import transcendental_rules
+from tg.codegen.lower.transcendental import POLY_OPS, transcendental_rules
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import DType
+from tg.ir.helpers import TRANSCENDENTAL
 from tg.ir.ops import Ops
 from tg.ir.pattern import PatternMatcher, graph_rewrite
 from tg.ir.uop import UOp
@@ -84,7 +85,10 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     # vector ops the target can't do in vector form are done lane by lane
     sink = graph_rewrite(sink, devectorize_rules(frozenset(renderer.vector_ops)))
     # ops and dtypes the target lacks become ones it has (repeated to a fixed point by graph_rewrite)
-    decompose, readable = _matchers(renderer.supported_ops, renderer.native_float_dtypes, renderer.extra_matcher)
+    supported = renderer.supported_ops
+    if TRANSCENDENTAL >= 2:  # force the polynomial decompositions (to check them where libm exists)
+        supported = supported - POLY_OPS
+    decompose, readable = _matchers(supported, renderer.native_float_dtypes, renderer.extra_matcher)
     sink = graph_rewrite(sink, decompose)
     # exact rewrites into forms that read better (x - y instead of x + y*-1)
     return graph_rewrite(sink, readable)
@@ -94,7 +98,7 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
 def _matchers(supported: frozenset[Ops], native: frozenset[DType], extra: PatternMatcher | None
               ) -> tuple[PatternMatcher, PatternMatcher]:  # fmt: skip
     # building (compiling) a matcher costs more than running it on a kernel: one set per renderer capability set
-    decompose = pm_int_div_guards + op_decompositions(supported) + transcendental_rules(supported)
+    decompose = pm_int_div_guards + op_decompositions(supported) + transcendental_rules(supported, native)
     decompose = decompose + float_emulation(native) + pm_cleanups
     if extra is not None:
         decompose = decompose + extra

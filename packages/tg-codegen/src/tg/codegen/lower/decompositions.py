@@ -156,7 +156,6 @@ def op_decompositions(supported: frozenset[Ops]) -> PatternMatcher:
     add(Ops.CMPEQ, lambda x: x.src[0].ne(x.src[1]).ne(True))
     add(Ops.MAX, _max)
     add(Ops.TRUNC, lambda x: _trunc(x.src[0]) if dtypes.is_float(x.dtype) else x.src[0])
-    add(Ops.POW, lambda x: x.src[0].log2().mul(x.src[1]).exp2())
     return PatternMatcher(rules)
 
 

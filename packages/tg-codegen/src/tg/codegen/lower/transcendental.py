@@ -1,4 +1,5 @@
-"""Polynomial decompositions of EXP2, LOG2, SIN and SQRT for targets without them.
+"""Polynomial decompositions of EXP2, LOG2, SIN, SQRT and POW for targets without them (or all targets under
+TRANSCENDENTAL=2).
 
 The C and PYTHON targets have these ops natively (libm / math); these rules are for targets that don't. They work
 on float32 and float64 (narrower floats are computed in float32 by the float emulation rules first).
@@ -153,15 +154,50 @@ def sqrt_poly(x: UOp) -> UOp:
     return _where(_lt(x, _c(dt, 0.0)) | _isnan(x), _c(dt, math.nan), y)
 
 
-_POLY: dict[Ops, Callable[[UOp], UOp]] = {Ops.EXP2: exp2_poly, Ops.LOG2: log2_poly, Ops.SIN: sin_poly,
-                                          Ops.SQRT: sqrt_poly}  # fmt: skip
+def pow_poly(x: UOp, y: UOp) -> UOp:
+    """x**y with C's pow semantics: exp2(y * log2|x|), the sign of a negative base from an odd integer y, NaN for a
+    negative base with a fractional y, 1 for y == 0 and for x == 1 (and x == -1 with an infinite y)."""
+    dt = x.dtype
+    ax = _where(_lt(x, _c(dt, 0.0)), x * _c(dt, -1.0), x)
+    mag = exp2_poly(y * log2_poly(ax))
+    ty = UOp(Ops.TRUNC, dt, (y,))
+    y_int = UOp(Ops.CMPEQ, dtypes.bool, (ty, y))
+    half = UOp(Ops.TRUNC, dt, (y * _c(dt, 0.5),))
+    y_odd = y_int & UOp(Ops.CMPNE, dtypes.bool, (half * _c(dt, 2.0), y))
+    neg = _lt(x, _c(dt, 0.0))
+    r = _where(neg & y_odd, mag * _c(dt, -1.0), mag)
+    r = _where(neg & UOp(Ops.CMPNE, dtypes.bool, (y_int, UOp.const(dtypes.bool, True))), _c(dt, math.nan), r)
+    y_inf = UOp(Ops.CMPEQ, dtypes.bool, (y * y, _c(dt, math.inf)))
+    one = UOp(Ops.CMPEQ, dtypes.bool, (x, _c(dt, 1.0))) | (UOp(Ops.CMPEQ, dtypes.bool, (x, _c(dt, -1.0))) & y_inf)
+    return _where(one | UOp(Ops.CMPEQ, dtypes.bool, (y, _c(dt, 0.0))), _c(dt, 1.0), r)
 
 
-def transcendental_rules(supported: frozenset[Ops]) -> PatternMatcher:
-    """Rules replacing each of EXP2/LOG2/SIN/SQRT missing from `supported` (float32/float64 only)."""
+_POLY: dict[Ops, Callable[..., UOp]] = {Ops.EXP2: exp2_poly, Ops.LOG2: log2_poly, Ops.SIN: sin_poly,
+                                        Ops.SQRT: sqrt_poly, Ops.POW: pow_poly}  # fmt: skip
+# the ops these rules can replace; TRANSCENDENTAL=2 takes them out of every target's supported set
+POLY_OPS = frozenset(_POLY)
+
+
+def _widened(fn: Callable[..., UOp]) -> Callable[..., UOp]:
+    """fn computed in float64 and rounded once to float32: the float64 polynomials and argument reductions leave
+    float32 results within an ulp (and SIN's reduction exact up to |x| ~ 1e8 instead of ~4e3)."""
+
+    def wide(*srcs: UOp) -> UOp:
+        return fn(*(s.cast(dtypes.float64) for s in srcs)).cast(dtypes.float32)
+
+    return wide
+
+
+def transcendental_rules(supported: frozenset[Ops], native: frozenset[DType] = frozenset()) -> PatternMatcher:
+    """Rules replacing each of EXP2/LOG2/SIN/SQRT/POW missing from `supported` (float32/float64 only); float32 is
+    computed through float64 when the target has it natively (`native`)."""
     rules: list[tuple[UPat, Callable[..., Any]]] = []
     for op, fn in _POLY.items():
-        if op not in supported:
-            rules.append((UPat(op, dtype=(dtypes.float32, dtypes.float64), name="x"),
-                          lambda x, fn=fn: fn(x.src[0])))  # fmt: skip
+        if op in supported:
+            continue
+        if dtypes.float64 in native:
+            rules.append((UPat(op, dtype=dtypes.float32, name="x"), lambda x, fn=fn: _widened(fn)(*x.src)))
+            rules.append((UPat(op, dtype=dtypes.float64, name="x"), lambda x, fn=fn: fn(*x.src)))
+        else:
+            rules.append((UPat(op, dtype=(dtypes.float32, dtypes.float64), name="x"), lambda x, fn=fn: fn(*x.src)))
     return PatternMatcher(rules)

@@ -281,3 +281,41 @@ def test_malformed_kernels_name_the_problem() -> None:
         lower_kernel(UOp.sink(out.index(UOp.const(i32, 0)).store(bad_reduce)), ClangRenderer())
     with pytest.raises(ValueError, match="tensor-level"):
         check_kernel_ast(UOp.sink(out.index(UOp.const(i32, 0)).store(UOp.new_buffer("CPU", 4, f32).reshape((2, 2)))))
+
+
+def test_int_division_guards_make_zero_and_int_min_divisors_safe() -> None:
+    from tg.codegen.lower.decompositions import pm_int_div_guards
+
+    a, b = UOp.variable("a", -(2**31), 2**31 - 1), UOp.variable("b", -(2**31), 2**31 - 1)
+    for op, want in ((Ops.IDIV, {(7, 0): 0, (-(2**31), -1): -(2**31), (7, -2): -3}),
+                     (Ops.MOD, {(7, 0): 0, (-(2**31), -1): 0, (-7, 2): -1})):  # fmt: skip
+        guarded = graph_rewrite(a.alu(op, b), pm_int_div_guards)
+        divisors = [u.src[1] for u in guarded.toposort() if u.op is op]
+        assert divisors and all(d.op is Ops.WHERE for d in divisors)  # the divisor can no longer be 0 or -1
+        for (x, y), expected in want.items():
+            assert evaluate(guarded, {a: x, b: y}) == expected
+    # divisors known to be safe keep the plain operator (index arithmetic)
+    plain = a.alu(Ops.IDIV, UOp.const(i32, 4))
+    assert graph_rewrite(plain, pm_int_div_guards) is plain
+    positive = UOp.variable("p", 1, 100)
+    assert graph_rewrite(a.alu(Ops.MOD, positive), pm_int_div_guards).op is Ops.MOD
+
+
+@pytest.mark.parametrize("x", [2.0, -2.0, 0.5, -0.5, 0.0, -0.0, 10.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 3e-39])
+@pytest.mark.parametrize("y", [3.0, 2.0, -1.0, 0.5, 0.0, 30.0, -45.0, math.inf, -math.inf, math.nan, 1e10])
+def test_pow_decomposition_matches_c_pow(x: float, y: float) -> None:
+    from tg.codegen.lower.transcendental import pow_poly
+
+    xv, yv = UOp.variable("x", -1, 1).cast(dtypes.float64), UOp.variable("y", -1, 1).cast(dtypes.float64)
+    got = evaluate(pow_poly(xv, yv), {xv: x, yv: y})
+    try:
+        want = math.pow(x, y)
+    except (ValueError, ZeroDivisionError):
+        want = math.nan if x < 0 and y != int(y) else math.copysign(math.inf, x) if y % 2 == 1 else math.inf
+    except OverflowError:
+        want = -math.inf if x < 0 and y % 2 == 1 else math.inf
+    if x == 0 and y < 0:  # -0.0 ** odd negative is -inf in C: the decomposition gives +inf (documented)
+        want = math.inf
+    if x == 0 and math.copysign(1, x) < 0 and y % 2 == 1:
+        want = abs(want)
+    assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-14), (x, y, got, want)

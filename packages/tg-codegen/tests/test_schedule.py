@@ -286,3 +286,16 @@ def test_computation_on_disk_data_runs_on_the_copy_destination(tmp_path):
     assert [si.ast.op for si in items] == [Ops.COPY, Ops.COPY, Ops.SINK]
     assert sorted(si.bufs[1].arg for si in items[:2]) == [(8, 8), (8, 16)]  # only the bytes read, never a kernel
     assert all(str(b.device) == "CPU" for b in items[2].bufs)
+
+
+def test_long_float_sums_are_split_into_a_tree():
+    from tg.codegen.schedule.policy import SPLIT_CHUNK, SPLIT_MIN
+
+    assert kernels(buf(SPLIT_MIN - 1).r(Ops.ADD, (0,))) == 1
+    assert kernels(buf(SPLIT_MIN).r(Ops.ADD, (0,))) == 2  # partials of SPLIT_CHUNK, then their sum
+    assert kernels(buf(SPLIT_CHUNK**2 * 2 + 5).r(Ops.ADD, (0,))) == 3  # two levels of partials (padded)
+    assert kernels(buf(4, SPLIT_MIN).r(Ops.ADD, (1,))) == 2  # few outputs
+    assert kernels(buf(SPLIT_MIN, 3).r(Ops.ADD, (0,))) == 2  # a strided reduce axis too
+    assert kernels(buf(SPLIT_MIN, dtype=dtypes.int32).r(Ops.ADD, (0,))) == 1  # int sums are exact
+    assert kernels(buf(SPLIT_MIN).r(Ops.MAX, (0,))) == 1  # max is exact
+    assert kernels(buf(2**16 + 1, 2**14).r(Ops.ADD, (1,))) == 1  # too many outputs x partials

@@ -138,6 +138,8 @@ def mean(
     x = self.cast(dtype) if dtype is not None else self
     x = x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
     count = _count(self, axis)
+    if x.dtype.itemsize < 4:  # float16/bfloat16: sum and divide in float32, round once (no overflow at 65504)
+        return mean(x.cast(dtypes.float32), axis, kd).cast(x.dtype)
     s = sum(x, axis, kd)
     return s.div(count) if count else s * float("nan")
 
@@ -164,6 +166,8 @@ def var(
     axis, kd = _opts("var", axis, dim, keepdim, keepdims)
     corr = pick("var", "correction", correction, "unbiased", None if unbiased is None else int(unbiased), 1)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+    if x.dtype.itemsize < 4:  # float16/bfloat16: computed in float32, rounded once
+        return var(x.cast(dtypes.float32), axis, kd, corr).cast(x.dtype)
     squares = (x - mean(x, axis, keepdim=True)).square()
     n = _count(self, axis)
     return sum(squares, axis, kd).div(n - corr) if n - corr > 0 else sum(squares, axis, kd) * float("nan")

@@ -25,8 +25,8 @@ from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor import reduce as _reduce_ops
 from tg.tensor import scan as _scan
-from tg.tensor.args import dtype_arg, pick
 from tg.tensor import transcendental as _transcendental
+from tg.tensor.args import dtype_arg, pick
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
 from tg.tensor.shapes import broadcast_shape
 
@@ -796,7 +796,6 @@ class Tensor(_DTypeShortcuts):
         """Round toward plus infinity."""
         t = self.trunc()
         return t if not dtypes.is_float(self.dtype) else (self > t).where(t + 1, t)
-
 
     def square(self) -> Tensor:
         """x * x."""

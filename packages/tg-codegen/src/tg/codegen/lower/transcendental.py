@@ -166,7 +166,8 @@ def pow_poly(x: UOp, y: UOp) -> UOp:
     y_odd = y_int & UOp(Ops.CMPNE, dtypes.bool, (half * _c(dt, 2.0), y))
     neg = _lt(x, _c(dt, 0.0))
     r = _where(neg & y_odd, mag * _c(dt, -1.0), mag)
-    r = _where(neg & UOp(Ops.CMPNE, dtypes.bool, (y_int, UOp.const(dtypes.bool, True))), _c(dt, math.nan), r)
+    finite_neg = neg & UOp(Ops.CMPNE, dtypes.bool, (x, _c(dt, -math.inf)))  # (-inf) ** 0.5 is inf, not nan
+    r = _where(finite_neg & UOp(Ops.CMPNE, dtypes.bool, (y_int, UOp.const(dtypes.bool, True))), _c(dt, math.nan), r)
     y_inf = UOp(Ops.CMPEQ, dtypes.bool, (y * y, _c(dt, math.inf)))
     one = UOp(Ops.CMPEQ, dtypes.bool, (x, _c(dt, 1.0))) | (UOp(Ops.CMPEQ, dtypes.bool, (x, _c(dt, -1.0))) & y_inf)
     return _where(one | UOp(Ops.CMPEQ, dtypes.bool, (y, _c(dt, 0.0))), _c(dt, 1.0), r)

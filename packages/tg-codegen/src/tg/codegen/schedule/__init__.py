@@ -26,6 +26,7 @@ from tg.codegen.schedule.disk import pm_disk_strided_copy
 from tg.codegen.schedule.kernels import build_kernels
 from tg.codegen.schedule.linear import order_kernels, replace_buffers, schedule_spec, verify_schedule
 from tg.codegen.schedule.memory import plan_memory
+from tg.codegen.schedule.policy import pm_split_reduce
 from tg.codegen.schedule.rangeify import Plan, numel_matches, plan_stores
 from tg.ir import Ops, UOp, graph_rewrite_map, tensor_spec, verify
 from tg.ir.helpers import SPEC
@@ -75,7 +76,7 @@ def _storage_expr(plan: Plan, node: UOp) -> UOp | None:
 
 
 def _schedule_template(sink: UOp) -> Template:
-    rewritten = graph_rewrite_map(sink, pm_disk_strided_copy, name="disk strided copies")
+    rewritten = graph_rewrite_map(sink, pm_disk_strided_copy + pm_split_reduce, name="disk copies, split sums")
     plan = plan_stores(rewritten[sink])
     linear = order_kernels(plan, build_kernels(plan))
     becomes: dict[UOp, UOp] = {}

@@ -14,7 +14,11 @@ Everything not stored is computed inline by the kernel that reads it. The rules 
 | R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
 | C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
 | C2 | any other candidate | keep stored |
+| P1 | float `REDUCE_AXIS(ADD)`, >= 2**14 elements per output | split into a tree of stored 256-element partial sums |
 
+P1 rewrites the graph before the other rules (`pm_split_reduce`): it bounds every serial float addition chain to
+a few hundred terms, so sums of any size are about as accurate as numpy's pairwise summation (a sum of 2**25
+ones is exact), and it gives long reductions with few outputs a parallel axis.
 S-rules are structural (`pm_structural_stores`, one rewrite, sources first). R-rules need the indices consumers
 read at, so they run in the range walk (`rangeify.plan_stores`, consumers first). C-rules need everything below
 a candidate to be final, so they run last (sources first). Each is a single pass: nothing restarts.
@@ -24,10 +28,11 @@ scheduler decides what is stored.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tg.ir import GroupOp, Ops, PatternMatcher, UOp, UPat
+from tg.ir import GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 
 if TYPE_CHECKING:
     from tg.codegen.schedule.rangeify import Plan
@@ -112,3 +117,40 @@ class Region:
 def keep_candidate(region: Region) -> bool:
     """C1/C2: keep a candidate stored unless recomputing it is cheap (few buffers, no reduction over memory)."""
     return len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer
+
+
+# ---- P1: split long float sums (a graph rewrite before the store rules) ------------------------------------------
+
+SPLIT_MIN = 2**14  # elements summed per output from which a sum is split
+SPLIT_CHUNK = 256  # elements per partial sum: the longest serial chain a split leaves
+SPLIT_MAX_PARTIALS = 2**22  # outputs x partials: the most elements the partial buffer may hold
+
+
+def _split_reduce(x: UOp) -> UOp | None:
+    """REDUCE_AXIS(ADD, src, axes) -> a tree: sums of SPLIT_CHUNK-long contiguous chunks (stored), then sums of
+    chunks of those, until one short sum is left."""
+    op, axes = x.arg
+    src = x.src[0]
+    if op is not Ops.ADD or not dtypes.is_float(x.dtype) or not all(isinstance(s, int) for s in src.shape):
+        return None
+    shape: tuple[int, ...] = src.shape  # type: ignore[assignment]
+    n = math.prod(shape[a] for a in axes)
+    keep = [i for i in range(len(shape)) if i not in axes]
+    outs = [shape[i] for i in keep]
+    if n < SPLIT_MIN or math.prod(outs) * -(-n // SPLIT_CHUNK) > SPLIT_MAX_PARTIALS:
+        return None
+    order = (*keep, *axes)
+    level = (src.permute(order) if order != tuple(range(len(shape))) else src).reshape((*outs, n))
+    while n > SPLIT_CHUNK:
+        parts = -(-n // SPLIT_CHUNK)
+        if parts * SPLIT_CHUNK != n:  # zeros pad the last chunk (they add nothing)
+            level = level.pad(((0, 0),) * len(outs) + ((0, parts * SPLIT_CHUNK - n),))
+        level = level.reshape((*outs, parts, SPLIT_CHUNK)).r(Ops.ADD, (len(outs) + 1,))
+        level, n = level.reshape((*outs, parts)).contiguous(), parts
+    return level.r(Ops.ADD, (len(outs),)).reshape(x.shape)
+
+
+pm_split_reduce = PatternMatcher([
+    # P1: a long float sum becomes stored partial sums and a short sum of them
+    (UPat(Ops.REDUCE_AXIS, name="x"), _split_reduce),
+])  # fmt: skip

@@ -161,3 +161,19 @@ def test_writes_into_an_arena_shared_with_kept_items_are_not_pruned() -> None:
     ]
     program = CapturedProgram(items, [x, out], persistent=set())
     assert program.pruned_count == 0
+
+
+def test_captured_program_pickles_with_binaries_and_buffer_contents() -> None:
+    import pickle
+
+    x, out = buf([1.0, 2.0]), buf([0.0, 0.0])
+    weight = buf([10.0, 10.0])
+    items = [ExecItem(kernel(1, 0), [out, x], {"n": 2}), ExecItem(BufferCopy(8, "CPU", "CPU"), [weight, out])]
+    program = CapturedProgram(items, [x, out], persistent={id(weight)})
+    program.replay([x, out])
+    loaded = pickle.loads(pickle.dumps(program))
+    loaded_weight = loaded.items[1].bufs[0]
+    assert loaded_weight is not weight and values(loaded_weight) == [1.0, 2.0]
+    x2, out2 = buf([5.0, 6.0]), buf([0.0, 0.0])
+    loaded.replay([x2, out2])
+    assert values(out2) == [5.0, 6.0] and values(loaded_weight) == [5.0, 6.0] and values(weight) == [1.0, 2.0]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
 from tg.ir import Ops
-from tg.tensor import Tensor
+from tg.tensor import JitError, Tensor, TinyJit
 
 
 def test_k1_two_loads_never_share_storage() -> None:
@@ -47,3 +49,42 @@ def test_sharded_tensor_pickles_with_its_layout() -> None:
     loaded = pickle.loads(pickle.dumps(t))
     assert loaded.devices == ("CPU", "CPU:1") and loaded.uop.op is Ops.MULTI and loaded.uop.arg == 0
     assert loaded.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def _captured_affine() -> tuple[TinyJit, Tensor]:
+    w = Tensor([2.0, 3.0]).realize()
+    f = TinyJit(lambda x: ((x * w + 1).realize(), x))
+    for _ in range(3):
+        f(Tensor.ones(2).contiguous().realize())
+    return f, w
+
+
+def test_k6_a_loaded_jit_owns_its_weights() -> None:
+    f, w = _captured_affine()
+    s = pickle.dumps(f)
+    w.assign(Tensor([10.0, 10.0])).realize()
+    loaded = pickle.loads(s)
+    out, passed = loaded(Tensor.ones(2).contiguous().realize())
+    assert out.tolist() == [3.0, 4.0] and passed.tolist() == [1.0, 1.0]  # tinygrad 0.14: [11, 11] (aliases w)
+    assert f(Tensor.ones(2).contiguous().realize())[0].tolist() == [11.0, 11.0]
+    (own,) = loaded.weights()
+    own.assign(Tensor([1.0, 1.0])).realize()
+    assert loaded(Tensor([5.0, 6.0]).realize())[0].tolist() == [6.0, 7.0]
+
+
+def test_k7_loaded_jit_replays_new_inputs_and_still_validates() -> None:
+    f, _ = _captured_affine()
+    loaded = pickle.loads(pickle.dumps(f))
+    for v in range(3):
+        x = Tensor([float(v), 1.0]).realize()
+        assert loaded(x)[0].tolist() == f(x)[0].tolist()
+    with pytest.raises(JitError, match=r"input args\[0\] has shape \(3,\), captured with \(2,\)"):
+        loaded(Tensor([1.0, 2.0, 3.0]).realize())
+    with pytest.raises(JitError, match="was loaded from a pickle and has no function to re-capture"):
+        loaded.reset()
+
+
+def test_uncaptured_jit_pickles_but_cannot_run() -> None:
+    loaded = pickle.loads(pickle.dumps(TinyJit(lambda x: (x * 2).realize())))
+    with pytest.raises(JitError, match=r"has not captured yet \(2 calls needed\)"):
+        loaded(Tensor([1.0]))

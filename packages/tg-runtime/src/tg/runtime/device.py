@@ -320,9 +320,27 @@ class Buffer:
             raise ValueError(f"copy size mismatch: {self.nbytes} bytes <- {src.nbytes} bytes")
         return self.copyin(src.as_memoryview(allow_zero_copy=True))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles the contents: a load allocates its own memory (a view pickles its base and offset)."""
+        if self._base is not None:
+            return _load_buffer_view, (self._base, self.size, self.dtype, self.offset)
+        data = bytes(self.as_memoryview()) if self._allocated else None
+        return _load_buffer, (self.device, self.size, self.dtype, self.options, data)
+
     def __repr__(self) -> str:
         view = f" offset:{self.offset}" if self._base is not None else ""
         return f"<buf real:{self._allocated} device:{self.device} size:{self.size} dtype:{self.dtype}{view}>"
+
+
+def _load_buffer(device: str, size: int, dtype: DType, options: BufferSpec | None, data: bytes | None) -> Buffer:
+    buf = Buffer(device, size, dtype, options=options)
+    if data is not None:
+        buf.ensure_allocated().copyin(data)
+    return buf
+
+
+def _load_buffer_view(base: Buffer, size: int, dtype: DType, offset: int) -> Buffer:
+    return Buffer(base.device, size, dtype, base=base, offset=offset)
 
 
 def _flat(data: memoryview | bytes | bytearray) -> memoryview:

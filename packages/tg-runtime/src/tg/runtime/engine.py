@@ -120,6 +120,10 @@ class CompiledRunner(Runner):
         self.var_names = tuple(_var_name(v) for v in p.vars)
         super().__init__(p.name, dev.device, p.ops, p.mem)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles the program and its binary, tagged with the compiler's cachekey (recompiled if it differs)."""
+        return _load_compiled_runner, (self.p, self.device, self.lib, Device[self.device].compiler.cachekey)
+
     def __call__(self, bufs: Sequence[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         try:
             vals = tuple(var_vals[name] for name in self.var_names)
@@ -134,6 +138,12 @@ class CompiledRunner(Runner):
         global_size = None if p.global_size is None else tuple(sym_infer(g, var_vals) for g in p.global_size)
         local_size = None if p.local_size is None else tuple(sym_infer(s, var_vals) for s in p.local_size)
         return self._prg(*[b._buf for b in bufs], global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+
+
+def _load_compiled_runner(p: ProgramSpec, device: str, lib: bytes, cachekey: str | None) -> CompiledRunner:
+    """Inverse of `CompiledRunner.__reduce__`: the stored binary when this compiler made it, else compile again."""
+    same = Device[device].compiler.cachekey == cachekey
+    return CompiledRunner(p, device, lib if same else None)
 
 
 class BufferCopy(Runner):

@@ -163,6 +163,10 @@ class CapturedProgram:
             sink.add(ei)
             ei._run(vals)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles items, runners (program + binary) and buffers (with contents); executors are rebuilt."""
+        return {**self.__dict__, "_executors": None}
+
     def free_executors(self) -> None:
         """Drop the built executors (they are rebuilt on the next replay)."""
         self._executors = None

@@ -74,7 +74,26 @@ def _is_value(value: Any) -> bool:
     return False
 
 
+class _Unchecked:
+    """Stands for an argument compared by identity in a jit loaded from a pickle (it cannot be checked)."""
+
+    def __reduce__(self) -> str:
+        return "_UNCHECKED"
+
+
+_UNCHECKED = _Unchecked()
+_UNPICKLED = frozenset({"fxn", "_weight_refs", "_written_weights", "_out_handed", "_recorder_marker", "__wrapped__"})
+
+
+def _canonical(key: UOp) -> UOp:
+    """`key` with its placeholder buffers made canonical again (a pickle load gives them fresh UNIQUE numbers)."""
+    subs = {u: _placeholder(u) for u in key.toposort() if u.op is Ops.BUFFER}
+    return key.substitute(subs) if subs else key
+
+
 def _same_static(a: Any, b: Any) -> bool:
+    if b is _UNCHECKED:
+        return True
     if _is_value(a) and _is_value(b):
         return _value_equal(a, b)
     return a is b
@@ -203,6 +222,10 @@ class TinyJit(Generic[ReturnType]):
         """Forget the capture (its memory is freed); the next call runs normally and the one after captures again."""
         if getattr(self, "fxn", None) is None and getattr(self, "_program", None) is not None:
             raise _jit_error()(f"TinyJit({self.name}) was loaded from a pickle and has no function to re-capture")
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        """Drop every captured thing (no checks)."""
         self.cnt = 0
         self._program: Any = None
         self._structure: Any = None
@@ -361,6 +384,68 @@ class TinyJit(Generic[ReturnType]):
                 jit._stale = desc
 
         return callback
+
+    # ---- pickling -----------------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A captured jit pickles its program (kernels with binaries, weights and constants by value), its argument
+        and output specs; not the function: a loaded jit only replays, on weights of its own."""
+        from tg.runtime import engine
+
+        if self._program is None:
+            return {"name": self.name, "prune": self.prune, "_param_names": self._param_names}
+        state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
+        state["fxn"] = None
+        # objects compared by identity cannot exist after loading: those arguments are no longer checked
+        state["_statics"] = [(p, v if _is_value(v) else _UNCHECKED) for p, v in self._statics]
+        state["_weight_buffers"] = [
+            None if o is None or o.kind != "weight" or o.weight_uop is None
+            else engine.buffer_for(view_base(o.weight_uop)) for o in self._outputs
+        ]  # fmt: skip
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from tg.runtime import engine
+
+        self.fxn = None
+        self.reset_state()
+        self.__dict__.update({k: v for k, v in state.items() if k != "_weight_buffers"})
+        if self._program is None:
+            return
+        # placeholders came back with fresh UNIQUE numbers: make them the canonical ones again
+        for spec in self._inputs:
+            spec.key = _canonical(spec.key)
+        for out, buf in zip(self._outputs, state["_weight_buffers"], strict=True):
+            if out is None:
+                continue
+            if out.template is not None:
+                out.template = _canonical(out.template)
+            if out.weight_uop is not None and buf is not None:
+                engine.bind_buffer(view_base(out.weight_uop), buf)
+        self._out_handed = [None] * len(self._out_slots)
+        self.cnt = 2
+
+    def weights(self) -> list[Tensor]:
+        """Tensors over the buffers the program reads or writes in place (for a loaded jit: its own copies);
+        `assign` to them is seen by the next replay."""
+        from tg.runtime import engine
+
+        program = self._program
+        if program is None:
+            return []
+        slot_ids = {id(b) for b in program.slot_buffers}
+        rng_ids = {id(b) for _, b, _, _ in self._rng}
+        seen: dict[int, Any] = {}
+        for ei in program.items:
+            for b in ei.bufs:
+                if id(b.base) not in slot_ids and id(b.base) not in rng_ids:
+                    seen.setdefault(id(b.base), b.base)
+        out = []
+        for buf in seen.values():
+            uop = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+            engine.bind_buffer(uop, buf)
+            out.append(Tensor(uop))
+        return out
 
     # ---- replay -------------------------------------------------------------------------------------------------
 

@@ -221,6 +221,19 @@ def test_kernel_index_patterns() -> None:
     assert ((r0 + -1) * 4 + r2).render() == "((ridx0*4)+ridx2)-4"
 
 
+def test_coefficients_larger_than_the_divisor_reduce() -> None:
+    # sliding-window indices: row j of a window starts at j*(n+1) in a repeated row of n, i.e. at j (mod n)
+    r0, r1 = UOp.range(3, 0), UOp.range(8, 1)
+    assert ((r0 * 11 + r1) % 10).simplify().render() == "ridx0+ridx1"
+    assert ((r0 * 11 + r1) // 10).simplify() is r0
+    i, j = Variable("i", 0, 2), Variable("j", 0, 7)
+    for e in [(i * 11 + j) % 10, (i * 23 + j) % 10, (i * 23 + j + 5) // 10, (i * 17 + j * 13) % 6]:
+        for vi in range(3):
+            for vj in range(8):
+                vals = {"i": vi, "j": vj}
+                assert ref_eval(e.simplify(), vals) == ref_eval(e, vals), e.render(False)
+
+
 def test_overflow_makes_bounds_the_dtype_range() -> None:
     # x * 2**30 can wrap in int32, so its bounds (and the folds that rely on them) must not assume it doesn't
     big = x * 2**30

@@ -217,6 +217,10 @@ def fold_divmod(x: UOp, c: UOp, d: UOp) -> UOp | None:
             qconst, rconst = qconst + t.arg // cv, rconst + t.arg % cv
         elif (q := t.divides(cv)) is not None:
             quo.append(q)
+        elif (f := t.const_factor()) > cv and (base := t.divides(f)) is not None:
+            # base*f = base*(f // c)*c + base*(f % c): e.g. (i*11 + j) % 10 -> (i + j) % 10 (a window index)
+            quo.append(base * (f // cv))
+            rem.append(base * (f % cv))
         else:
             rem.append(t)
     r = _usum(x, rem, rconst)

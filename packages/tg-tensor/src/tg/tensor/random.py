@@ -186,38 +186,54 @@ def _fan_in(shape: tuple[int, ...]) -> int:
     return int(math.prod(shape[1:])) if len(shape) > 1 else int(shape[0]) if shape else 1
 
 
-def scaled_uniform(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+def scaled_uniform(
+    *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
+) -> Tensor:
     """U(-1, 1) / sqrt(numel)."""
     from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
-    return uniform(*shp, low=-1.0, high=1.0, device=device, dtype=dtype) * (math.prod(shp) ** -0.5)
+    return _leaf(
+        uniform(*shp, low=-1.0, high=1.0, device=device, dtype=dtype) * (math.prod(shp) ** -0.5), requires_grad
+    )
 
 
-def glorot_uniform(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+def glorot_uniform(
+    *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
+) -> Tensor:
     """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (Xavier/Glorot)."""
     from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     bound = math.sqrt(6 / (shp[0] + math.prod(shp[1:]))) if shp else 1.0
-    return uniform(*shp, low=-bound, high=bound, device=device, dtype=dtype)
+    return _leaf(uniform(*shp, low=-bound, high=bound, device=device, dtype=dtype), requires_grad)
 
 
 def kaiming_uniform(
-    *shape: Any, a: float = 0.01, device: str | None = None, dtype: DType | str | None = None
+    *shape: Any,
+    a: float = 0.01,
+    device: str | None = None,
+    dtype: DType | str | None = None,
+    requires_grad: bool | None = None,
 ) -> Tensor:
     """U(-b, b) with b = sqrt(6 / ((1 + a^2) * fan_in)), fan_in = prod(shape[1:]) (He)."""
     from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     bound = math.sqrt(6.0 / ((1 + a * a) * _fan_in(shp)))
-    return uniform(*shp, low=-bound, high=bound, device=device, dtype=dtype)
+    return _leaf(uniform(*shp, low=-bound, high=bound, device=device, dtype=dtype), requires_grad)
 
 
-def kaiming_normal(*shape: Any, a: float = 0.01, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+def kaiming_normal(
+    *shape: Any,
+    a: float = 0.01,
+    device: str | None = None,
+    dtype: DType | str | None = None,
+    requires_grad: bool | None = None,
+) -> Tensor:
     """N(0, std) with std = sqrt(2 / ((1 + a^2) * fan_in)) (He)."""
     from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     std = math.sqrt(2.0 / ((1 + a * a) * _fan_in(shp)))
-    return normal(*shp, mean=0.0, std=std, device=device, dtype=dtype)
+    return _leaf(normal(*shp, mean=0.0, std=std, device=device, dtype=dtype), requires_grad)

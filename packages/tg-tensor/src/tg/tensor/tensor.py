@@ -316,14 +316,14 @@ class Tensor(_DTypeShortcuts):
         return memoryview(bytes(_realize.host_bytes(self)))
 
     def to(self, device: Any = None, dtype: Any = None) -> Tensor:
-        """This tensor on `device` (a COPY when the device differs) and/or cast to `dtype`, as torch's `to`:
-        `t.to("PYTHON")`, `t.to(dtypes.half)`, `t.to("CPU", "float16")`; a sharded tensor gathers its shards; a
-        tuple of devices replicates (`shard(devices)`)."""
+        """This tensor on `device` (a COPY when the device differs; None is the default device) and/or cast to
+        `dtype`, as torch's `to`: `t.to("PYTHON")`, `t.to(dtypes.half)`, `t.to("CPU", "float16")`; a sharded
+        tensor gathers its shards; a tuple of devices replicates (`shard(devices)`)."""
         if device is not None and not isinstance(device, (str, tuple, list)) and dtype is None:
-            device, dtype = None, device  # t.to(dtype)
+            return self.cast(device)  # t.to(dtype)
         x = self if dtype is None else self.cast(dtype)
-        if device is None:
-            return x
+        if device is None and dtype is not None:
+            return x  # t.to(dtype=...): only the dtype changes (t.to(None) is the default device)
         if isinstance(device, (tuple, list)):
             return x.shard(tuple(device))
         dev = canonical_device(device)

@@ -203,3 +203,41 @@ def test_prescale_range(prescale: int) -> None:
     with pytest.raises(ValueError, match=r"prescale must be 0\.\.15"):
         Navi31SPI(Bar5(dev), prescale=prescale)
     assert len(rf.log) == 0
+
+
+def test_transfer_many_is_the_same_register_sequence_as_one_by_one() -> None:
+    """Back-to-back transactions (one round trip remotely) touch the registers exactly as separate transfers do."""
+    from amdflash.romsw import Transfer
+
+    batch = [Transfer(0x06), Transfer(0x05, data_in=2), Transfer(0x02, 0x1000, 3, data_out=bytes(range(6)))]
+    rf1, rf2 = make_regfile(), make_regfile()
+    spi1, _ = make_spi(rf1)
+    spi2, _ = make_spi(rf2)
+    one_by_one = [spi1.transfer(t.opcode, t.address, t.address_len, t.data_out, t.data_in) for t in batch]
+    assert spi2.transfer_many(batch) == one_by_one
+    assert list(rf2.log) == list(rf1.log)
+    assert len(rf1.log) > 3 * 20
+    for off, value in INITIAL.items():  # each transaction restored what it set up
+        assert rf2.peek(off) == (PERSISTENT_CNTL if off == regs.ROM_CNTL else value)
+
+
+def test_transfer_many_finishes_a_slow_transaction_then_the_rest() -> None:
+    from amdflash.romsw import Transfer
+
+    rf = make_regfile(done=False)
+    polls = {"n": 0}
+
+    def start(value: int) -> None:
+        rf.poke(regs.ROM_SW_CNTL, value)
+        polls["n"] = 0
+
+    def status_after_two_polls() -> int:  # not done at the first poll of each transaction
+        polls["n"] += 1
+        return 1 if polls["n"] > 2 else 0
+
+    rf.on_write(regs.ROM_SW_CNTL, start)
+    rf.on_read(regs.ROM_SW_STATUS, status_after_two_polls)
+    spi, _ = make_spi(rf, poll_interval=0)
+    assert spi.transfer_many([Transfer(0x06), Transfer(0x05, data_in=4)]) == [b"", bytes(4)]
+    for off, value in INITIAL.items():
+        assert rf.peek(off) == (PERSISTENT_CNTL if off == regs.ROM_CNTL else value)

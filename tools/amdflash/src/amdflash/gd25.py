@@ -7,7 +7,10 @@ window shows the capture of the previous RX transaction.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Protocol
+
+from amdflash.romsw import Transfer
 
 FLASH_SIZE = 0x200000
 SECTOR_SIZE = 0x1000
@@ -32,13 +35,14 @@ SR1_BUSY = 0x01
 SR1_WEL = 0x02
 SR2_CMP = 0x40
 
+READS_PER_PROGRAM = 8  # 256-byte reads sent back to back (2 KiB, 16 transactions, one round trip remotely)
 ERASE_TIMEOUT = 2.0
 PROGRAM_TIMEOUT = 1.0
 WRSR_TIMEOUT = 1.0
 
 
 class SPITransport(Protocol):
-    """What the flash driver needs from the engine: one SPI transaction."""
+    """What the flash driver needs from the engine: SPI transactions, alone or back to back."""
 
     def transfer(
         self,
@@ -50,6 +54,10 @@ class SPITransport(Protocol):
         timeout: float | None = None,
     ) -> bytes:
         """Run one transaction; see `Navi31SPI.transfer`."""
+        ...
+
+    def transfer_many(self, transfers: Sequence[Transfer], timeout: float | None = None) -> list[bytes]:
+        """Run transactions back to back (one round trip remotely); see `Navi31SPI.transfer_many`."""
         ...
 
 
@@ -68,8 +76,7 @@ class GD25LQ16E:
 
     def read_register(self, op: int, count: int = 1) -> bytes:
         """Read `count` bytes of a register-like command (prime with max(2, count) bytes, then the real read)."""
-        self.spi.transfer(op, data_in=max(2, count))
-        return self.spi.transfer(op, data_in=count)
+        return self.spi.transfer_many([Transfer(op, data_in=max(2, count)), Transfer(op, data_in=count)])[1]
 
     def status(self, op: int = OP_RDSR1) -> int:
         """One status register (RDSR-1 by default)."""
@@ -81,12 +88,13 @@ class GD25LQ16E:
 
     def sfdp(self, count: int = 20) -> bytes:
         """`count` bytes of SFDP space from address 0 (the capture starts with the dummy byte)."""
-        self.spi.transfer(OP_SFDP, address=0, address_len=3, data_in=count)
-        return self.spi.transfer(OP_SFDP, address=0, address_len=3, data_in=count)
+        read = Transfer(OP_SFDP, address=0, address_len=3, data_in=count)
+        return self.spi.transfer_many([read, read])[1]
 
     def wait_idle(self, timeout: float = 2.0) -> int:
         """Poll SR1 until BUSY clears and return it; TimeoutError after `timeout` seconds."""
         deadline = time.monotonic() + timeout
+        polls = 0
         while True:
             expired = time.monotonic() >= deadline  # decided before the poll: a descheduled process still polls once
             sr1 = self.status()
@@ -94,13 +102,17 @@ class GD25LQ16E:
                 return sr1
             if expired:
                 raise TimeoutError(f"flash remained busy for {timeout}s")
-            if self.busy_poll_interval > 0:  # 0 (the simulator): poll again at once, without yielding the CPU
+            polls += 1
+            # the second poll follows at once (a status read is itself a transaction's worth of time): short
+            # operations finish without a sleep; only then is the CPU given up between polls
+            if polls > 1 and self.busy_poll_interval > 0:
                 time.sleep(self.busy_poll_interval)
 
     def write_enable(self) -> None:
         """WREN, then check that WEL is set."""
-        self.spi.transfer(OP_WREN)
-        sr1 = self.status()
+        sr1 = self.spi.transfer_many([Transfer(OP_WREN), Transfer(OP_RDSR1, data_in=2), Transfer(OP_RDSR1, data_in=1)])[
+            2
+        ][0]
         if not sr1 & SR1_WEL:
             raise RuntimeError(f"WREN failed (SR1=0x{sr1:02x})")
 
@@ -139,11 +151,9 @@ class GD25LQ16E:
         if addr < 0 or count < 0 or addr + count > FLASH_SIZE:
             raise ValueError("read outside 2 MiB flash")
         out = bytearray()
-        end = addr + count
-        a = addr
-        while a < end:
-            n = min(MAX_READ, end - a)
-            self.spi.transfer(OP_READ, address=a, address_len=3, data_in=n)
-            out += self.spi.transfer(OP_READ, address=a, address_len=3, data_in=n)
-            a += n
+        chunks = [(a, min(MAX_READ, addr + count - a)) for a in range(addr, addr + count, MAX_READ)]
+        for i in range(0, len(chunks), READS_PER_PROGRAM):  # each chunk: a prime, then the real read
+            reads = [Transfer(OP_READ, a, 3, data_in=n) for a, n in chunks[i : i + READS_PER_PROGRAM]]
+            results = self.spi.transfer_many([t for read in reads for t in (read, read)])
+            out += b"".join(results[1::2])
         return bytes(out)

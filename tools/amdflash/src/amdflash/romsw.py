@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from amdflash import regs
 from amdflash.util import RegisterAccessor
@@ -57,6 +59,89 @@ def persistent_rom_cntl(old: int, prescale: int) -> int:
     return (old & 0xE0FFFFFF) | regs.ROM_CNTL_PRESCALE_OVERRIDE | (prescale << regs.ROM_CNTL_PRESCALE_SHIFT) | 1
 
 
+@dataclass(frozen=True)
+class Transfer:
+    """One SPI transaction: opcode, `address_len` (0..3) address bytes, then TX `data_out` or RX `data_in` bytes."""
+
+    opcode: int
+    address: int = 0
+    address_len: int = 0
+    data_out: bytes = b""
+    data_in: int = 0
+
+    def check(self) -> None:
+        """ValueError for a transaction the engine cannot (or must not) run."""
+        if self.data_out and self.data_in:
+            raise ValueError("simultaneous TX and RX is unsupported")
+        if self.opcode & 0xFF in ONE_BYTE_DESTRUCTIVE_OPCODES:
+            raise ValueError(
+                f"opcode {self.opcode & 0xFF:#04x} is a 1-byte destructive command; "
+                "stale ROM_SW triggers would repeat it"
+            )
+        if self.address_len not in (0, 1, 2, 3):
+            raise ValueError("address_len must be 0..3")
+        if not 0 <= (len(self.data_out) or self.data_in) <= MAX_TRANSFER:
+            raise ValueError("transfer data must be <= 256 bytes")
+
+
+@dataclass
+class _Plan:
+    """Where one transaction's ops and values sit in a register program."""
+
+    transfer: Transfer
+    first: int  # index of its first op
+    saved: dict[int, int]  # register -> value slot of its saved value
+    setup: list[tuple[int, int]]  # (op index, register) of each set-up write
+    cleared: int  # value slot of the ROM_SW_STATUS check after clearing
+    cleared_op: int
+    block: int | None  # block index of the RX window read
+    end: int  # one past its last op (the restore)
+
+    def data(self, ran: ProgramResult) -> bytes:
+        """The RX bytes of a transaction that ran completely."""
+        return b"" if self.block is None else ran.blocks[self.block][: self.transfer.data_in]
+
+    def setup_done(self, ran: ProgramResult) -> dict[int, int]:
+        """Register -> saved value, for the set-up writes of this transaction that ran."""
+        return {
+            off: 0 if off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS) else ran.values[self.saved[off]]
+            for index, off in self.setup
+            if index < ran.executed
+        }
+
+
+def _plan(prog: RegisterProgram, t: Transfer) -> _Plan:
+    """Append one transaction (set-up, trigger, first poll, RX read, restore) to `prog`."""
+    first = len(prog.ops)
+    saved = {off: prog.read32(off) for off in SAVED_REGISTERS}
+    setup = [(prog.write32_from(off, saved[off], and_mask, or_value), off) for off, and_mask, or_value in SETUP]
+    # ROM_SW_CNTL/STATUS are restored to 0 (their idle value); every ROM_SW_CNTL write triggers the engine, so that
+    # restore happens only once the pads, mirror and clock above are set up
+    setup += [(prog.write32(off, 0), off) for off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS)]
+    cleared = prog.expect32(regs.ROM_SW_STATUS, 0xFFFFFFFF, 0)
+    cleared_op = len(prog.ops) - 1
+    prog.write32(regs.ROM_SW_COMMAND, ((t.address & 0xFFFFFF) << 8) | (t.opcode & 0xFF))
+    for i in range(0, len(t.data_out), 4):
+        prog.write32(regs.ROM_SW_DATA + i, int.from_bytes(t.data_out[i : i + 4].ljust(4, b"\0"), "big"))
+    count = len(t.data_out) or t.data_in
+    control = (t.address_len << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if t.data_in else 0) | count
+    prog.write32(regs.ROM_SW_CNTL, control)
+    prog.read32(regs.ROM_SW_CNTL)  # flush the posted write
+    prog.expect32(regs.ROM_SW_STATUS, regs.ROM_SW_STATUS_DONE, regs.ROM_SW_STATUS_DONE)  # the first poll
+    block = prog.read(regs.ROM_SW_DATA, (t.data_in + 3) & ~3) if t.data_in else None
+    for off in RESTORE_ORDER:
+        if off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS):
+            prog.write32(off, 0)
+        else:
+            prog.write32_from(off, saved[off])
+    return _Plan(t, first, saved, setup, cleared, cleared_op, block, len(prog.ops))
+
+
+def _plan_at(plans: list[_Plan], op: int) -> _Plan:
+    """The transaction that op index `op` belongs to."""
+    return next(p for p in plans if p.first <= op < p.end)
+
+
 class Navi31SPI:
     """Driver of the ROM_SW engine over a BAR5 register accessor.
 
@@ -92,83 +177,54 @@ class Navi31SPI:
         """Run one SPI transaction: opcode, `address_len` address bytes, then TX `data_out` or RX `data_in` bytes.
 
         Returns the RX window (which shows the *previous* RX transaction's capture) or b"" for non-RX transactions.
-        Every register the set-up wrote (and only those) is restored in a `finally`, whatever happens; SIGINT/SIGTERM
-        are deferred until the restore is done (`tg.drivers.interrupts.critical`). `timeout=None` uses the instance
-        default (2 s unless configured).
+        Every register the set-up wrote (and only those) is restored, whatever happens; SIGINT/SIGTERM are deferred
+        until the restore is done (`tg.drivers.interrupts.critical`). `timeout=None` uses the instance default (2 s
+        unless configured).
         """
-        if data_out and data_in:
-            raise ValueError("simultaneous TX and RX is unsupported")
-        if opcode & 0xFF in ONE_BYTE_DESTRUCTIVE_OPCODES:
-            raise ValueError(
-                f"opcode {opcode & 0xFF:#04x} is a 1-byte destructive command; stale ROM_SW triggers would repeat it"
-            )
-        if address_len not in (0, 1, 2, 3):
-            raise ValueError("address_len must be 0..3")
-        count = len(data_out) or data_in
-        if not 0 <= count <= MAX_TRANSFER:
-            raise ValueError("transfer data must be <= 256 bytes")
-        with critical():  # a Ctrl-C waits until the registers are restored
-            return self._transaction(opcode, address, address_len, data_out, data_in, count, timeout)
+        return self.transfer_many([Transfer(opcode, address, address_len, data_out, data_in)], timeout)[0]
 
-    def _transaction(
-        self,
-        opcode: int,
-        address: int,
-        address_len: int,
-        data_out: bytes,
-        data_in: int,
-        count: int,
-        timeout: float | None,
-    ) -> bytes:
-        # The whole transaction is one register program: over the remote transport it is one round trip; elsewhere it
-        # runs op by op, in this order. The restore is a separate step, of exactly the set-up writes that ran.
+    def transfer_many(self, transfers: Sequence[Transfer], timeout: float | None = None) -> list[bytes]:
+        """Run transactions back to back, each exactly as `transfer` would (set-up, trigger, poll, read, restore).
+
+        They form one register program (`tg.drivers.regprog`): one round trip over the remote transport, op by op in
+        the same order elsewhere. A transaction not done at its first poll finishes op by op, then the rest follow.
+        """
+        for t in transfers:
+            t.check()
+        with critical():  # a Ctrl-C waits until the registers are restored
+            return self._run(list(transfers), self.timeout if timeout is None else timeout)
+
+    def _run(self, transfers: list[Transfer], timeout: float) -> list[bytes]:
         prog = RegisterProgram()
-        saved = {off: prog.read32(off) for off in SAVED_REGISTERS}
-        setup = [(prog.write32_from(off, saved[off], and_mask, or_value), off) for off, and_mask, or_value in SETUP]
-        # ROM_SW_CNTL/STATUS are restored to 0 (their idle value); every ROM_SW_CNTL write triggers the engine, so that
-        # restore happens only once the pads, mirror and clock above are set up
-        setup += [(prog.write32(off, 0), off) for off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS)]
-        cleared = prog.expect32(regs.ROM_SW_STATUS, 0xFFFFFFFF, 0)
-        cleared_op = len(prog.ops) - 1
-        prog.write32(regs.ROM_SW_COMMAND, ((address & 0xFFFFFF) << 8) | (opcode & 0xFF))
-        for i in range(0, len(data_out), 4):
-            prog.write32(regs.ROM_SW_DATA + i, int.from_bytes(data_out[i : i + 4].ljust(4, b"\0"), "big"))
-        control = ((address_len) << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if data_in else 0) | count
-        prog.write32(regs.ROM_SW_CNTL, control)
-        prog.read32(regs.ROM_SW_CNTL)  # flush the posted write
-        prog.expect32(regs.ROM_SW_STATUS, regs.ROM_SW_STATUS_DONE, regs.ROM_SW_STATUS_DONE)  # the first poll
-        rx_size = (data_in + 3) & ~3
-        if data_in:
-            prog.read(regs.ROM_SW_DATA, rx_size)
-        ran: ProgramResult | None = None
+        plans = [_plan(prog, t) for t in transfers]
+        try:
+            ran = run_program(self.bar5, prog)
+        except BaseException as exc:
+            partial: ProgramResult | None = getattr(exc, "program_result", None)  # how far a local run got
+            if partial is None:  # a remote program failed: what ran is unknown
+                log.error("ROM_SW transaction failed before its register values were known; nothing to restore")
+            else:
+                self._restore(_plan_at(plans, max(partial.executed - 1, 0)).setup_done(partial), False)
+            raise
+        done = [p for p in plans if p.end <= ran.executed]
+        results = [p.data(ran) for p in done]
+        if len(done) == len(plans):
+            return results
+        plan = plans[len(done)]  # stopped at one of its checks
         completed = False
         try:
-            try:
-                ran = run_program(self.bar5, prog)
-            except BaseException as exc:
-                ran = getattr(exc, "program_result", None)  # how far a local run got (None: unknown, remote)
-                raise
-            if not ran.complete and ran.executed == cleared_op + 1:  # stopped at the STATUS check
-                status = ran.values[cleared]
+            if ran.executed - 1 == plan.cleared_op:
+                status = ran.values[plan.cleared]
                 raise RuntimeError(f"ROM_SW_STATUS did not clear (status={status:#010x}){GATED_HINT}")
-            raw = ran.blocks[0] if ran.complete and data_in else b""
-            if not ran.complete:  # not done at the first poll: keep polling, then read the window
-                self._wait_done(self.timeout if timeout is None else timeout)
-                raw = bytes(self.bar5.read(regs.ROM_SW_DATA, rx_size)) if data_in else b""
+            self._wait_done(timeout)  # not done at the first poll: keep polling, then read the window
+            size = (plan.transfer.data_in + 3) & ~3
+            raw = bytes(self.bar5.read(regs.ROM_SW_DATA, size)) if plan.transfer.data_in else b""
             completed = True
-            return bytes(raw[:data_in])
         finally:
-            if ran is not None:
-                self._restore(
-                    {
-                        off: 0 if off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS) else ran.values[saved[off]]
-                        for index, off in setup
-                        if index < ran.executed
-                    },
-                    completed,
-                )
-            else:
-                log.error("ROM_SW transaction failed before its register values were known; nothing to restore")
+            self._restore(plan.setup_done(ran), completed)
+        results.append(raw[: plan.transfer.data_in])
+        rest = transfers[len(results) :]
+        return results + (self._run(rest, timeout) if rest else [])
 
     def _restore(self, saved: dict[int, int], completed: bool) -> None:
         """Undo exactly the set-up writes that happened, in the fixed restore order; keep going past failures."""

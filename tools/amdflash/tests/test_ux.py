@@ -168,3 +168,39 @@ def test_plain_progress_prints_about_every_ten_percent() -> None:
     silent = Progress(10, "x", None)
     silent.update(10)
     assert silent.done == 10
+
+
+# --- whole-image validation: nothing reaches the flash or the PSP unless the whole image is a valid IFWI -------------
+def bad_images() -> dict[str, bytes]:
+    import random
+
+    from amdflash.sim import corrupt_sgn, huge_sgn_count
+
+    valid = build_ifwi(3)
+    no_ish = bytearray(valid)
+    no_ish[0x12018:0x1201C] = (0x300000).to_bytes(4, "little")  # ISH payload size past the end of the image
+    return {
+        "zeros": bytes(0x200000),
+        "all-ff": b"\xff" * 0x200000,
+        "random": random.Random(4).randbytes(0x200000),
+        "truncated": valid[:0x1FF000],
+        "magic-only": valid[:4] + bytes(0x200000 - 4),
+        "corrupt-sgn": corrupt_sgn(3),
+        "huge-sgn-count": huge_sgn_count(3),
+        "ish-beyond-end": bytes(no_ish),
+    }
+
+
+@pytest.mark.parametrize("name", list(bad_images()))
+def test_invalid_images_send_nothing(tmp_path: Path, name: str) -> None:
+    image = tmp_path / f"{name}.bin"
+    image.write_bytes(bad_images()[name])
+    for argv in (("romsw", "flash", str(image), "--yes"), ("fw", "ifwi-all", str(image), "--yes")):
+        board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
+        spy = SimOpener(board)
+        r = run_cli(spy, *argv)
+        assert r.code == 1, (argv, r.err)
+        assert r.err.startswith("error: "), r.err
+        assert spy.calls == []  # refused before the device is opened
+        assert board.transactions == [] and board.psp_log == [] and board.erase_count == 0
+        assert board.flash == build_ifwi(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tg.codegen.opt.opts import Opt, split
 from tg.codegen.program import get_program
 from tg.ir.dtype import dtypes
 from tg.ir.ops import AxisType, Ops
@@ -26,9 +27,9 @@ def cl() -> str:
     return "CL"
 
 
-def _run(ast: UOp, device: str, inputs: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+def _run(ast: UOp, device: str, inputs: list[np.ndarray], out: np.ndarray, opts: list[Opt] | None = None) -> np.ndarray:
     dev = Device[device]
-    p = get_program(ast, dev.renderer)
+    p = get_program(ast, dev.renderer, opts)
     prg = dev.runtime(p.name, dev.compiler.compile_cached(p.src))
     arrays = [out.copy(), *inputs]
     bufs = [Buffer(device, a.size, dtypes.float32).copyin(memoryview(np.ascontiguousarray(a))) for a in arrays]
@@ -71,6 +72,59 @@ def test_elementwise_and_reductions_match_cpu(cl: str, shape: tuple[int, ...]) -
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def _sum_rows_kernel(n_out: int, n_red: int) -> UOp:
+    o, r = UOp.range(n_out, 0), UOp.range(n_red, 1, AxisType.REDUCE)
+    red = UOp.param(1, dtypes.float32, n_out * n_red).index(o * n_red + r).load().reduce(r, arg=Ops.ADD)
+    return UOp.sink(UOp.param(0, dtypes.float32, n_out).index(o).store(red).end(o))
+
+
+def _matmul_kernel(m: int, n: int, k: int) -> UOp:
+    i, j, r = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    a = UOp.param(1, dtypes.float32, m * k).index(i * k + r).load()
+    b = UOp.param(2, dtypes.float32, k * n).index(r * n + j).load()
+    return UOp.sink(
+        UOp.param(0, dtypes.float32, m * n).index(i * n + j).store((a * b).reduce(r, arg=Ops.ADD)).end(i, j)
+    )
+
+
+# (kernel, opts): LOCAL work-groups, GROUP_REDUCE (inner and top) through local memory, UPCAST, UNROLL, mixed
+OPT_VARIANTS = {
+    "group_reduce": (_sum_rows_kernel(8, 512), [split(1, 64, AxisType.GROUP_REDUCE)]),
+    "group_reduce_top": (_sum_rows_kernel(8, 512), [split(1, 16, AxisType.GROUP_REDUCE, top=True)]),
+    "local_and_group": (_sum_rows_kernel(64, 256), [split(0, 4, AxisType.LOCAL), split(2, 32, AxisType.GROUP_REDUCE)]),
+    "group_unroll": (_sum_rows_kernel(4, 1024), [split(1, 32, AxisType.GROUP_REDUCE), split(2, 4, AxisType.UNROLL)]),
+    "matmul_local": (_matmul_kernel(32, 32, 64), [split(0, 8, AxisType.LOCAL), split(1, 8, AxisType.LOCAL)]),
+    "matmul_upcast": (_matmul_kernel(32, 32, 64), [split(1, 4, AxisType.UPCAST), split(0, 2, AxisType.UPCAST)]),
+    "matmul_group": (_matmul_kernel(8, 8, 256), [split(2, 16, AxisType.GROUP_REDUCE), split(0, 2, AxisType.LOCAL)]),
+}
+
+
+@pytest.mark.parametrize("variant", list(OPT_VARIANTS))
+def test_opt_variants_identical_on_cl_and_cpu(cl: str, variant: str) -> None:
+    # small integers in float32: every summation order gives the exact result, so CL and CPU must agree bit for bit
+    ast, opts = OPT_VARIANTS[variant]
+    params = sorted((u for u in ast.toposort() if u.op is Ops.PARAM), key=lambda u: u.arg)
+    rng = np.random.default_rng(3)
+    inputs = [rng.integers(-8, 9, p.dtype.size).astype(np.float32) for p in params[1:]]  # type: ignore[attr-defined]
+    out = np.zeros(params[0].dtype.size, np.float32)  # type: ignore[attr-defined]
+    plain = _run(ast, "CPU", inputs, out, [])
+    np.testing.assert_array_equal(_run(ast, cl, inputs, out, opts), plain)
+    if not any(o.arg[1] is AxisType.LOCAL for o in opts):  # the CPU has no work-groups; the rest it runs too
+        np.testing.assert_array_equal(_run(ast, "CPU", inputs, out, opts), plain)
+    p = get_program(ast, Device[cl].renderer, opts)
+    if any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts):
+        assert "__local float" in p.src and "barrier(CLK_LOCAL_MEM_FENCE);" in p.src
+    if any(o.arg[1] is AxisType.LOCAL for o in opts):
+        assert "get_local_id" in p.src
+
+
+def test_heuristic_group_reduce_for_a_long_sum(cl: str) -> None:
+    p = get_program(_sum_rows_kernel(1, 1 << 16), Device[cl].renderer)
+    assert any(o.arg[1] is AxisType.GROUP_REDUCE for o in p.applied_opts) and p.local_size == (256,)
+    x = np.random.default_rng(4).integers(-100, 100, 1 << 16).astype(np.float32)
+    np.testing.assert_array_equal(Tensor(x, device=cl).sum().numpy(), np.float32(x.astype(np.int64).sum()))
+
+
 def test_matmul_and_transcendentals_match_cpu(cl: str) -> None:
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((33, 65)).astype(np.float32), rng.standard_normal((65, 17)).astype(np.float32)
@@ -97,3 +151,23 @@ def test_large_elementwise_uses_work_groups(cl: str) -> None:
     x = Tensor.arange(n, device=cl).cast(dtypes.float32)
     out = (x * 2).numpy()
     np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32) * 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.float16])
+def test_long_reductions_use_local_memory_and_match_numpy(cl: str, dtype: type) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.integers(-50, 50, (3, 4096)).astype(dtype)
+    t = Tensor(x, device=cl)
+    np.testing.assert_array_equal(t.sum(axis=1).numpy(), x.sum(axis=1, dtype=dtype))
+    np.testing.assert_array_equal(t.max(axis=1).numpy(), x.max(axis=1))
+    np.testing.assert_array_equal(t.min().numpy(), x.min())
+    np.testing.assert_array_equal(t.argmax(axis=1).numpy(), x.argmax(axis=1))
+    np.testing.assert_array_equal((t > 40).any(axis=1).numpy(), (x > 40).any(axis=1))
+
+
+def test_long_max_propagates_nan(cl: str) -> None:
+    x = np.arange(8192, dtype=np.float32)
+    x[5000] = np.nan
+    assert np.isnan(Tensor(x, device=cl).max().numpy())
+    x[5000] = np.inf
+    assert Tensor(x, device=cl).max().numpy() == np.inf

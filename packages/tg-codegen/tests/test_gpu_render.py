@@ -142,3 +142,30 @@ def test_cuda_grid_limits_merge_large_outer_dimensions() -> None:
 
     p = get_program(elementwise(70000, 3, 4), CUDARenderer())  # 70000 > 65535 blocks in y/z: one dimension
     assert p.global_size is not None and len(p.global_size) == 1
+
+
+def _row_sums(n_out: int, n_red: int) -> UOp:
+    o, r = UOp.range(n_out, 0), UOp.range(n_red, 1, AxisType.REDUCE)
+    red = UOp.param(1, f32, n_out * n_red).index(o * n_red + r).load().reduce(r, arg=Ops.ADD)
+    return UOp.sink(UOp.param(0, f32, n_out).index(o).store(red).end(o))
+
+
+def test_group_reduce_goes_through_local_memory_and_a_barrier() -> None:
+    from tg.codegen.opt.opts import split
+    from tg.codegen.render.cuda import CUDARenderer
+
+    opts = [split(1, 64, AxisType.GROUP_REDUCE)]
+    p = get_program(_row_sums(8, 512), OpenCLRenderer(), opts)
+    assert "__local float temp0[64];" in p.src and p.src.count("barrier(CLK_LOCAL_MEM_FENCE);") == 1
+    assert "temp0[lidx0] = " in p.src and p.global_size == (8,) and p.local_size == (64,)
+    cu = get_program(_row_sums(8, 512), CUDARenderer(), opts).src
+    assert "__shared__ float temp0[64];" in cu and "__syncthreads();" in cu
+    with pytest.raises(ValueError, match="threads per work-group"):
+        get_program(_row_sums(8, 512), OpenCLRenderer(max_local_threads=32), opts)
+
+
+def test_gpu_heuristic_groups_long_reductions_with_few_outputs() -> None:
+    p = get_program(_row_sums(2, 4096), OpenCLRenderer())
+    assert [o.arg[:2] for o in p.applied_opts] == [(256, AxisType.GROUP_REDUCE)]
+    assert get_program(_row_sums(4096, 64), OpenCLRenderer()).applied_opts == ()  # many outputs: one item each
+    assert get_program(_row_sums(2, 4096), ClangRenderer()).src.count("__local") == 0

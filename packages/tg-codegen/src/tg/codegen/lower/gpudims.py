@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from tg.codegen.render.renderer import Renderer
-from tg.ir.dtype import dtypes
+from tg.ir.dtype import AddrSpace, dtypes
 from tg.ir.ops import AxisType, Ops
 from tg.ir.uop import UOp, sint
 
@@ -84,6 +84,42 @@ def _decompose(idx: UOp, group: list[UOp]) -> dict[UOp, UOp]:
     return ret
 
 
+def _flat(ranges: list[UOp]) -> UOp:
+    """The row-major flat index of ranges (outermost first)."""
+    ret = ranges[0]
+    for r in ranges[1:]:
+        ret = ret * _size(r) + r
+    return ret
+
+
+def _group_reduce(sink: UOp, local: list[UOp], groups: list[UOp]) -> UOp:
+    """REDUCEs over GROUP_REDUCE ranges: each work-item reduces its share, the partials meet in local memory.
+
+    REDUCE(v, *R, *G) -> every thread computes p = REDUCE(v, *R) and stores it at its own slot of a DEFINE_LOCAL
+    (slot = local id * |G| + group id), a BARRIER, then every thread reduces the |G| partials of its LOCAL
+    coordinates in a new loop; all of them store the same value (the G ranges become local ids).
+    """
+    size_g = _prod([_size(r) for r in groups])
+    size_l = _prod([_size(r) for r in local])
+    if not isinstance(size_g, int) or not isinstance(size_l, int):
+        raise ValueError("GROUP_REDUCE and LOCAL ranges need constant sizes")
+    flat_g = _flat(groups)
+    next_id = 1 + max(_axis(u) for u in sink.toposort() if u.op is Ops.RANGE)
+    subs: dict[UOp, UOp] = {}
+    for red in (u for u in sink.toposort() if u.op is Ops.REDUCE and set(groups) & set(u.src[1:])):
+        if not set(groups) <= set(red.src[1:]):
+            raise ValueError("a REDUCE over some GROUP_REDUCE ranges must reduce over all of them")
+        rest = tuple(r for r in red.src[1:] if r not in groups)
+        partial = red.replace(src=(red.src[0], *rest)) if rest else red.src[0]
+        smem = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(size_l * size_g, AddrSpace.LOCAL), (), f"temp{next_id}")
+        rg = UOp.range(size_g, next_id, AxisType.REDUCE)
+        next_id += 1
+        mine, others = (flat_g, rg) if not local else (_flat(local) * size_g + flat_g, _flat(local) * size_g + rg)
+        barrier = smem.index(mine).store(partial).barrier()
+        subs[red] = smem.after(barrier).index(others).load().reduce(rg, arg=red.arg)
+    return sink.substitute(subs)
+
+
 def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
     """Replace a kernel's grid ranges by SPECIAL work-item ids for `renderer` (unchanged if it has no grid)."""
     if renderer.global_max is None:
@@ -91,13 +127,22 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
     ranges = {u for u in sink.toposort() if u.op is Ops.RANGE}
     grid = {r for r in ranges if r.arg[1] in _GRID_TYPES}
     local = sorted((r for r in ranges if r.arg[1] is AxisType.LOCAL), key=_axis)
-    if not grid and not local:
+    if groups := sorted((r for r in ranges if r.arg[1] is AxisType.GROUP_REDUCE), key=_axis):
+        if not renderer.has_shared:
+            raise ValueError(f"{type(renderer).__name__} has no shared memory for GROUP_REDUCE")
+        sink = _group_reduce(sink, local, groups)
+        threads = _prod([_size(r) for r in local + groups])
+        if isinstance(threads, int) and threads > renderer.max_local_threads:
+            raise ValueError(f"LOCAL x GROUP_REDUCE sizes make {threads} threads per work-group, more than "
+                             f"{type(renderer).__name__}'s {renderer.max_local_threads}")  # fmt: skip
+    if not grid and not local and not groups:
         return sink
     for root in sink.src:  # every store must run over the same grid, or the kernel keeps its loops
         if not grid | set(local) <= _closed_ranges(root):
-            if local:
+            if local or groups:
                 raise ValueError("a kernel with LOCAL ranges must close them (and its grid ranges) on every store")
             return sink
+    local = local + groups
     subs: dict[UOp, UOp] = {}
     dt = dtypes.int32
     global_groups = _group_dims(sorted(grid, key=_axis), renderer.global_max) if grid else []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tg.codegen.lower.expand import VECTOR_DTYPES, affine
 from tg.codegen.lower.structure import axis_id
+from tg.codegen.opt.gpu_heuristic import gpu_opts
 from tg.codegen.opt.kernel import OptKernel, axis_type, range_size, vector_lanes
 from tg.codegen.opt.opts import KernelOptError, Opt, split
 from tg.ir.ops import AxisType, Ops
@@ -75,6 +76,8 @@ def _matmul_operands(k: OptKernel, red: UOp) -> tuple[UOp, UOp] | None:
 def hand_coded_opts(k: OptKernel) -> OptKernel:
     """The heuristic opts for `k` (never raises: each step is skipped when illegal)."""
     ren = k.renderer
+    if ren.has_local:  # GPUs: their own rules (opt/gpu_heuristic.py)
+        return gpu_opts(k)
     topo = list(k.ast.toposort())
     stores = [u for u in topo if u.op is Ops.STORE]
     if not stores or not k.ranges:

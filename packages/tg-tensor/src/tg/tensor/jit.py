@@ -49,6 +49,14 @@ _VALUE_TYPES = (type(None), bool, int, float, str, bytes, DType, Enum)
 def _flatten(value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: list[tuple[str, Any]]) -> Any:
     """A structure key for `value`; Tensors found are appended to `tensors`, other leaves to `statics`."""
     if isinstance(value, Tensor):
+        if isinstance(value.uop.device, tuple):  # sharded: each shard is an input (slot) of its own
+            if not _realize.is_realized(value.uop):
+                value.realize()
+            if value.uop.op is not Ops.MULTI:
+                raise JitError(f"{path}: a tensor on devices {value.uop.device} that is not sharded data")
+            for i, shard in enumerate(value.uop.src):
+                tensors.append((f"{path}<shard {i}>", Tensor(shard)))
+            return ("multi", value.uop.arg, len(value.uop.src))
         tensors.append((path, value))
         return "T"
     if isinstance(value, UOp):
@@ -177,10 +185,19 @@ class _Recorder:
 class _Output:
     """How to rebuild one returned tensor at replay: over a produced slot, an input's base, or a fixed weight."""
 
-    __slots__ = ("kind", "reshape_to", "slot", "template", "weight_uop")
+    __slots__ = ("axis", "kind", "parts", "reshape_to", "slot", "template", "weight_uop")
 
-    def __init__(self, kind: str, slot: int, template: UOp | None, weight_uop: UOp | None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        slot: int,
+        template: UOp | None,
+        weight_uop: UOp | None,
+        parts: list[_Output] | None = None,
+        axis: int | None = None,
+    ) -> None:
         self.kind, self.slot, self.template, self.weight_uop = kind, slot, template, weight_uop
+        self.parts, self.axis = parts or [], axis
         whole = template is not None and (
             template.op is Ops.BUFFER or (template.op is Ops.RESHAPE and template.src[0].op is Ops.BUFFER)
         )
@@ -192,6 +209,15 @@ class _Output:
             return base if base.shape == self.reshape_to else base.reshape(self.reshape_to)
         assert self.template is not None
         return self.template.substitute({_placeholder(base): base})
+
+
+def _leaf_outputs(outputs: list[_Output | None]) -> list[Any]:
+    """Every output description that is not a sharded one (the shards of those instead)."""
+    leaves: list[Any] = []
+    for out in outputs:
+        if out is not None:
+            leaves.extend(_leaf_outputs(list(out.parts)) if out.kind == "multi" else [out])
+    return leaves
 
 
 # ---- TinyJit ----------------------------------------------------------------------------------------------------
@@ -337,30 +363,31 @@ class TinyJit(Generic[ReturnType]):
         out_buffers: list[Any] = []
         outputs: list[_Output | None] = []
         handed: list[weakref.ref[UOp] | None] = []
-        for ret_t in returned:
-            if ret_t is None:
-                outputs.append(None)
-                continue
-            t = ret_t
-            base = view_base(t.uop)
+
+        def classify(uop: UOp) -> _Output:
+            if uop.op is Ops.MULTI:  # a sharded result: each shard on its own
+                return _Output("multi", -1, None, None, [classify(s) for s in uop.src], uop.arg)
+            base = view_base(uop)
             buf = engine.buffer_for(base)
             if (input_slot := input_ids.get(id(buf))) is not None:
-                outputs.append(_Output("input", input_slot, _view_key(t.uop, base), None))
-            elif id(buf) in before:
-                outputs.append(_Output("weight", -1, None, t.uop))
-            else:
-                if (slot := next((i for i, b in enumerate(out_buffers) if b is buf), -1)) < 0:
-                    slot = len(out_buffers)
-                    out_buffers.append(buf)
-                    handed.append(weakref.ref(base))
-                outputs.append(_Output("produced", len(input_buffers) + slot, _view_key(t.uop, base), None))
+                return _Output("input", input_slot, _view_key(uop, base), None)
+            if id(buf) in before:
+                return _Output("weight", -1, None, uop)
+            if (slot := next((i for i, b in enumerate(out_buffers) if b is buf), -1)) < 0:
+                slot = len(out_buffers)
+                out_buffers.append(buf)
+                handed.append(weakref.ref(base))
+            return _Output("produced", len(input_buffers) + slot, _view_key(uop, base), None)
+
+        for ret_t in returned:
+            outputs.append(None if ret_t is None else classify(ret_t.uop))
         # buffers that outlive the capture in some other live tensor are state (weights), not intermediates
         out_ids = {id(b) for b in out_buffers}
         persistent = set(before) | {id(buf) for _, buf, _, _ in self._rng}
         for t in list(_realize.all_tensors):
-            b = view_base(t.uop)
-            if b.op is Ops.BUFFER and engine.has_buffer(b) and id(buf := engine.buffer_for(b)) not in out_ids:
-                persistent.add(id(buf))
+            for b in [view_base(s) for s in t.uop.src] if t.uop.op is Ops.MULTI else [view_base(t.uop)]:
+                if b.op is Ops.BUFFER and engine.has_buffer(b) and id(buf := engine.buffer_for(b)) not in out_ids:
+                    persistent.add(id(buf))
         program = CapturedProgram(recorder.items, [*input_buffers, *out_buffers], persistent, prune=self.prune)
         # weights: pre-existing buffers the program uses; their death means the function's tensor was rebound
         used = {id(b.base) for ei in program.items for b in ei.bufs} - {id(b) for b in program.slot_buffers}
@@ -399,8 +426,7 @@ class TinyJit(Generic[ReturnType]):
         # objects compared by identity cannot exist after loading: those arguments are no longer checked
         state["_statics"] = [(p, v if _is_value(v) else _UNCHECKED) for p, v in self._statics]
         state["_weight_buffers"] = [
-            None if o is None or o.kind != "weight" or o.weight_uop is None
-            else engine.buffer_for(view_base(o.weight_uop)) for o in self._outputs
+            engine.buffer_for(view_base(o.weight_uop)) for o in _leaf_outputs(self._outputs) if o.kind == "weight"
         ]  # fmt: skip
         return state
 
@@ -415,13 +441,12 @@ class TinyJit(Generic[ReturnType]):
         # placeholders came back with fresh UNIQUE numbers: make them the canonical ones again
         for spec in self._inputs:
             spec.key = _canonical(spec.key)
-        for out, buf in zip(self._outputs, state["_weight_buffers"], strict=True):
-            if out is None:
-                continue
+        weight_buffers = iter(state["_weight_buffers"])
+        for out in _leaf_outputs(self._outputs):
             if out.template is not None:
                 out.template = _canonical(out.template)
-            if out.weight_uop is not None and buf is not None:
-                engine.bind_buffer(view_base(out.weight_uop), buf)
+            if out.kind == "weight":
+                engine.bind_buffer(view_base(out.weight_uop), next(weight_buffers))
         self._out_handed = [None] * len(self._out_slots)
         self.cnt = 2
 
@@ -538,18 +563,20 @@ class TinyJit(Generic[ReturnType]):
             program.replay_captured(slots, outer)
         else:
             program.replay(slots)
-        returned: list[Tensor | None] = []
         n_in = len(bases)
-        for out in self._outputs:
-            if out is None:
-                returned.append(None)
-            elif out.kind == "produced":
-                returned.append(Tensor(out.rebuild(out_uops[out.slot - n_in])))
-            elif out.kind == "input":
-                returned.append(Tensor(out.rebuild(bases[out.slot])))
-            else:
-                assert out.weight_uop is not None
-                returned.append(Tensor(out.weight_uop))
+
+        def build(out: _Output) -> UOp:
+            if out.kind == "produced":
+                return out.rebuild(out_uops[out.slot - n_in])
+            if out.kind == "input":
+                return out.rebuild(bases[out.slot])
+            if out.kind == "multi":
+                shards = tuple(build(p) for p in out.parts)
+                return UOp(Ops.MULTI, shards[0].dtype, shards, out.axis)
+            assert out.weight_uop is not None
+            return out.weight_uop
+
+        returned = [None if out is None else Tensor(build(out)) for out in self._outputs]
         return _unflatten_return(self._ret_structure, iter(returned))
 
     def _redraw(self) -> None:

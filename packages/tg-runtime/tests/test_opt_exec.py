@@ -31,8 +31,8 @@ NP = {f32: np.float32, i32: np.int32, dtypes.float64: np.float64}
 
 
 def cpu_renderer(threads: int = 3) -> ClangRenderer:
-    vb = Device["CPU"].compiler.vector_bytes  # type: ignore[attr-defined]
-    return ClangRenderer(vb, threads)
+    ren = Device["CPU"].renderer
+    return ClangRenderer(ren.vector_bytes, threads, ren.has_fma)
 
 
 def run(ast: UOp, device: str, renderer: Renderer, opts: list[Opt] | None, out: tuple[DType, int],
@@ -129,7 +129,8 @@ def random_opts(ast: UOp, renderer: Renderer, rnd: random.Random, steps: int) ->
 def test_random_opts_keep_results(name: str, seed: int) -> None:
     rnd = random.Random(f"{name}{seed}")
     ast, out, ins = KERNELS[name](rnd)
-    cpu, py = cpu_renderer(), PythonRenderer(cpu_renderer().vector_bytes, 3)
+    cpu = cpu_renderer()
+    py = PythonRenderer(cpu.vector_bytes, 3, cpu.has_fma)
     opts = random_opts(ast, cpu, rnd, rnd.randint(1, 4))
     base = run(ast, "CPU", cpu, [], out, ins)
     got_cpu = run(ast, "CPU", cpu, opts, out, ins)
@@ -152,8 +153,8 @@ def test_heuristic_opts_keep_results(name: str) -> None:
         opts = list(apply_opts(ast, cpu)[1])
         base = run(ast, "CPU", cpu, [], out, ins)
         np.testing.assert_allclose(run(ast, "CPU", cpu, opts, out, ins), base, rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(run(ast, "PYTHON", PythonRenderer(cpu.vector_bytes, 2), opts, out, ins),
-                                      run(ast, "CPU", cpu, opts, out, ins))  # fmt: skip
+        py = PythonRenderer(cpu.vector_bytes, 2, cpu.has_fma)
+        np.testing.assert_array_equal(run(ast, "PYTHON", py, opts, out, ins), run(ast, "CPU", cpu, opts, out, ins))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -164,7 +165,9 @@ def test_threads_give_identical_results(threads: int) -> None:
     opts = [split(1, 16, AxisType.UPCAST)] + ([split(0, threads, AxisType.THREAD, True)] if threads > 1 else [])
     for _ in range(20):  # many small launches reuse the pool
         np.testing.assert_array_equal(run(ast, "CPU", ren, opts, out, ins), base)
-    np.testing.assert_array_equal(run(ast, "PYTHON", PythonRenderer(ren.vector_bytes, 3), opts, out, ins), base)
+    np.testing.assert_array_equal(
+        run(ast, "PYTHON", PythonRenderer(ren.vector_bytes, 3, ren.has_fma), opts, out, ins), base
+    )
 
 
 def test_matmul_tile_matches_numpy() -> None:

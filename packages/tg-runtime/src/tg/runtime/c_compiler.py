@@ -84,14 +84,19 @@ def compiler_version(cc: str) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def probe_vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
-    """Bytes in the widest SIMD register the compiler targets with `flags` (64 AVX-512, 32 AVX2, 16 SSE/NEON, 0)."""
+def target_macros(cc: str, flags: tuple[str, ...]) -> frozenset[str]:
+    """The macros the compiler predefines for its target with `flags` (e.g. __AVX512F__, __FMA__)."""
     cmd = [cc, *(f for f in flags if f.startswith(("-m", "-f"))), "-dM", "-E", "-x", "c", os.devnull]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
     except OSError:
-        return 0
-    macros = set(line.split()[1] for line in out.splitlines() if line.startswith("#define "))
+        return frozenset()
+    return frozenset(line.split()[1] for line in out.splitlines() if line.startswith("#define "))
+
+
+def probe_vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
+    """Bytes in the widest SIMD register the compiler targets with `flags` (64 AVX-512, 32 AVX2, 16 SSE/NEON, 0)."""
+    macros = target_macros(cc, flags)
     if "__AVX512F__" in macros:
         return 64
     if "__AVX2__" in macros or "__AVX__" in macros:
@@ -141,6 +146,11 @@ class CCompiler(Compiler):
     def vector_bytes(self) -> int:
         """The SIMD register width the compiled code may use (probed once per compiler and flags)."""
         return probe_vector_bytes(self.cc, self.flags)
+
+    @property
+    def has_fma(self) -> bool:
+        """Whether the target has fused multiply-add instructions (so a contracted a*b+c is one rounding)."""
+        return bool(target_macros(self.cc, self.flags) & {"__FMA__", "__ARM_FEATURE_FMA"})
 
     def __repr__(self) -> str:
         return f"<CCompiler {self.cc} {' '.join(self.flags)}>"

@@ -77,7 +77,7 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     sink = expand_kernel(ast, renderer, regs)
     # loops: one END per range, REDUCE becomes accumulator registers, ranges shared by two loops get unshared
     sink = graph_rewrite(sink, pm_split_ends)
-    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=regs)
+    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=(regs, renderer))
     sink = graph_rewrite(sink, pm_split_ends)
     sink = unify_ends(sink)
     # gated loads/stores take the gate as their own source

@@ -6,7 +6,6 @@ value that crosses a loop boundary goes through memory (a DEFINE_REG accumulator
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -101,8 +100,10 @@ def build_accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequenc
     return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, acc.dtype, (done, zero)),))
 
 
-def reduce_to_accumulator(ctx: itertools.count, red: UOp) -> UOp:
-    """REDUCE(value, *ranges) -> a one-element register: set to the identity, combined with `value` in the loop."""
+def reduce_to_accumulator(ctx: tuple[Iterator[int], Renderer | None], red: UOp) -> UOp:
+    """REDUCE(value, *ranges) -> a one-element register: set to the identity, combined with `value` in the loop.
+
+    `ctx` is (register id counter, renderer): `acc + a*b` becomes a fused MULACC when the renderer has one."""
     value, reduce_ranges = red.src[0], red.src[1:]
     if red.arg not in (Ops.ADD, Ops.MUL, Ops.MAX):
         raise ValueError(f"REDUCE arg must be Ops.ADD, Ops.MUL or Ops.MAX, got {red.arg!r}")
@@ -111,7 +112,7 @@ def reduce_to_accumulator(ctx: itertools.count, red: UOp) -> UOp:
             raise ValueError(f"REDUCE sources after the value must be RANGEs, got {r.op}")
     if not reduce_ranges:
         return value
-    return build_accumulator(ctx, red.arg, red.dtype, [value], reduce_ranges)
+    return build_accumulator(ctx[0], red.arg, red.dtype, [value], reduce_ranges, ctx[1])
 
 
 pm_reduce_to_accumulator = PatternMatcher([(UPat(Ops.REDUCE, name="red"), reduce_to_accumulator)])

@@ -583,14 +583,19 @@ class ClangRenderer(CStyleLanguage):
     global_max = None
     local_max = None
 
-    def __init__(self, vector_bytes: int = 0, threads: int = 1) -> None:
+    # MULACC is a fused multiply-add (one rounding), as the PYTHON device computes it
+    code_for_op = {**CStyleLanguage.code_for_op, Ops.MULACC: lambda a, b, c, dt: _render_fma(a, b, c, dt)}
+
+    def __init__(self, vector_bytes: int = 0, threads: int = 1, fma: bool = False) -> None:
         if vector_bytes not in (0, 16, 32, 64):
             raise ValueError(f"vector_bytes must be 0, 16, 32 or 64, got {vector_bytes!r}")
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.vector_bytes, self.thread_max, self.has_threads = vector_bytes, threads, threads > 1
+        self.has_fma = bool(fma)
         self.vector_registers = 32 if vector_bytes == 64 else 16 if vector_bytes else 0
-        self.vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}) if vector_bytes else frozenset()
+        ops = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG} | ({Ops.MULACC} if fma else set())
+        self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
 
     def vector_type(self, dt: DType) -> str:
         if (name := _VECTOR_NAMES.get(dt.scalar())) is None:
@@ -598,11 +603,37 @@ class ClangRenderer(CStyleLanguage):
         return f"tg_{name}x{dt.count}"
 
     def vector_prelude(self, used: list[DType]) -> list[str]:
-        return [f"typedef {self.type_map[dt.scalar()]} {self.vector_type(dt)} __attribute__((vector_size("
-                f"{dt.itemsize}), aligned({dt.scalar().itemsize})));" for dt in used]  # fmt: skip
+        ret = []
+        for dt in used:
+            t = self.vector_type(dt)
+            ret.append(f"typedef {self.type_map[dt.scalar()]} {t} __attribute__((vector_size({dt.itemsize}), "
+                       f"aligned({dt.scalar().itemsize})));")  # fmt: skip
+            if dtypes.is_float(dt):  # a*b+c contracted to one fused instruction, only inside this helper
+                ret.append(_VECTOR_FMA.format(t=t))
+        return ret
 
-    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # type: ignore[override]
-        return type(self), (self.vector_bytes, self.thread_max)
+    def __reduce__(self) -> tuple[type, tuple[int, int, bool]]:  # type: ignore[override]
+        return type(self), (self.vector_bytes, self.thread_max, self.has_fma)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vector_bytes={self.vector_bytes}, threads={self.thread_max})"
+        return f"{type(self).__name__}(vector_bytes={self.vector_bytes}, threads={self.thread_max}, fma={self.has_fma})"
+
+
+# the kernels compile with -ffp-contract=off (every a*b+c rounds twice, like the PYTHON device); a fused
+# multiply-add on vectors is this helper, where contraction is switched on (clang: pragma, gcc: optimize attribute)
+_VECTOR_FMA = """#ifdef __clang__
+static inline {t} tg_fma_{t}({t} a, {t} b, {t} c) {{
+#pragma STDC FP_CONTRACT ON
+  return a*b+c;
+}}
+#else
+__attribute__((optimize("fp-contract=fast"))) static inline {t} tg_fma_{t}({t} a, {t} b, {t} c) {{ return a*b+c; }}
+#endif"""
+
+
+def _render_fma(a: str, b: str, c: str, dt: DType) -> str:
+    if dt.count > 1:
+        return f"tg_fma_tg_{_VECTOR_NAMES[dt.scalar()]}x{dt.count}({_strip(a)}, {_strip(b)}, {_strip(c)})"
+    if dt in (dtypes.float32, dtypes.float64):
+        return f"__builtin_fma{'f' if dt is dtypes.float32 else ''}({_strip(a)}, {_strip(b)}, {_strip(c)})"
+    return f"(({a}*{b})+{c})"  # integers: exact either way

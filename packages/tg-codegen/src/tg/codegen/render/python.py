@@ -27,7 +27,7 @@ class PythonRenderer(Renderer):
     suffix = "pkl"
     supported_ops = frozenset(GroupOp.ALU - {Ops.THREEFRY})
 
-    def __init__(self, vector_bytes: int = 64, threads: int = 2) -> None:
+    def __init__(self, vector_bytes: int = 64, threads: int = 2, fma: bool = True) -> None:
         """Mirrors a CPU with `vector_bytes`-wide vectors and `threads` cores (threads run one after another)."""
         if vector_bytes not in (0, 16, 32, 64):
             raise ValueError(f"vector_bytes must be 0, 16, 32 or 64, got {vector_bytes!r}")
@@ -35,10 +35,12 @@ class PythonRenderer(Renderer):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.vector_bytes, self.thread_max, self.has_threads = vector_bytes, threads, threads > 1
         self.vector_registers = 32 if vector_bytes == 64 else 16 if vector_bytes else 0
-        self.vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}) if vector_bytes else frozenset()
+        self.has_fma = bool(fma)
+        ops = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG} | ({Ops.MULACC} if fma else set())
+        self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
 
-    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # type: ignore[override]
-        return type(self), (self.vector_bytes, self.thread_max)
+    def __reduce__(self) -> tuple[type, tuple[int, int, bool]]:  # type: ignore[override]
+        return type(self), (self.vector_bytes, self.thread_max, self.has_fma)
 
     native_float_dtypes = frozenset({dtypes.float32, dtypes.float64})
 

@@ -175,7 +175,9 @@ def clang_renderer(compiler: CCompiler | None = None) -> Renderer:
     is imported only when a renderer is first needed)."""
     from tg.codegen.render.cstyle import ClangRenderer
 
-    return ClangRenderer(compiler.vector_bytes if compiler is not None else 0, cpu_count())
+    if compiler is None:
+        return ClangRenderer(0, cpu_count())
+    return ClangRenderer(compiler.vector_bytes, cpu_count(), compiler.has_fma and compiler.vector_bytes >= 32)
 
 
 class CPUDevice(Compiled):

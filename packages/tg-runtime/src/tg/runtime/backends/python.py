@@ -15,6 +15,7 @@ import math
 import struct
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from tg.ir.alu import python_alu
@@ -119,10 +120,33 @@ def _int_result(tr: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return fix
 
 
+def _fma64(a: float, b: float, c: float) -> float:
+    """a*b+c rounded once to float64 (exact rational arithmetic; non-finite operands as IEEE says)."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _fma32(a: float, b: float, c: float) -> float:
+    """a*b+c for float32 operands rounded once to float32: the product is exact in float64, the sum is rounded to
+    odd in float64 (TwoSum finds its error), and a round-to-odd double rounds correctly to float32."""
+    p = a * b
+    s = p + c
+    if math.isfinite(s):
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)
+        if err != 0 and not struct.unpack("<Q", struct.pack("<d", s))[0] & 1:
+            s = math.nextafter(s, math.inf if err > 0 else -math.inf)
+    return s
+
+
 def _alu_impl(op: Ops, dt: DType) -> tuple[Callable[..., Any], Callable[[Any], Any]]:
-    """(compute, truncate) with exactly `exec_alu(op, dt, args) == truncate(compute(*args))`."""
+    """(compute, truncate) with exactly `exec_alu(op, dt, args) == truncate(compute(*args))`, except MULACC on
+    floats, which is a fused multiply-add here as in the C the renderers emit for it."""
     if dt.count != 1:
         raise NotImplementedError(f"the PYTHON device does not run vector dtype {dt}")
+    if op is Ops.MULACC and dt in (dtypes.float32, dtypes.float64):
+        return (_fma32 if dt is dtypes.float32 else _fma64), truncate[dt]
     if op not in python_alu:
         raise NotImplementedError(f"the PYTHON device can't run {op}")
     tr = truncate.get(dt, lambda x: x)

@@ -172,3 +172,30 @@ def test_long_max_propagates_nan(cl: str) -> None:
     assert np.isnan(Tensor(x, device=cl).max().numpy())
     x[5000] = np.inf
     assert Tensor(x, device=cl).max().numpy() == np.inf
+
+
+def test_beam_search_times_whole_grids_on_cl(cl: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from tg.runtime import search
+
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    launches: list[tuple] = []  # type: ignore[type-arg]
+    dev = Device[cl]
+    real_runtime = dev.runtime
+
+    def spy_runtime(name: str, lib: bytes):  # type: ignore[no-untyped-def]
+        prg = real_runtime(name, lib)
+
+        def call(*args, **kw):  # type: ignore[no-untyped-def]
+            launches.append((kw.get("global_size"), kw.get("local_size")))
+            return prg(*args, **kw)
+
+        return call
+
+    monkeypatch.setattr(dev, "runtime", spy_runtime)
+    ast = _sum_rows_kernel(16, 1024)
+    opts = search.beam_search(ast, dev.renderer, 2, time_limit=3.0)
+    assert launches and all(g is not None and loc is not None for g, loc in launches)
+    monkeypatch.setattr(dev, "runtime", real_runtime)
+    x = np.random.default_rng(6).integers(-9, 10, 16 * 1024).astype(np.float32)
+    got = _run(ast, cl, [x], np.zeros(16, np.float32), opts)
+    np.testing.assert_array_equal(got, x.reshape(16, 1024).sum(1))

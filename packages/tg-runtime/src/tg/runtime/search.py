@@ -32,7 +32,7 @@ from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import PtrDType, dtypes
 from tg.ir.helpers import DEBUG, cache_dir
 from tg.ir.ops import AxisType, Ops
-from tg.ir.uop import UOp
+from tg.ir.uop import UOp, sym_infer
 from tg.runtime.device import Buffer, CompileError, Device
 
 SEARCH_VERSION = 1
@@ -117,6 +117,10 @@ class _Timer:
         args = [b._buf for b in self.bufs]
         vals = tuple(max(1, int(v.arg[1])) for v in p.vars)  # variables at their lower bound (>= 1)
         kw: dict[str, Any] = {"threads": p.threads} if p.threads > 1 else {}
+        if p.global_size is not None:  # GPU devices: launch the whole grid (variables at the values used here)
+            var_vals = {str(v.arg[0]): x for v, x in zip(p.vars, vals, strict=True)}
+            kw["global_size"] = tuple(sym_infer(g, var_vals) for g in p.global_size)
+            kw["local_size"] = p.local_size
         prg(*args, vals=vals, **kw)  # warm-up
         tm = float("inf")
         for _ in range(3):

@@ -198,3 +198,12 @@ def test_data_parallel_sgd_matches_single_device() -> None:
         per_device = [Tensor(s).numpy() for s in g.uop.src]
         for other in per_device[1:]:
             np.testing.assert_array_equal(other, per_device[0])
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_gradients_flow_through_shard_to_the_original(axis: int | None) -> None:
+    a = arr(4, 2) / 3
+    x = Tensor(a, requires_grad=True)
+    ((x.shard(devices(2), axis=axis) ** 2).sum(0) * Tensor([1.0, 2.0]).shard(devices(2))).sum().backward()
+    assert x.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), 2 * a * np.array([1.0, 2.0]), rtol=1e-6)

@@ -109,6 +109,11 @@ class MovementMixin:
             if op is Ops.FLIP:
                 return ps
             return tuple(1 if i in self.arg[1] else s for i, s in enumerate(ps))  # REDUCE_AXIS keeps dims
+        if op is Ops.MSELECT and isinstance(self.arg, tuple):  # (i, axis): device i's shard of a logical tensor
+            ps, axis, n = src[0]._shape, self.arg[1], len(src[0].device or ())
+            if ps is None or axis is None or n == 0:
+                return ps
+            return tuple(s // n if i == axis else s for i, s in enumerate(ps))
         if op in _PASS_SHAPE:
             return src[0]._shape
         if op is Ops.MULTI:  # the logical shape: shards side by side on the sharded axis
@@ -159,6 +164,8 @@ class MovementMixin:
                 return node.arg
             if node.op is Ops.MULTI:
                 return tuple(str(s.device) for s in node.src)
+            if node.op is Ops.MSELECT and isinstance(node.arg, tuple) and isinstance(d := node.src[0].device, tuple):
+                return d[node.arg[0]]
             if node.op in (Ops.BUFFER, Ops.COPY):
                 return node.src[1].device
             if node is not self and "device" in node.__dict__:  # already known below this node
@@ -297,6 +304,12 @@ class MovementMixin:
         if axis is not None and not 0 <= axis < len(self.shape):
             raise ValueError(f"multi: axis {axis} out of range for shard shape {_fs(self.shape)}")
         return UOp(Ops.MULTI, dtype, srcs, axis)
+
+    def mselect(self, i: int, axis: int | None) -> UOp:
+        """MSELECT: device i's part of a tensor on several devices, with the shards split on `axis` (None: all)."""
+        from tg.ir.uop import UOp
+
+        return UOp(Ops.MSELECT, self.dtype, (self,), (i, axis))  # type: ignore[attr-defined,arg-type]
 
     def assign(self, value: UOp) -> UOp:
         """ASSIGN(self, value): write `value` into the buffer behind self (shapes and dtypes must match)."""

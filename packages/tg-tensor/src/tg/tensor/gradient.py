@@ -64,6 +64,12 @@ def _expand_gradient(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     return (_sum_to(ctx, axes),)
 
 
+def _multi_gradient(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    if ret.arg is None:
+        return (ctx.mselect(0, None), *([None] * (len(ret.src) - 1)))
+    return tuple(ctx.mselect(i, ret.arg) for i in range(len(ret.src)))
+
+
 def _cast_gradient(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     src = ret.src[0]
     return (ctx.cast(src.dtype),) if dtypes.is_float(src.dtype) else (None,)
@@ -123,6 +129,9 @@ pm_gradient = PatternMatcher(
         (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx, *([None] * (len(ret.src) - 1)))),
         (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),
         (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),
+        # a sharded tensor: each shard's gradient is its device's part of the gradient; a replicated one is one
+        # logical value, so only its first copy gets the gradient (each copy's source would otherwise count n times)
+        (UPat(Ops.MULTI, name="ret"), _multi_gradient),
         # a write's value is what the written tensor holds afterwards
         (UPat(Ops.ASSIGN), lambda ctx: (None, ctx)),
     ]

@@ -306,7 +306,10 @@ def push_multi(roots: Sequence[UOp]) -> dict[UOp, Value]:
         elif u.op in (Ops.CONST, Ops.VCONST) and u.src and isinstance(u.src[0].arg, tuple):
             done[u] = Sharded(tuple(u.replace(src=(UOp(Ops.DEVICE, arg=d),)) for d in u.src[0].arg), None)
         elif u.op is Ops.MSELECT and isinstance(srcs[0], Sharded):
-            done[u] = srcs[0].shards[int(u.arg)]
+            if isinstance(u.arg, tuple):  # (i, axis): shard i after resharding to `axis`
+                done[u] = reshard(srcs[0], u.arg[1]).shards[u.arg[0]]
+            else:
+                done[u] = srcs[0].shards[int(u.arg)]
         elif not any(isinstance(s, Sharded) for s in srcs):
             done[u] = u if all(a is b for a, b in zip(srcs, u.src, strict=True)) else u.replace(src=tuple(srcs))
         elif u.op is Ops.ASSIGN:

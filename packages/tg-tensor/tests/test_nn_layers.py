@@ -299,3 +299,20 @@ def test_layer_forward_backward_vs_torch(name: str, args: tuple, kwargs: dict, s
         Tensor.realize(ours.running_mean, ours.running_var)
         np.testing.assert_allclose(ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-5)
         np.testing.assert_allclose(ours.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.torch
+def test_instancenorm_running_stats_vs_torch() -> None:
+    torch = pytest.importorskip("torch")
+    theirs = torch.nn.InstanceNorm1d(3, affine=True, track_running_stats=True)
+    ours = nn.InstanceNorm1d(3, affine=True, track_running_stats=True)
+    load_state_dict(ours, {k: Tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    x = randn(4, 3, 7) * 2 + 1
+    theirs.train()
+    with Tensor.train():
+        np.testing.assert_allclose(ours(Tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), atol=1e-5)
+    Tensor.realize(ours.running_mean, ours.running_var)
+    np.testing.assert_allclose(ours.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-5)
+    theirs.eval()
+    np.testing.assert_allclose(ours(Tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), atol=1e-5)

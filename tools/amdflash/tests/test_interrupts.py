@@ -149,3 +149,35 @@ def test_random_sigints_to_the_process_leave_a_consistent_saved_board(tmp_path: 
         assert q.returncode == 0, q.stderr
         assert load_board(state).flash[: 96 * SECTOR] == image[: 96 * SECTOR]
     assert runs >= 3 and interrupted >= 2, (runs, interrupted)
+
+
+def test_sigterm_is_handled_like_ctrl_c_with_exit_143(tmp_path: Path) -> None:
+    image = build_ifwi(6)
+    path = tmp_path / "img.bin"
+    path.write_bytes(image)
+    state = tmp_path / "sim.bin"
+    cmd = [
+        *amdflash(),
+        "--sim",
+        "--sim-state",
+        str(state),
+        "romsw",
+        "flash",
+        str(path),
+        "--sector-count",
+        "200",
+        "--yes",
+    ]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    first = p.stdout.readline()
+    assert first.startswith("OK sector 000/511"), first
+    p.send_signal(signal.SIGTERM)
+    rest, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert err.rstrip().endswith("error: terminated")
+    start = int(HINT.search(err).group(1))  # type: ignore[union-attr]
+    board = load_board(state)
+    assert_registers_restored(board)
+    assert board.flash[: start * SECTOR] == image[: start * SECTOR]
+    assert (first + rest).count("OK sector") == start

@@ -108,6 +108,12 @@ class GD25LQ16E:
             if polls > 1 and self.busy_poll_interval > 0:
                 time.sleep(self.busy_poll_interval)
 
+    def _issue_and_wait(self, command: Transfer, timeout: float) -> None:
+        """Send `command` and its first SR1 poll back to back (one round trip remotely); poll on while BUSY."""
+        sr1 = self.spi.transfer_many([command, Transfer(OP_RDSR1, data_in=2), Transfer(OP_RDSR1, data_in=1)])[2][0]
+        if sr1 & SR1_BUSY:
+            self.wait_idle(timeout)
+
     def write_enable(self) -> None:
         """WREN, then check that WEL is set."""
         sr1 = self.spi.transfer_many([Transfer(OP_WREN), Transfer(OP_RDSR1, data_in=2), Transfer(OP_RDSR1, data_in=1)])[
@@ -123,8 +129,7 @@ class GD25LQ16E:
         if not sr2 & SR2_CMP:
             return False
         self.write_enable()
-        self.spi.transfer(OP_WRSR, data_out=bytes([sr1 & 0xFC, sr2 & ~SR2_CMP & 0xFF]))
-        self.wait_idle(WRSR_TIMEOUT)
+        self._issue_and_wait(Transfer(OP_WRSR, data_out=bytes([sr1 & 0xFC, sr2 & ~SR2_CMP & 0xFF])), WRSR_TIMEOUT)
         sr2 = self.status(OP_RDSR2)
         if sr2 & SR2_CMP:
             raise RuntimeError(f"failed to clear CMP (SR2=0x{sr2:02x})")
@@ -135,16 +140,14 @@ class GD25LQ16E:
         if addr % SECTOR_SIZE:
             raise ValueError("sector address is not 4 KiB aligned")
         self.write_enable()
-        self.spi.transfer(OP_SE, address=addr, address_len=3)
-        self.wait_idle(timeout)
+        self._issue_and_wait(Transfer(OP_SE, address=addr, address_len=3), timeout)
 
     def program_page(self, addr: int, data: bytes, timeout: float = PROGRAM_TIMEOUT) -> None:
         """Program 1..256 bytes at `addr` without crossing a 256-byte page."""
         if not 1 <= len(data) <= PAGE_SIZE or (addr & 0xFF) + len(data) > PAGE_SIZE:
             raise ValueError("page program crosses a 256-byte boundary")
         self.write_enable()
-        self.spi.transfer(OP_PP, address=addr, address_len=3, data_out=bytes(data))
-        self.wait_idle(timeout)
+        self._issue_and_wait(Transfer(OP_PP, address=addr, address_len=3, data_out=bytes(data)), timeout)
 
     def read(self, addr: int, count: int) -> bytes:
         """Read `count` bytes at `addr` in chunks of up to 256 bytes."""

@@ -95,6 +95,7 @@ OPT_VARIANTS = {
     "group_unroll": (_sum_rows_kernel(4, 1024), [split(1, 32, AxisType.GROUP_REDUCE), split(2, 4, AxisType.UNROLL)]),
     "matmul_local": (_matmul_kernel(32, 32, 64), [split(0, 8, AxisType.LOCAL), split(1, 8, AxisType.LOCAL)]),
     "matmul_upcast": (_matmul_kernel(32, 32, 64), [split(1, 4, AxisType.UPCAST), split(0, 2, AxisType.UPCAST)]),
+    "upcast_group": (_sum_rows_kernel(8, 256), [split(0, 4, AxisType.UPCAST), split(2, 16, AxisType.GROUP_REDUCE)]),
     "matmul_group": (_matmul_kernel(8, 8, 256), [split(2, 16, AxisType.GROUP_REDUCE), split(0, 2, AxisType.LOCAL)]),
 }
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tg.codegen.linearize import LinearizeError
 from tg.codegen.opt import Opt, OptKernel, OptOps, hand_coded_opts, set_beam_hook
 from tg.codegen.opt.actions import legal_children
 from tg.codegen.opt.kernel import vector_lanes
@@ -135,7 +136,7 @@ def _compile(k: OptKernel, compiler: Any) -> tuple[OptKernel, ProgramSpec, bytes
     try:
         p = get_program(k.ast, k.renderer, ())
         return k, p, compiler.compile_cached(p.src)
-    except (CompileError, ValueError, NotImplementedError):
+    except (CompileError, ValueError, NotImplementedError, LinearizeError):  # a candidate that can't lower is skipped
         return None
 
 

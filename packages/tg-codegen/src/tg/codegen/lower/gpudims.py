@@ -112,10 +112,21 @@ def _group_reduce(sink: UOp, local: list[UOp], groups: list[UOp]) -> UOp:
         rest = tuple(r for r in red.src[1:] if r not in groups)
         partial = red.replace(src=(red.src[0], *rest)) if rest else red.src[0]
         smem = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(size_l * size_g, AddrSpace.LOCAL), (), f"temp{next_id}")
+        # UPCAST lanes of the partial (expanded later) each get their own slots: the store loops over them
+        lanes = sorted(
+            {r for r in red.src[0].toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST}, key=_axis
+        )
+        size_u = _prod([_size(r) for r in lanes])
+        if not isinstance(size_u, int):
+            raise ValueError("UPCAST ranges need constant sizes")
+        smem = smem.replace(dtype=red.dtype.ptr(size_l * size_u * size_g, AddrSpace.LOCAL))
         rg = UOp.range(size_g, next_id, AxisType.REDUCE)
         next_id += 1
-        mine, others = (flat_g, rg) if not local else (_flat(local) * size_g + flat_g, _flat(local) * size_g + rg)
-        barrier = smem.index(mine).store(partial).barrier()
+        rows = ([_flat(local) * size_u] if local else []) + ([_flat(lanes)] if lanes else [])
+        row = None if not rows else rows[0] if len(rows) == 1 else rows[0] + rows[1]
+        mine, others = (flat_g, rg) if row is None else (row * size_g + flat_g, row * size_g + rg)
+        store = smem.index(mine).store(partial)
+        barrier = (store.end(*lanes) if lanes else store).barrier()
         subs[red] = smem.after(barrier).index(others).load().reduce(rg, arg=red.arg)
     return sink.substitute(subs)
 

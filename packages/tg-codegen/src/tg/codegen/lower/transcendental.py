@@ -4,8 +4,9 @@ TRANSCENDENTAL=2).
 The C and PYTHON targets have these ops natively (libm / math); these rules are for targets that don't. They work
 on float32 and float64 (narrower floats are computed in float32 by the float emulation rules first).
 Accuracy: a few ulp for EXP2, LOG2 and SQRT over the whole range; SIN reduces its argument with a three-part
-pi/2 (Cody-Waite), so it is accurate to a few ulp for |x| up to about 4e3 (float32) / 1e8 (float64) and loses
-precision beyond.
+pi/2 (Cody-Waite), accurate for |x| up to about 4e3 (float32) / 2e7 (float64); float64 SIN reduces arguments from
+2**24 to 2**130 by Payne-Hanek (absolute error ~1e-15), so float32 SIN computed through float64 (`_widened`, what
+targets with float64 get) is accurate over the whole float32 range. float64 arguments beyond 2**130 lose it.
 """
 
 from __future__ import annotations
@@ -116,8 +117,45 @@ def log2_poly(x: UOp) -> UOp:
     return _where(_lt(x, _c(dt, 0.0)) | _isnan(x), _c(dt, math.nan), r)
 
 
+# 2/pi to 200 decimal digits, as 24-bit chunks: 2/pi = sum_j _TWO_OVER_PI[j] * 2**(-24 * (j + 1))
+_PI = Fraction(
+    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706"
+    "798214808651328230664709384460955058223172535940812848111745028410270193852110555964462294895493038196"
+)
+_TWO_OVER_PI = [math.floor(2 / _PI * 2 ** (24 * (j + 1))) % (1 << 24) for j in range(10)]
+_PH_MIN, _PH_MAX = 2.0**24, 2.0**130  # float64 SIN arguments reduced by Payne-Hanek (below: Cody-Waite)
+
+
+def _payne_hanek(ax: UOp) -> tuple[UOp, UOp]:
+    """(q, r) with ax = (4m + q) * pi/2 + r, |r| <= pi/4, for float64 2**24 <= ax < 2**130: the product of ax's
+    53-bit mantissa (two halves) with the 24-bit chunks of 2/pi that matter at its exponent, each taken mod 4."""
+    f64, i64 = dtypes.float64, dtypes.int64
+    ax = _where(_lt(ax, _c(f64, _PH_MIN)), _c(f64, _PH_MIN), _where(_lt(ax, _c(f64, _PH_MAX)), ax, _c(f64, _PH_MIN)))
+    bits = ax.bitcast(i64)
+    e = (bits >> UOp.const(i64, 52)) - UOp.const(i64, 1023)
+    mant = (bits & UOp.const(i64, (1 << 52) - 1)) | UOp.const(i64, 1 << 52)
+    total = _c(f64, 0.0)
+    for part, shift in ((mant >> UOp.const(i64, 26), 26), (mant & UOp.const(i64, (1 << 26) - 1), 52)):
+        s = e - UOp.const(i64, shift)  # ax = sum over parts of part * 2**s
+        j0 = (s - UOp.const(i64, 2)) // UOp.const(i64, 24)  # chunks before j0 give multiples of 4: dropped
+        j0 = _where(_lt(j0, UOp.const(i64, 0)), UOp.const(i64, 0), j0)
+        pf = part.cast(f64)
+        for i in range(5):
+            chunk = _c(f64, float(_TWO_OVER_PI[i]))
+            for v in range(1, 5):
+                chunk = _where(j0.alu(Ops.CMPEQ, UOp.const(i64, v)), _c(f64, float(_TWO_OVER_PI[v + i])), chunk)
+            scale = _pow2i(s - UOp.const(i64, 24) * (j0 + UOp.const(i64, 1 + i)), f64)
+            term = pf * chunk * scale  # exact: 27 x 24 bits, times a power of two
+            total = total + (term - _floor_int(term * _c(f64, 0.25), i64).cast(f64) * _c(f64, 4.0))
+    total = total - _floor_int(total * _c(f64, 0.25), i64).cast(f64) * _c(f64, 4.0)
+    k = _floor_int(total + _c(f64, 0.5), i64)
+    return k & UOp.const(i64, 3), (total - k.cast(f64)) * _c(f64, math.pi / 2)
+
+
 def sin_poly(x: UOp) -> UOp:
-    """sin(x): x = k*pi/2 + r with |r| <= pi/4 (three-part Cody-Waite), then the sin or cos series of r by k mod 4."""
+    """sin(x): x = k*pi/2 + r with |r| <= pi/4 (three-part Cody-Waite; float64 arguments from 2**24 to 2**130 by
+    Payne-Hanek, so float32 sin computed in float64 is accurate over its whole range), then the sin or cos series
+    of r by k mod 4."""
     dt = x.dtype
     it = _FMT[dt][0]
     finite = _lt(x - x, _c(dt, 1.0))  # false for inf and nan
@@ -128,6 +166,16 @@ def sin_poly(x: UOp) -> UOp:
     r = xs
     for piece in _PIO2[dt]:
         r = r - kd * _c(dt, piece)
+    if dt is dtypes.float64:
+        neg = _lt(xs, _c(dt, 0.0))
+        ax = _where(neg, xs * _c(dt, -1.0), xs)
+        q_big, r_big = _payne_hanek(ax)
+        big = _lt(_c(dt, _PH_MIN), ax) & _lt(ax, _c(dt, _PH_MAX))
+        # sin(-x) = -sin(x): the quadrant and remainder of -ax are -q and -r
+        q_big = _where(neg, (UOp.const(it, 4) - q_big) & UOp.const(it, 3), q_big)
+        r_big = _where(neg, r_big * _c(dt, -1.0), r_big)
+        k = _where(big, q_big, k)
+        r = _where(big, r_big, r)
     r2 = r * r
     n = 6 if dt is dtypes.float32 else 10
     sin_r = r * _horner(r2, [(-1) ** i / math.factorial(2 * i + 1) for i in range(n)])

@@ -44,6 +44,18 @@ def _in_float32(fn: Any) -> Any:
     return wrapper
 
 
+def _wide(x: Tensor) -> DType:
+    """float64 where x's device computes it natively (CPU, PYTHON), else x's own dtype (a GPU without float64 gets
+    the same formulas in float32, a little less accurate)."""
+    from tg.runtime.device import Device
+
+    try:
+        native = Device[x.device].renderer.native_float_dtypes
+    except Exception:  # a device without a renderer runs no kernels: the question does not arise
+        return dtypes.float64
+    return dtypes.float64 if dtypes.float64 in native else x.dtype
+
+
 def _pow2(n: Tensor, dt: DType) -> Tensor:
     """2**n for an int tensor n inside the normal exponent range, from the exponent bits."""
     mant, bias = _BITS[dt][1:]
@@ -158,7 +170,7 @@ def tanh(self: Tensor) -> Tensor:
 def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
     """log(1 + e^(beta*x)) / beta, as max(bx, 0) + log1p(exp(-|bx|)): no overflow for any x. float32 is computed
     in float64 and rounded once (the float32 exp and log1p errors would add up to just over 2 ulp)."""
-    if self.dtype is dtypes.float32:
+    if self.dtype is dtypes.float32 and _wide(self) is dtypes.float64:
         return softplus(self.cast(dtypes.float64), beta).cast(dtypes.float32)
     bx = self * beta
     return (bx.maximum(0.0) + (-bx.abs()).exp().log1p()) * (1.0 / beta)
@@ -169,7 +181,7 @@ def cos(self: Tensor) -> Tensor:
     """Cosine as sin(2x) / (2 sin x) computed in float64 (2x is exact there and both sines are accurate at any
     argument), rounded once: float32 results are correctly rounded but for rare ties. float64 inputs get the
     same formula in float64 (about 1.5 ulp); 2x overflowing (|x| >= 2**1023) falls back to 1 - 2 sin(x/2)**2."""
-    x = self.cast(dtypes.float64)
+    x = self.cast(_wide(self))
     s = x.sin()
     two_x = x * 2.0
     ret = two_x.sin() / (s * 2.0)
@@ -181,7 +193,7 @@ def cos(self: Tensor) -> Tensor:
 @_in_float32
 def tan(self: Tensor) -> Tensor:
     """Tangent, sin(x) / cos(x) in float64 (see `cos`), rounded once."""
-    x = self.cast(dtypes.float64)
+    x = self.cast(_wide(self))
     return (x.sin() / cos(x)).cast(self.dtype)
 
 
@@ -211,7 +223,7 @@ def _erfc_scaled_chebyshev() -> tuple[float, ...]:
 @_in_float32
 def erf(self: Tensor) -> Tensor:
     """The error function: float32 computed in float64 and rounded once (float64 inputs get about 1e-10)."""
-    if self.dtype is dtypes.float32:
+    if self.dtype is dtypes.float32 and _wide(self) is dtypes.float64:
         return erf(self.cast(dtypes.float64)).cast(dtypes.float32)
     a = self.abs()
     x2 = self * self

@@ -421,3 +421,35 @@ def test_threaded_kernels_in_a_capture(jit_mode: int) -> None:
     for _ in range(4):
         a = rng.random((512, 1024), dtype=np.float32)
         np.testing.assert_allclose(f(Tensor(a).realize()).numpy(), (a * 2).sum(1) + 1, rtol=1e-4)
+
+
+def test_bound_variable_arguments_one_capture_one_compile(jit_mode: int) -> None:
+    from tg.ir import Ops, Variable
+    from tg.runtime.engine import method_cache
+
+    @TinyJit
+    def prefix_sum(x: Tensor, n: object) -> Tensor:
+        return (Tensor(x.uop.shrink(((0, n),)).r(Ops.ADD, (0,))) * 2).realize()
+
+    x = Tensor.arange(10).float().realize()
+    i = Variable("i", 1, 10)
+    compiled = len(method_cache)
+    for n in (3, 4, 5, 6, 7, 8):
+        calls = stats.calls
+        assert prefix_sum(x, i.bind(n)).tolist() == [2.0 * sum(range(n))]
+        if jit_mode and n >= 5:
+            assert stats.calls == calls
+    assert len(method_cache) - compiled <= 1  # one kernel for every value of i
+
+
+def test_e8_a_different_variable_raises() -> None:
+    from tg.ir import Ops, Variable
+
+    f = captured(lambda x, n: Tensor(x.uop.shrink(((0, n),)).r(Ops.ADD, (0,))).realize())
+    x = Tensor.arange(10).float().realize()
+    for n in (2, 3):
+        f(x, Variable("i", 1, 10).bind(n))
+    with pytest.raises(JitError, match=r"uses Variable 'j' \[1, 10\] where the capture used 'i' \[1, 10\]"):
+        f(x, Variable("j", 1, 10).bind(3))
+    with pytest.raises(TypeError, match="must be a bound Variable"):
+        f(x, Variable("i", 1, 10))

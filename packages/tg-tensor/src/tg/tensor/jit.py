@@ -60,7 +60,10 @@ def _flatten(value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: 
         tensors.append((path, value))
         return "T"
     if isinstance(value, UOp):
-        raise TypeError(f"{path}: UOp arguments (Variables) are not supported by TinyJit yet")
+        if value.op is not Ops.BIND:
+            raise TypeError(f"{path}: a UOp argument must be a bound Variable (Variable(name, lo, hi).bind(v))")
+        statics.append((path, value))  # its value changes per call; its Variable must not
+        return "V"
     if isinstance(value, (list, tuple)) and not _is_value(value):
         kind = type(value).__name__
         return (kind, tuple(_flatten(v, f"{path}[{i}]", tensors, statics) for i, v in enumerate(value)))
@@ -102,6 +105,8 @@ def _canonical(key: UOp) -> UOp:
 def _same_static(a: Any, b: Any) -> bool:
     if b is _UNCHECKED:
         return True
+    if isinstance(b, UOp):  # a bound Variable: same Variable (name and bounds), any value
+        return isinstance(a, UOp) and a.op is Ops.BIND and a.src[0] is b.src[0]
     if _is_value(a) and _is_value(b):
         return _value_equal(a, b)
     return a is b
@@ -424,7 +429,7 @@ class TinyJit(Generic[ReturnType]):
         state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
         state["fxn"] = None
         # objects compared by identity cannot exist after loading: those arguments are no longer checked
-        state["_statics"] = [(p, v if _is_value(v) else _UNCHECKED) for p, v in self._statics]
+        state["_statics"] = [(p, v if _is_value(v) or isinstance(v, UOp) else _UNCHECKED) for p, v in self._statics]
         state["_weight_buffers"] = [
             engine.buffer_for(view_base(o.weight_uop)) for o in _leaf_outputs(self._outputs) if o.kind == "weight"
         ]  # fmt: skip
@@ -491,6 +496,12 @@ class TinyJit(Generic[ReturnType]):
         if structure != self._structure:
             raise err(f"{f}: called with {_describe(structure)} but captured with {_describe(self._structure)}")
         for (path, value), (_, old) in zip(statics, self._statics, strict=True):
+            if isinstance(old, UOp) and not _same_static(value, old):
+                now = value.src[0] if isinstance(value, UOp) else value
+                raise err(
+                    f"{f}: input {path} uses Variable {_describe_var(now)} where the capture used "
+                    f"{_describe_var(old.src[0])}"
+                )
             if not _same_static(value, old):
                 raise err(
                     f"{f}: {self._arg_name(path)} was {old!r} at capture and is {value!r} now; non-tensor arguments "
@@ -559,10 +570,11 @@ class TinyJit(Generic[ReturnType]):
             slots.append(buf)
         if self._rng:
             self._redraw()
+        var_vals = {str(v.src[0].arg[0]): int(v.src[1].arg) for _, v in statics if isinstance(v, UOp)}
         if outer is not None:
-            program.replay_captured(slots, outer)
+            program.replay_captured(slots, outer, var_vals)
         else:
-            program.replay(slots)
+            program.replay(slots, var_vals)
         n_in = len(bases)
 
         def build(out: _Output) -> UOp:
@@ -599,6 +611,13 @@ class TinyJit(Generic[ReturnType]):
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
+
+
+def _describe_var(var: Any) -> str:
+    if isinstance(var, UOp) and var.op is Ops.DEFINE_VAR:
+        name, lo, hi = var.arg if isinstance(var.arg, tuple) else (var.arg, var.vmin, var.vmax)
+        return f"{name!r} [{lo}, {hi}]"
+    return repr(var)
 
 
 def _param_names(fxn: Any) -> list[str]:

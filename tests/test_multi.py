@@ -207,3 +207,13 @@ def test_gradients_flow_through_shard_to_the_original(axis: int | None) -> None:
     ((x.shard(devices(2), axis=axis) ** 2).sum(0) * Tensor([1.0, 2.0]).shard(devices(2))).sum().backward()
     assert x.grad is not None
     np.testing.assert_allclose(x.grad.numpy(), 2 * a * np.array([1.0, 2.0]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["naive", "ring"])
+def test_python_devices_are_the_oracle(mode: str) -> None:
+    devs = ("PYTHON", "PYTHON:1", "PYTHON:2")
+    a, w = arr(6, 4), arr(4, 2) / 5
+    with Context(ALLREDUCE=mode):
+        t = Tensor(a, device="PYTHON").shard(devs, axis=0)
+        np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0))
+        np.testing.assert_allclose((t @ Tensor(w, device="PYTHON").shard(devs)).numpy(), a @ w, rtol=1e-6)

@@ -149,3 +149,46 @@ def test_errors_name_the_users_shapes(device):
         Tensor.ones(1, 3, 5, 5, device=device).conv2d(Tensor.ones(2, 2, 3, 3, device=device))
     with pytest.raises(ValueError, match="cross_entropy: index targets"):
         Tensor.ones(4, 3, device=device).cross_entropy(Tensor([0, 1], device=device))
+
+
+def test_bits_logic_and_small_helpers(device):
+    a = Tensor([0b1100, 0b1010], device=device, dtype=dtypes.uint8)
+    assert a.bitwise_or(1).tolist() == [13, 11] and a.bitwise_xor(0b0110).tolist() == [10, 12]
+    assert (
+        a.bitwise_not().tolist() == [243, 245] and a.lshift(1).tolist() == [24, 20] and a.rshift(2).tolist() == [3, 2]
+    )
+    assert Tensor([0, 2], device=device).logical_not().tolist() == [True, False]
+    assert Tensor([2, 0, 1], device=device).one_hot(3).tolist() == [[0, 0, 1], [1, 0, 0], [0, 1, 0]]
+    gx, gy = Tensor([1, 2, 3], device=device).meshgrid(Tensor([4, 5], device=device))
+    assert gx.tolist() == [[1, 1], [2, 2], [3, 3]] and gy.tolist() == [[4, 5], [4, 5], [4, 5]]
+    t = Tensor([1.0, np.inf, -np.inf, np.nan], device=device)
+    assert t.isfinite().tolist() == [True, False, False, False]
+    assert t.element_size() == 4 and t.nbytes == 16
+    assert Tensor([0.5, 1.5, 2.5, -0.5], device=device).round().tolist() == [0.0, 2.0, 2.0, -0.0]
+    assert Tensor([1.0, 2.0], device=device).const_like(3).tolist() == [3.0, 3.0]
+    x = Tensor(np.arange(24, dtype=np.float32).reshape(2, 12), device=device)
+    np.testing.assert_array_equal(x.rearrange("b (h w) -> b w h", h=3).numpy(),
+                                  np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(0, 2, 1))  # fmt: skip
+    with pytest.raises(ValueError, match="rearrange"):
+        x.rearrange("b c d -> b c d")
+
+
+def test_random_initialisers_statistics(device):
+    Tensor.manual_seed(1)
+    n = Tensor.normal(20000, mean=2.0, std=3.0, device=device).numpy()
+    assert abs(n.mean() - 2.0) < 0.1 and abs(n.std() - 3.0) < 0.1
+    assert Tensor.randn_like(Tensor.zeros(3, 4, device=device)).shape == (3, 4)
+    s = Tensor.scaled_uniform(100, 100, device=device).numpy()
+    assert np.abs(s).max() <= 0.01 + 1e-7 and s.std() > 0.004
+    k = Tensor.kaiming_normal(512, 128, a=0.0, device=device).numpy()
+    assert abs(k.std() - np.sqrt(2 / 128)) < 0.005
+
+
+def test_max_pool_indices_and_unpool(device):
+    x = np.array([[[[1, 5, 2, 0], [3, 4, 8, 1], [0, 9, 2, 2], [7, 1, 3, 6]]]], dtype=np.float32)
+    values, indices = Tensor(x, device=device).max_pool2d(2, return_indices=True)
+    assert values.tolist() == [[[[5.0, 8.0], [9.0, 6.0]]]] and indices.tolist() == [[[[1, 6], [9, 15]]]]
+    restored = values.max_unpool2d(indices)
+    expected = np.zeros_like(x)
+    expected.reshape(-1)[[1, 6, 9, 15]] = [5, 8, 9, 6]
+    np.testing.assert_array_equal(restored.numpy(), expected)

@@ -297,3 +297,83 @@ def bitcast_resize(self: Tensor, dt: Any) -> Tensor:
         for i in range(1, k):
             out = out | (wide[..., i] << (8 * old * i))
     return out.bitcast(dt)
+
+
+def round(self: Tensor) -> Tensor:
+    """Round to the nearest integer, halves to even (torch, numpy): [0.5, 1.5, 2.5] -> [0, 2, 2]."""
+    if not dtypes.is_float(self.dtype):
+        return self
+    low = self.floor()
+    frac = self - low
+    odd = (low - (low * 0.5).floor() * 2) == 1
+    up = (frac > 0.5) | ((frac == 0.5) & odd)
+    return up.where(low + 1, low)
+
+
+def const_like(self: Tensor, b: Any, dtype: Any = None) -> Tensor:
+    """A constant shaped like self (an unstored broadcast value): `t.const_like(0)`."""
+    return self.full_like(b, dtype)
+
+
+def replace(self: Tensor, x: Tensor) -> Tensor:
+    """Make self stand for `x`'s graph (same shape; dtype and device may change); returns self."""
+    if x.shape != self.shape:
+        raise ValueError(f"replace: shape {x.shape} differs from {self.shape}")
+    self.uop = x.uop
+    return self
+
+
+def to_(self: Tensor, device: str | None) -> Tensor:
+    """Move self to `device` in place; returns self."""
+    self.uop = self.to(device).uop
+    return self
+
+
+def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    """einops-style rearrange: `t.rearrange("b (h w) c -> b c h w", h=4)` (named axes, parenthesised groups)."""
+    import re
+
+    def parse(side: str) -> list[list[str]]:
+        groups, tokens = [], re.findall(r"\(|\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.|\S", side)
+        current: list[str] | None = None
+        for tok in tokens:
+            if tok == "(":
+                current = []
+            elif tok == ")":
+                groups.append(current or [])
+                current = None
+            elif current is not None:
+                current.append(tok)
+            else:
+                groups.append([tok])
+        return groups
+
+    lhs, arrow, rhs = formula.partition("->")
+    if not arrow:
+        raise ValueError(f"rearrange: formula {formula!r} needs '->'")
+    left, right = parse(lhs), parse(rhs)
+    if len(left) != self.ndim:
+        raise ValueError(f"rearrange: {lhs.strip()!r} names {len(left)} dims, the tensor has {self.ndim} {self.shape}")
+    known = dict(sizes)
+    for group, size in zip(left, self.shape, strict=True):
+        unknown = [n for n in group if n not in known]
+        rest = 1
+        for n in group:
+            rest *= known.get(n, 1)
+        if len(unknown) > 1 or (not unknown and rest != size) or (unknown and size % rest):
+            raise ValueError(f"rearrange: cannot split dim of size {size} into {group} with sizes {sizes}")
+        if unknown:
+            known[unknown[0]] = size // rest
+    flat_left = [n for g in left for n in g]
+    flat_right = [n for g in right for n in g]
+    if sorted(flat_left) != sorted(flat_right):
+        raise ValueError(f"rearrange: the two sides name different axes: {flat_left} vs {flat_right}")
+    x = self.reshape(*[known[n] for n in flat_left]).permute(*[flat_left.index(n) for n in flat_right])
+    return x.reshape(*[_prod([known[n] for n in g]) for g in right])
+
+
+def _prod(xs: list[int]) -> int:
+    out = 1
+    for v in xs:
+        out *= v
+    return out

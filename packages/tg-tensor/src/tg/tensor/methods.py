@@ -113,6 +113,11 @@ class TensorMethods:
     uniform_ = _aliases.uniform_
     normal_ = _aliases.normal_
     sequential = _aliases.sequential
+    round = _aliases.round
+    const_like = _aliases.const_like
+    replace = _aliases.replace
+    to_ = _aliases.to_
+    rearrange = _aliases.rearrange
     pad_to = _aliases.pad_to
     shrink_to = _aliases.shrink_to
 
@@ -156,6 +161,7 @@ class TensorMethods:
     conv2d = _nn.conv2d
     conv_transpose2d = _nn.conv_transpose2d
     max_pool2d = _nn.max_pool2d
+    max_unpool2d = _nn.max_unpool2d
     avg_pool2d = _nn.avg_pool2d
     linear = _nn.linear
     layernorm = _nn.layernorm

@@ -192,8 +192,10 @@ def max_pool2d(
     dilation: IntOrTuple = 1,
     padding: Any = 0,
     ceil_mode: bool = False,
-) -> Tensor:
-    """Max over windows of the last len(kernel_size) dims (default 2x2, stride = kernel); padding is -inf."""
+    return_indices: bool = False,
+) -> Any:
+    """Max over windows of the last len(kernel_size) dims (default 2x2, stride = kernel); padding is -inf.
+    With `return_indices`, also the flat spatial index of each maximum (for max_unpool2d), as torch."""
     kernel, strides, dils, pads, extra = _pool_setup(
         "max_pool2d", self, kernel_size, stride, dilation, padding, ceil_mode
     )
@@ -202,7 +204,19 @@ def max_pool2d(
     full = [(b, a + e) for (b, a), e in zip(pads, extra, strict=True)]
     x = self.pad([(0, 0)] * (self.ndim - n) + full, value=lowest) if any(p != (0, 0) for p in full) else self
     w = x._windows(kernel, strides, dils)
-    return w.max(tuple(range(w.ndim - n, w.ndim)))
+    axes = tuple(range(w.ndim - n, w.ndim))
+    values = w.max(axes)
+    if not return_indices:
+        return values
+    # flat spatial index of the first maximum of every window (padding never wins: its index is -1)
+    from tg.tensor.tensor import Tensor
+
+    sizes = self.shape[-n:]
+    flat = Tensor.arange(math.prod(sizes), device=self.device).reshape(*sizes).pad(full, value=-1)
+    idx_w = flat._windows(kernel, strides, dils).reshape(*[1] * (self.ndim - n), *values.shape[-n:], -1)
+    first = w.reshape(*w.shape[:-n], -1).argmax(-1, keepdim=True)
+    picked = (first == Tensor.arange(idx_w.shape[-1], device=self.device)).where(idx_w, 0).sum(-1)
+    return values, picked
 
 
 def avg_pool2d(
@@ -233,6 +247,35 @@ def avg_pool2d(
     counted = ones.pad(pads, value=1.0) if count_include_pad else ones.pad(pads)
     counts = counted.pad([(0, e) for e in extra])._windows(kernel, strides, dils).sum(tuple(range(n, 2 * n)))
     return total / counts
+
+
+def max_unpool2d(
+    self: Tensor,
+    indices: Tensor,
+    kernel_size: IntOrTuple = (2, 2),
+    stride: IntOrTuple | None = None,
+    dilation: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_size: Sequence[int] | None = None,
+) -> Tensor:
+    """The inverse of max_pool2d(return_indices=True): each value goes to its flat spatial index, zeros elsewhere."""
+    from tg.tensor.tensor import Tensor
+
+    n = 2 if isinstance(kernel_size, int) else len(kernel_size)
+    kernel = _tuple("max_unpool2d", "kernel_size", kernel_size, n)
+    strides = kernel if stride is None else _tuple("max_unpool2d", "stride", stride, n)
+    dils = _tuple("max_unpool2d", "dilation", dilation, n)
+    pads = _tuple("max_unpool2d", "padding", padding, n)
+    if output_size is None:
+        out = [(i - 1) * s - 2 * p + d * (k - 1) + 1 for i, s, p, d, k in
+               zip(self.shape[-n:], strides, pads, dils, kernel, strict=True)]  # fmt: skip
+    else:
+        out = list(output_size)[-n:]
+    lead = self.shape[:-n]
+    total = math.prod(out)
+    flat_vals = self.reshape(*lead, -1)
+    base = Tensor.zeros(*lead, total, dtype=self.dtype, device=self.device)
+    return base.scatter(-1, indices.reshape(*lead, -1), flat_vals).reshape(*lead, *out)
 
 
 def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:

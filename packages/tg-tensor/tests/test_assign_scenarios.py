@@ -181,7 +181,7 @@ def test_s21_assign_to_a_copy_on_another_device() -> None:
 
 def test_s22_to_the_same_device_is_the_tensor() -> None:
     a = r([1, 2])
-    a.to("CPU").assign(r([5, 6]))
+    a.to(a.device).assign(r([5, 6]))
     assert a.tolist() == [5, 6]
 
 

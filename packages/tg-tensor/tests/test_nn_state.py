@@ -298,6 +298,33 @@ def test_torch_storage_checks(tmp_path: Path) -> None:
         torch_load(fn)
 
 
+def test_big_endian_torch_storages_are_byte_swapped(tmp_path: Path) -> None:
+    w = (np.arange(6).reshape(2, 3) / 7).astype(">f4")
+    ids = np.array([1, -(2**40)], dtype=">i8")
+    obj = {
+        "w": wf.FakeTensor(wf.FakeStorage("0", "FloatStorage", w.tobytes(), 6), 0, (2, 3), (3, 1)),
+        "w_t": wf.FakeTensor(wf.FakeStorage("0", "FloatStorage", w.tobytes(), 6), 0, (3, 2), (1, 3)),
+        "ids": wf.FakeTensor(wf.FakeStorage("1", "LongStorage", ids.tobytes(), 2), 0, (2,), (1,)),
+    }
+    fn = tmp_path / "big.pt"
+    fn.write_bytes(wf.torch_zip_bytes(obj, byteorder="big"))
+    loaded = torch_load(fn)
+    np.testing.assert_array_equal(loaded["w"].numpy(), w.astype(np.float32))
+    np.testing.assert_array_equal(loaded["w_t"].numpy(), w.T.astype(np.float32))
+    np.testing.assert_array_equal(loaded["ids"].numpy(), ids.astype(np.int64))
+
+
+def test_gguf_multi_part_files_merge(tmp_path: Path) -> None:
+    a, b = np.arange(4, dtype=np.float32), np.arange(6, dtype=np.float16)
+    parts = {1: [("a", (4,), 0, a.tobytes())], 2: [("b", (3, 2), 1, b.tobytes())]}
+    for no, tensors in parts.items():
+        kv = [("split.count", 2, 2), ("split.no", 2, no - 1), ("general.name", 8, "split")]
+        (tmp_path / f"m-{no:05d}-of-00002.gguf").write_bytes(wf.gguf_bytes(kv, tensors))
+    kv, tensors = gguf_load(tmp_path / "m-00001-of-00002.gguf")
+    assert kv["general.name"] == "split" and sorted(tensors) == ["a", "b"]
+    np.testing.assert_array_equal(tensors["b"].numpy(), b.reshape(2, 3))
+
+
 def test_zip_entry_checks(tmp_path: Path) -> None:
     good = wf.torch_zip_bytes({"a": wf.FakeTensor(wf.FakeStorage("0", "FloatStorage", b"\0" * 8, 2), 0, (2,), (1,))})
     fn = tmp_path / "z.pt"

@@ -75,3 +75,33 @@ def test_missing_opencl_makes_cl_unavailable_without_breaking_other_devices(monk
         registry["CL"]
     assert "CL" not in list(registry.get_available_devices())
     assert registry["NULL"].device == "NULL"
+
+
+def test_default_order_cuda_then_opencl_gpu_then_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.runtime.backends.null import NULLDevice
+
+    class Fake(NULLDevice):
+        gpu = True
+
+        @property
+        def default_capable(self) -> bool:
+            return self.gpu
+
+    def registry(cuda: bool, cl_gpu: bool) -> device_mod._DeviceRegistry:
+        reg = device_mod._DeviceRegistry()
+
+        def device_class(backend: str):  # type: ignore[no-untyped-def]
+            if backend == "CUDA" and not cuda:
+                return lambda name: (_ for _ in ()).throw(DeviceUnavailable("no libcuda"))
+            return type(f"{backend}Fake", (Fake,), {"gpu": cl_gpu if backend == "CL" else True})
+
+        monkeypatch.setattr(reg, "_device_class", device_class)
+        return reg
+
+    monkeypatch.delenv("DEV", raising=False)
+    monkeypatch.setattr(device_mod.DEV, "value", "")
+    assert registry(cuda=True, cl_gpu=True).DEFAULT == "CUDA"
+    assert registry(cuda=False, cl_gpu=True).DEFAULT == "CL"
+    assert registry(cuda=False, cl_gpu=False).DEFAULT == "CPU"  # PoCL (an OpenCL CPU device) is never the default
+    monkeypatch.setattr(device_mod.DEV, "value", "CL")
+    assert registry(cuda=True, cl_gpu=False).DEFAULT == "CL"  # DEV overrides

@@ -24,7 +24,7 @@ from tg.codegen.schedule.cache import (
 from tg.codegen.schedule.callify import Normalized
 from tg.codegen.schedule.disk import pm_disk_strided_copy
 from tg.codegen.schedule.kernels import build_kernels
-from tg.codegen.schedule.linear import order_kernels, replace_buffers, schedule_spec, verify_schedule
+from tg.codegen.schedule.linear import AssignOrderError, order_kernels, replace_buffers, schedule_spec, verify_schedule
 from tg.codegen.schedule.memory import plan_memory
 from tg.codegen.schedule.policy import pm_split_reduce
 from tg.codegen.schedule.rangeify import Plan, numel_matches, plan_stores
@@ -33,6 +33,7 @@ from tg.ir.helpers import SPEC
 from tg.ir.uop import sint
 
 __all__ = [
+    "AssignOrderError",
     "Schedule",
     "cache_stats",
     "clear_schedule_cache",

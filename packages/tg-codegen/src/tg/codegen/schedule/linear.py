@@ -15,6 +15,10 @@ from tg.codegen.schedule.rangeify import Plan
 from tg.ir import Ops, PatternMatcher, UOp, UPat, dtypes, kernel_spec, tensor_spec, verify
 
 
+class AssignOrderError(RuntimeError):
+    """Assigns that no kernel order can honour: one kernel needs both the old and the new value of a buffer."""
+
+
 def _previous_state(plan: Plan, assign: UOp) -> UOp:
     """The buffer state an ASSIGN supersedes: the raw BUFFER or the previous ASSIGN of the same buffer."""
     return plan.peel(assign.src[0])
@@ -61,7 +65,7 @@ def order_kernels(plan: Plan, kernels: list[Kernel]) -> UOp:
     if len(out) != len(kernels):
         stuck = [kernels[i].node for i in range(len(kernels)) if indeg[i] > 0 and kernels[i].node.op is Ops.ASSIGN]
         bufs = sorted({str(plan.assign_target(n).arg) + " elements" for n in stuck})
-        raise RuntimeError(
+        raise AssignOrderError(
             "the schedule has a cycle: a kernel reads both the old and the new value of an assigned buffer "
             f"({', '.join(bufs) or 'unknown'}); realize the read of the old value first"
         )

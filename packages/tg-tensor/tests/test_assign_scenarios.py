@@ -209,3 +209,20 @@ def test_s25_assign_of_a_flipped_self() -> None:
     a = r([1, 2, 3])
     a.assign(a.flip(0))
     assert a.tolist() == [3, 2, 1]
+
+
+def test_s8_s9_with_the_sgd_optimizer() -> None:
+    from tg.tensor.nn.optim import SGD
+
+    w, x = Tensor([2.0], requires_grad=True), r([3.0])
+    opt = SGD([w], lr=0.1)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = (w * x).sum()
+        loss.backward()
+        opt.step()
+        losses.append(loss)
+        if len(losses) == 1:
+            assert loss.item() == pytest.approx(6.0) and w.item() == pytest.approx(1.7)  # S8
+    np.testing.assert_allclose([loss.item() for loss in losses], [6.0, 5.1, 4.2], rtol=1e-6)  # S9

@@ -205,3 +205,26 @@ def test_forward_and_backward_match_torch(name, gens, tg_fn, torch_fn, device):
                 assert not p.grad.any(), f"{name}: input {i} got no gradient"
                 continue
             np.testing.assert_allclose(t.grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=f"{name} grad {i}")
+
+
+@pytest.mark.parametrize(
+    "name,tg_fn,torch_fn",
+    [
+        ("tanh", lambda x: x.tanh(), torch.tanh),
+        ("softmax", lambda x: x.softmax(-1), lambda x: x.softmax(-1)),
+        ("matmul", lambda x: x @ x.transpose(), lambda x: x @ x.T),
+        ("sigmoid_mul", lambda x: x.sigmoid() * x, lambda x: x.sigmoid() * x),
+    ],
+)
+def test_second_derivatives_match_torch(name, tg_fn, torch_fn, device):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    r = rng.standard_normal((3, 4) if name != "matmul" else (3, 3)).astype(np.float32)
+    x = Tensor(a, device=device)
+    (g,) = (tg_fn(x) * Tensor(r, device=device)).sum().gradient(x)
+    (gg,) = (g * g).sum().gradient(x)
+    px = torch.tensor(a, requires_grad=True)
+    (pg,) = torch.autograd.grad((torch_fn(px) * torch.tensor(r)).sum(), px, create_graph=True)
+    (pgg,) = torch.autograd.grad((pg * pg).sum(), px)
+    np.testing.assert_allclose(g.numpy(), pg.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gg.numpy(), pgg.numpy(), rtol=1e-3, atol=1e-4)

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 TRAINING = ContextVar("TRAINING", 0)
 
 _grad_mode = threading.local()
-# per node: does it require grad (reaches a grad-requiring node without a DETACH)?
-_requires: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+# per node, kept in the node's __dict__ like its cached properties: does it require grad (reach a grad-requiring
+# node without a DETACH)? Decided once per node; only leaves change it (`mark`)
+_MEMO = "_autograd_requires_grad"
 # nodes that require grad (a fast "is anything tracked at all?" check)
 _tracked: weakref.WeakSet[UOp] = weakref.WeakSet()
 # realized buffer -> the forward graph it was computed from, for tensors that required grad when realized
@@ -103,7 +104,7 @@ def anything_tracked() -> bool:
 
 def mark(uop: UOp, flag: bool) -> None:
     """Record whether `uop` itself requires grad (a leaf being switched on or off)."""
-    _requires[uop] = flag
+    uop.__dict__[_MEMO] = flag
     if flag:
         _tracked.add(uop)
     else:
@@ -112,29 +113,29 @@ def mark(uop: UOp, flag: bool) -> None:
 
 def reaches_grad(root: UOp) -> bool:
     """True if `root`'s graph reaches a node that requires grad without passing a DETACH (memoised per node)."""
-    memo = _requires
-    if (known := memo.get(root)) is not None:
+    if (known := root.__dict__.get(_MEMO)) is not None:
         return known
     stack = [root]
     while stack:
         u = stack[-1]
-        if u in memo:
+        memo = u.__dict__
+        if _MEMO in memo:
             stack.pop()
             continue
         if u.op is Ops.DETACH:
-            memo[u] = False
+            memo[_MEMO] = False
             stack.pop()
             continue
-        pending = [s for s in u.src if s not in memo]
+        pending = [s for s in u.src if _MEMO not in s.__dict__]
         if pending:
             stack.extend(pending)
             continue
         stack.pop()
-        flag = any(memo[s] for s in u.src)
-        memo[u] = flag
+        flag = any(s.__dict__[_MEMO] for s in u.src)
+        memo[_MEMO] = flag
         if flag:
             _tracked.add(u)
-    return memo[root]
+    return bool(root.__dict__[_MEMO])
 
 
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
@@ -161,7 +162,7 @@ def note_realized(becomes: dict[UOp, UOp]) -> None:
     if not _tracked:
         return
     for old, new in becomes.items():
-        if _requires.get(old):
+        if old.__dict__.get(_MEMO):
             mark(new, True)
             if old.op is not Ops.ASSIGN and new is not old:  # an ASSIGN wrote an existing leaf's buffer
                 _origins.setdefault(new, old)

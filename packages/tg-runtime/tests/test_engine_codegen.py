@@ -97,3 +97,21 @@ def test_null_device_runs_nothing() -> None:
     assert GlobalCounters.kernel_count == 1
     with pytest.raises(RuntimeError, match="NULL device holds no data"):
         read(out)
+
+
+def test_new_kernels_of_a_schedule_compile_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.runtime import engine
+
+    compiled: list[str] = []
+    real = engine.CompiledRunner.__init__
+
+    def spy(self, p, device=None, lib=None):  # type: ignore[no-untyped-def]
+        compiled.append(f"{p.name}:{'pre' if lib is not None else 'alone'}")
+        real(self, p, device, lib)
+
+    monkeypatch.setattr(engine.CompiledRunner, "__init__", spy)
+    out1, out2, a, b = buffers("CPU", None, None, XS, YS)
+    run_schedule([call(axpy_ast("pre_a"), (out1, a, b)), call(axpy_ast("pre_b"), (out2, b, a))])
+    assert sorted(compiled) == ["pre_a:pre", "pre_b:pre"]
+    assert read(out1) == EXPECTED
+    assert read(out2) == [y * 2 + x for x, y in zip(XS, YS, strict=True)]

@@ -9,6 +9,7 @@ itself and substitute its buffer arguments.
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import Sequence
@@ -246,6 +247,43 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     return runner
 
 
+def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
+    """Compile the new kernels of a schedule together: code generation one after another, then the compiler runs
+    (C compiler processes, NVRTC calls) in parallel threads; the runners land in ``method_cache``. Anything odd
+    (one new kernel, an item that is not a kernel, a failing compile) is left to ``lower_schedule_item``, which
+    compiles it alone and reports errors."""
+    new: dict[tuple[str, UOp], None] = {}
+    for item in items:
+        ast, buf_uops = (item.src[0], item.src[1:]) if isinstance(item, UOp) else (item.ast, tuple(item.bufs))
+        if not isinstance(ast, UOp) or ast.op is not Ops.SINK or not buf_uops:
+            continue
+        try:
+            key = (Device.canonicalize(buffer_for(buf_uops[0]).device), ast)
+        except (TypeError, ValueError):
+            continue
+        if key not in method_cache:
+            new[key] = None
+    if len(new) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tg.codegen.program import get_program
+    from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
+
+    try:
+        progs = [(dev, ast, get_program(ast, Device[dev].renderer)) for dev, ast in new]
+    except Exception:
+        return
+    with ThreadPoolExecutor(max(1, min(len(progs), os.cpu_count() or 1))) as pool:
+        futures = [pool.submit(Device[dev].compiler.compile_cached, p.src) for dev, _, p in progs]
+        for (dev, ast, p), fut in zip(progs, futures, strict=True):
+            try:
+                lib = fut.result()
+            except Exception:
+                continue
+            method_cache[(dev, ast)] = CompiledRunner(p, dev, lib)
+
+
 def lower_schedule_item(item: ScheduleItemLike | UOp) -> ExecItem:
     """Turn one step (a ``CALL(body, *buffers)`` uop, or an object with ``ast`` and ``bufs``) into an ExecItem,
     compiling the kernel if it is new."""
@@ -292,6 +330,7 @@ def run_schedule(items: Sequence[ScheduleItemLike | UOp], var_vals: dict[Any, in
     """Run steps in order (CALL uops, or objects with ``ast``/``bufs``): compile (cached) and run kernels, do
     copies, update GlobalCounters."""
     vals = _normalize_var_vals(var_vals)
+    precompile(items)
     for item in items:
         ei = lower_schedule_item(item)
         if capturing:

@@ -125,8 +125,8 @@ def max_chain(tensor: Any, steps: int) -> float:
 def train_step(tensor: Any) -> float:
     def step() -> None:
         x = tensor.empty(32, 64, device="NULL")
-        w1 = tensor.empty(64, 64, device="NULL", requires_grad=True)
-        w2 = tensor.empty(64, 10, device="NULL", requires_grad=True)
+        w1, w2 = tensor.empty(64, 64, device="NULL"), tensor.empty(64, 10, device="NULL")
+        w1.requires_grad = w2.requires_grad = True
         loss = ((x @ w1).relu() @ w2).softmax(-1).sum()
         loss.backward()
         w1.assign(w1.detach() - w1.grad * 0.01)

@@ -59,3 +59,12 @@ def test_pending_readers_of_an_assigned_buffer_keep_the_old_value():
     np.testing.assert_array_equal(old_double.numpy(), [2.0, 4.0, 6.0])
     np.testing.assert_array_equal(chained.numpy(), [3.0, 5.0, 7.0])
     np.testing.assert_array_equal(t.numpy(), [10.0, 20.0, 30.0])
+
+
+def test_a_realized_tensor_leaves_its_old_graph_entry():
+    ts = [Tensor.ones(4, device="CPU").contiguous() for _ in range(50)]
+    root = ts[0].uop  # hash-consed: the same CONTIGUOUS node for all 50
+    assert all(t.uop is root for t in ts) and len(index.tensors(root)) == 50
+    Tensor.realize(*ts)
+    assert index.tensors(root) == [] and len(index.by_uop.get(root, {})) == 0
+    assert all(buffer_of(t.uop) is not None for t in ts)

@@ -45,8 +45,10 @@ class TensorIndex:
         self.users: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
         self.visits = 0
 
-    def register(self, t: Tensor, root: UOp) -> None:
-        """Record that `t.uop` is `root` (call on every assignment of `t.uop`)."""
+    def register(self, t: Tensor, root: UOp, old: UOp | None = None) -> None:
+        """Record that `t.uop` is `root` instead of `old` (call on every assignment of `t.uop`)."""
+        if old is not None and old is not root and (was := self.by_uop.get(old)) is not None:
+            was.pop(id(t), None)
         if (ts := self.by_uop.get(root)) is None:
             ts = self.by_uop[root] = {}
             self._add_root(root)

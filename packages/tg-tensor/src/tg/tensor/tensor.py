@@ -161,8 +161,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
 
     @uop.setter
     def uop(self, value: UOp) -> None:
+        _realize.index.register(self, value, getattr(self, "_uop", None))
         self._uop = value
-        _realize.index.register(self, value)
 
     # ---- properties -------------------------------------------------------------------------------------
 

@@ -252,6 +252,8 @@ def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
     (C compiler processes, NVRTC calls) in parallel threads; the runners land in ``method_cache``. Anything odd
     (one new kernel, an item that is not a kernel, a failing compile) is left to ``lower_schedule_item``, which
     compiles it alone and reports errors."""
+    if len(items) < 2:  # nothing to overlap (and eager single ops stay cheap)
+        return
     new: dict[tuple[str, UOp], None] = {}
     for item in items:
         ast, buf_uops = (item.src[0], item.src[1:]) if isinstance(item, UOp) else (item.ast, tuple(item.bufs))

@@ -219,3 +219,31 @@ def test_python_devices_are_the_oracle(mode: str) -> None:
         t = Tensor(a, device="PYTHON").shard(devs, axis=0)
         np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0))
         np.testing.assert_allclose((t @ Tensor(w, device="PYTHON").shard(devs)).numpy(), a @ w, rtol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_data_parallel_with_nn_optim_and_losses_read_after_step(optimizer: str) -> None:
+    from tg.tensor.nn import optim
+
+    rng = np.random.default_rng(0)
+    x_np, y_np = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((8, 2)).astype(np.float32)
+    w_np = rng.standard_normal((4, 2)).astype(np.float32)
+
+    def run(devs: tuple[str, ...] | None) -> tuple[list[float], np.ndarray]:
+        w, x, y = Tensor(w_np), Tensor(x_np), Tensor(y_np)
+        if devs:
+            w, x, y = w.shard(devs), x.shard(devs, axis=0), y.shard(devs, axis=0)
+        w.requires_grad = True
+        opt = getattr(optim, optimizer)([w], lr=0.1)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = ((x @ w - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss)  # read after the step: the pre-step loss (pending reads of sharded weights)
+        return [loss.item() for loss in losses], w.numpy()
+
+    single, multi = run(None), run(devices(2))
+    np.testing.assert_allclose(multi[0], single[0], atol=1e-6)
+    np.testing.assert_allclose(multi[1], single[1], atol=1e-6)

@@ -231,6 +231,12 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 base = base.src[0]
             if base.op is Ops.BUFFER:
                 targets.add(base)
+            elif base.op is Ops.MULTI:  # a sharded target: every shard's buffer is overwritten
+                for shard in base.src:
+                    while shard.op in (Ops.RESHAPE, Ops.ASSIGN):
+                        shard = shard.src[0]
+                    if shard.op is Ops.BUFFER:
+                        targets.add(shard)
         if extra := pending_readers(targets, roots):
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
     multi_values: dict[UOp, Any] = {}

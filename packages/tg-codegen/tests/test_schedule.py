@@ -299,3 +299,12 @@ def test_long_float_sums_are_split_into_a_tree():
     assert kernels(buf(SPLIT_MIN, dtype=dtypes.int32).r(Ops.ADD, (0,))) == 1  # int sums are exact
     assert kernels(buf(SPLIT_MIN).r(Ops.MAX, (0,))) == 1  # max is exact
     assert kernels(buf(2**16 + 1, 2**14).r(Ops.ADD, (1,))) == 1  # too many outputs x partials
+
+
+def test_long_sum_of_a_broadcast_constant_folds_to_a_constant():
+    from tg.codegen.schedule.policy import SPLIT_MIN
+
+    ones = UOp.const(dtypes.float32, 1.0, "CPU").reshape((1,)).expand((SPLIT_MIN,))
+    assert kernels(ones.r(Ops.ADD, (0,))) <= 1  # no partial sums: at most the store of the constant
+    padded = UOp.const(dtypes.float32, 1.0, "CPU").reshape((1,)).expand((SPLIT_MIN,)).pad(((0, 3),))
+    assert kernels(padded.r(Ops.ADD, (0,))) == 2  # a pad masks elements: summed as usual (split)

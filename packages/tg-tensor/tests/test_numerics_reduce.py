@@ -21,7 +21,8 @@ def _rel(got: float, want: float) -> float:
 @pytest.mark.parametrize("n", [2**24, 2**25, 20_000_000])
 def test_sum_of_ones_is_exact(device: str, n: int) -> None:
     n = _big(device, n)
-    assert Tensor.ones(n, device=device).sum().item() == n
+    assert Tensor.ones(n, device=device).sum().item() == n  # folded: n copies of a constant (P1a)
+    assert Tensor.ones(n, device=device).contiguous().sum().item() == n  # stored: the split partial sums (P1)
 
 
 @pytest.mark.parametrize("n", [2**24, 2**25])
@@ -37,8 +38,13 @@ def test_sum_and_mean_of_uniform(device: str, n: int, rng: np.random.Generator) 
 
 def test_sum_of_a_constant_that_is_not_exact(device: str) -> None:
     n = _big(device, 10**6)
+    exact = n * float(np.float32(0.1))
     got = Tensor.full((n,), 0.1, device=device).sum().item()
-    assert _rel(got, n * float(np.float32(0.1))) < 1e-5  # a single chain gives 1e-2 at 10**6
+    assert got == np.float32(exact)  # c*n rounded once (P1a); 256-chunk partials gave 2.6e-6, one chain 1e-2
+    stored = Tensor.full((n,), 0.1, device=device).contiguous().sum().item()
+    assert _rel(stored, exact) < 2e-7  # measured 1.4e-7 at 10**6 (numpy 4.5e-8): the partials' serial chains
+    means = Tensor.full((3, n), 0.1, device=device).mean(1).numpy()
+    np.testing.assert_allclose(means, np.full(3, 0.1, np.float32), rtol=1e-7, atol=0)
 
 
 def test_sum_axes_rows_and_columns(device: str, rng: np.random.Generator) -> None:

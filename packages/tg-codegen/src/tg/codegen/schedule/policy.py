@@ -15,6 +15,7 @@ Everything not stored is computed inline by the kernel that reads it. The rules 
 | C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
 | C2 | any other candidate | keep stored |
 | P1 | float `REDUCE_AXIS(ADD)`, >= 2**14 elements per output | split into a tree of stored 256-element partial sums |
+| P1a | the same sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
 
 P1 rewrites the graph before the other rules (`pm_split_reduce`): it bounds every serial float addition chain to
 a few hundred terms, so sums of any size are about as accurate as numpy's pairwise summation (a sum of 2**25
@@ -126,6 +127,13 @@ SPLIT_CHUNK = 256  # elements per partial sum: the longest serial chain a split 
 SPLIT_MAX_PARTIALS = 2**22  # outputs x partials: the most elements the partial buffer may hold
 
 
+def _broadcast_const(src: UOp) -> UOp | None:
+    """The float CONST that src only reshapes/expands/permutes (no pad or shrink: every element is it), else None."""
+    while src.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE):
+        src = src.src[0]
+    return src if src.op is Ops.CONST and isinstance(src.arg, float) else None
+
+
 def _split_reduce(x: UOp) -> UOp | None:
     """REDUCE_AXIS(ADD, src, axes) -> a tree: sums of SPLIT_CHUNK-long contiguous chunks (stored), then sums of
     chunks of those, until one short sum is left."""
@@ -137,7 +145,11 @@ def _split_reduce(x: UOp) -> UOp | None:
     n = math.prod(shape[a] for a in axes)
     keep = [i for i in range(len(shape)) if i not in axes]
     outs = [shape[i] for i in keep]
-    if n < SPLIT_MIN or math.prod(outs) * -(-n // SPLIT_CHUNK) > SPLIT_MAX_PARTIALS:
+    if n < SPLIT_MIN:
+        return None
+    if (c := _broadcast_const(src)) is not None:  # P1a: a sum of n copies of c is c*n, rounded once
+        return x.const_like(c.arg * n)
+    if math.prod(outs) * -(-n // SPLIT_CHUNK) > SPLIT_MAX_PARTIALS:
         return None
     order = (*keep, *axes)
     level = (src.permute(order) if order != tuple(range(len(shape))) else src).reshape((*outs, n))

@@ -85,10 +85,43 @@ def arange(
         dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float
     )
     n = max(0, math.ceil((stop - start) / step))
+    if n >= DEVICE_INDEX_MIN and (t := _device_arange(start, step, n, dt, canonical_device(device))) is not None:
+        return t if requires_grad is None else t.requires_grad_(requires_grad)
     values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(
         isinstance(v, int) for v in (start, step)
     ) else [start + i * step for i in range(n)]  # fmt: skip
     return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)), requires_grad=requires_grad)
+
+
+# from this many elements on, arange and the random counters are computed on the device (no host list)
+DEVICE_INDEX_MIN = 1 << 14
+
+
+def device_index(n: int, dt: DType, device: str) -> Tensor:
+    """0, 1, ..., n-1 as a `dt` tensor computed on the device: a (rows, cols) grid of `row*cols + col` from two
+    uploaded ranges of about sqrt(n) elements each, flattened and cut to n (one elementwise kernel, no n-sized
+    host data)."""
+    from tg.tensor.tensor import Tensor, _from_bytes
+
+    cols = 1 << (max(n - 1, 1).bit_length() + 1) // 2
+    rows = -(-n // cols)
+    row_starts = Tensor(_from_bytes(pack(range(0, rows * cols, cols), dt), (rows, 1), dt, device))
+    col_offsets = Tensor(_from_bytes(pack(range(cols), dt), (1, cols), dt, device))
+    return (row_starts + col_offsets).reshape(rows * cols)[:n]
+
+
+def _device_arange(start: Scalar, step: Scalar, n: int, dt: DType, device: str) -> Tensor | None:
+    """arange's values computed on the device as `start + i*step` (ints in int64, floats in float64, then cast:
+    the same numbers as the host path); None where the host path must decide (ranges past int64, other dtypes)."""
+    if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int):
+        last = start + (n - 1) * step
+        if not (dt.min <= min(start, last) and max(start, last) <= dt.max and -(2**63) <= min(start, last)
+                and max(start, last, n * abs(step)) < 2**63):  # fmt: skip
+            return None  # the host path raises its out-of-range error (or handles uint64 beyond int64)
+        return (device_index(n, dtypes.int64, device) * step + start).cast(dt)
+    if dt in (dtypes.float32, dtypes.float64) and n < 2**53:
+        return (device_index(n, dtypes.int64, device).cast(dtypes.float64) * float(step) + float(start)).cast(dt)
+    return None
 
 
 def linspace(

@@ -36,19 +36,25 @@ def _leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
 
 def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
     """uint32 random bits of `shape` (one threefry evaluation per element)."""
+    from tg.tensor.creation import DEVICE_INDEX_MIN, device_index
     from tg.tensor.tensor import Tensor, _from_bytes, canonical_device
 
     dev = canonical_device(device)
     num = math.prod(shape)
     start = Tensor._rng_counter
     Tensor._rng_counter += num
-    counter_buf = _from_bytes(array("Q", range(start, start + num)).tobytes(), (num,), dtypes.uint64, dev)
     seed = Tensor._seed & 0xFFFFFFFFFFFFFFFF
     seed_buf = _from_bytes(array("Q", [seed]).tobytes(), (1,), dtypes.uint64, dev)
+    if num >= DEVICE_INDEX_MIN:  # large draws: the first counter uploaded, the others computed on the device
+        counter_buf = _from_bytes(array("Q", [start]).tobytes(), (1,), dtypes.uint64, dev)
+        counters = Tensor(counter_buf).expand(num) + device_index(num, dtypes.uint64, dev)
+        logged = 1  # a JIT rewrites the first counter only
+    else:
+        counter_buf = _from_bytes(array("Q", range(start, start + num)).tobytes(), (num,), dtypes.uint64, dev)
+        counters, logged = Tensor(counter_buf), num
     if rng_log is not None:
-        rng_log.append(("counter", _base(counter_buf), start, num))
+        rng_log.append(("counter", _base(counter_buf), start, logged))
         rng_log.append(("seed", _base(seed_buf), seed, 1))
-    counters = Tensor(counter_buf)
     key = Tensor(seed_buf).expand(num) if num != 1 else Tensor(seed_buf)
     bits = Tensor(counters.uop.alu(Ops.THREEFRY, key.uop))
     return (bits & 0xFFFFFFFF).cast(dtypes.uint32).reshape(shape)

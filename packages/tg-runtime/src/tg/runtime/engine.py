@@ -235,10 +235,15 @@ class ScheduleItemLike(Protocol):
 method_cache: dict[tuple[str, UOp], CompiledRunner] = {}
 
 
+def _runner_key(device: str, ast: UOp) -> tuple[str, UOp]:
+    """The method_cache key of ``ast`` compiled for ``device`` (a canonical name) under the current settings."""
+    return (device if TRANSCENDENTAL.value == 1 else f"{device}+TRANSCENDENTAL={TRANSCENDENTAL.value}", ast)
+
+
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for ``ast`` on ``device`` (code generation and compilation happen once per pair)."""
     device = Device.canonicalize(device)
-    key = (device if TRANSCENDENTAL.value == 1 else f"{device}+TRANSCENDENTAL={TRANSCENDENTAL.value}", ast)
+    key = _runner_key(device, ast)
     if (runner := method_cache.get(key)) is None:
         from tg.codegen.program import get_program
         from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
@@ -260,11 +265,11 @@ def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
         if not isinstance(ast, UOp) or ast.op is not Ops.SINK or not buf_uops:
             continue
         try:
-            key = (Device.canonicalize(buffer_for(buf_uops[0]).device), ast)
+            device = Device.canonicalize(buffer_for(buf_uops[0]).device)
         except (TypeError, ValueError):
             continue
-        if key not in method_cache:
-            new[key] = None
+        if _runner_key(device, ast) not in method_cache:
+            new[(device, ast)] = None
     if len(new) < 2:
         return
     from concurrent.futures import ThreadPoolExecutor
@@ -283,7 +288,7 @@ def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
                 lib = fut.result()
             except Exception:
                 continue
-            method_cache[(dev, ast)] = CompiledRunner(p, dev, lib)
+            method_cache[_runner_key(dev, ast)] = CompiledRunner(p, dev, lib)
 
 
 def lower_schedule_item(item: ScheduleItemLike | UOp) -> ExecItem:

@@ -112,14 +112,21 @@ def device_index(n: int, dt: DType, device: str) -> Tensor:
 
 def _device_arange(start: Scalar, step: Scalar, n: int, dt: DType, device: str) -> Tensor | None:
     """arange's values computed on the device as `start + i*step` (ints in int64, floats in float64, then cast:
-    the same numbers as the host path); None where the host path must decide (ranges past int64, other dtypes)."""
+    the same numbers as the host path); None where the host path must decide (ranges past int64, other dtypes, a
+    device that runs no kernels or has no native float64)."""
+    from tg.runtime.device import Device
+
+    try:
+        native = Device[device].renderer.native_float_dtypes
+    except Exception:  # no renderer (DISK, ...): the data is uploaded as before
+        return None
     if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int):
         last = start + (n - 1) * step
         if not (dt.min <= min(start, last) and max(start, last) <= dt.max and -(2**63) <= min(start, last)
                 and max(start, last, n * abs(step)) < 2**63):  # fmt: skip
             return None  # the host path raises its out-of-range error (or handles uint64 beyond int64)
         return (device_index(n, dtypes.int64, device) * step + start).cast(dt)
-    if dt in (dtypes.float32, dtypes.float64) and n < 2**53:
+    if dt in (dtypes.float32, dtypes.float64) and dtypes.float64 in native and n < 2**53:
         return (device_index(n, dtypes.int64, device).cast(dtypes.float64) * float(step) + float(start)).cast(dt)
     return None
 

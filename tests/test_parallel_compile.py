@@ -46,10 +46,10 @@ def test_precompile_under_another_transcendental_setting_is_not_reused() -> None
     own code (a stale program would differ in its source)."""
     data = np.linspace(-3, 3, 29 * 23, dtype=np.float32).reshape(29, 23)
     with Context(TRANSCENDENTAL=2):
-        a = Tensor(data).softmax(-1).numpy()
+        a = Tensor(data, device="CPU").softmax(-1).numpy()
     keys_t2 = {k[1] for k in engine.method_cache if k[0].endswith("+TRANSCENDENTAL=2")}
     assert len(keys_t2) >= 2 and not keys_t2 & {k[1] for k in engine.method_cache if k[0] == "CPU"}
-    b = Tensor(data).softmax(-1).numpy()
+    b = Tensor(data, device="CPU").softmax(-1).numpy()
     assert keys_t2 <= {k[1] for k in engine.method_cache if k[0] == "CPU"}  # compiled again for the default
     np.testing.assert_allclose(a, _softmax_np(data), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b, _softmax_np(data), rtol=1e-5, atol=1e-6)
@@ -65,7 +65,7 @@ def test_parallel_compile_error_carries_compiler_log(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(type(compiler), "compile", compile_broken)
     with Context(CACHELEVEL=0), pytest.raises(CompileError, match=broken) as info:
-        Tensor.ones(41, 41).contiguous().softmax(-1).realize()
+        Tensor.ones(41, 41, device="CPU").contiguous().softmax(-1).realize()
     assert "--- source ---" in str(info.value)
 
 
@@ -84,7 +84,7 @@ def test_eager_repeats_never_reuse_a_program_of_another_shape_or_dtype(dtype: ob
 
 
 def test_eager_repeats_on_two_devices_stay_apart() -> None:
-    a = Tensor([1.0, 2.0, 3.0]).realize()
+    a = Tensor([1.0, 2.0, 3.0], device="CPU").realize()
     b = Tensor([10.0, 20.0, 30.0], device="CPU:1").realize()
     for _ in range(4):
         a, b = (a + 1).realize(), (b + 1).realize()

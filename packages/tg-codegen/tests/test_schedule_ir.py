@@ -122,6 +122,26 @@ def test_cache_hits_on_equal_structure_with_new_buffers():
     assert cache_stats["misses"] == 2
 
 
+def test_cache_hits_across_storage_markers_and_keeps_them_apart():
+    # CONTIGUOUS(x, UNIQUE) is storage of its own: markers are renumbered, so equal structures share a template
+    clear_schedule_cache()
+
+    def graph():
+        x = full((4,), 0.0)
+        return x.contiguous(UOp.unique()), x.contiguous(UOp.unique())
+
+    a1, b1 = graph()
+    assert a1 is not b1
+    s1 = create_schedule(UOp(Ops.SINK, src=(a1, b1)))
+    a2, b2 = graph()
+    s2 = create_schedule(UOp(Ops.SINK, src=(a2, b2)))
+    assert cache_stats == {"hits": 1, "misses": 1}
+    # two markers in one graph stay two buffers (the normalised graph must not merge them)
+    for s, a, b in ((s1, a1, b1), (s2, a2, b2)):
+        assert base(s.becomes[a]) is not base(s.becomes[b])
+    assert base(s1.becomes[a1]) is not base(s2.becomes[a2])
+
+
 def test_cache_keeps_no_buffer_alive():
     clear_schedule_cache()
     a = UOp.new_buffer("CPU", 16, dtypes.float32)

@@ -178,11 +178,11 @@ def set_requires_grad(t: Tensor, flag: bool) -> None:
             raise RuntimeError(f"only tensors of floating point dtype can require gradients, got {t.dtype.name}")
         if not t._is_leaf:
             return  # already requires grad through its inputs
-        from tg.tensor.realize import buffer_of
+        from tg.tensor.realize import buffer_of, own_storage
 
         if buffer_of(t.uop) is None:
             # a leaf needs storage of its own: equal lazy graphs (two zeros(3)) would be one node otherwise
-            t.uop = t.uop.contiguous()
+            t.uop = own_storage(t.uop)
             t.realize()
         mark(t.uop, True)
         grad_leaves.add(t)

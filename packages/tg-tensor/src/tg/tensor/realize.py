@@ -132,6 +132,13 @@ def buffer_of(uop: UOp) -> UOp | None:
     return None
 
 
+def own_storage(uop: UOp) -> UOp:
+    """CONTIGUOUS of `uop` carrying a fresh UNIQUE: storage no other tensor's graph can hash-cons into (two equal
+    lazy graphs are one node; without the marker they would be realized into one shared buffer). The schedule
+    cache numbers these markers by first appearance, so equal structures still hit it."""
+    return uop.contiguous(UOp.unique())
+
+
 def is_realized(uop: UOp) -> bool:
     """Whether `uop` needs no computation: a buffer reshaped, or a MULTI of such buffers (a realized sharded tensor)."""
     if uop.op is Ops.MULTI:
@@ -214,6 +221,9 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     todo = [t for t in tensors if not is_realized(t.uop)]
     if not todo:
         return
+    for t in todo:  # a realized constant (zeros, full, ...) is storage of its own, like a creation function's result
+        if _is_const_view(t.uop):
+            t.uop = own_storage(t.uop)
     if tracing_functions:
         raise RuntimeError(
             f"cannot realize inside @function {tracing_functions[-1]}: its body is traced once and reused; return the "

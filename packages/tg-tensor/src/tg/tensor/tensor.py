@@ -313,8 +313,13 @@ class Tensor(_DTypeShortcuts, TensorMethods):
     shard_like = _multi.shard_like
 
     def contiguous(self) -> Tensor:
-        """Force the value into its own buffer when realized (a fusion boundary)."""
-        return Tensor(self.uop.contiguous())
+        """Force the value into its own buffer when realized (a fusion boundary).
+
+        Each call makes storage of its own: two `Tensor.zeros(4).contiguous()` never share a buffer (the UOps would
+        be one hash-consed node otherwise), so writing into one leaves the other as it was. Contiguous of a buffer
+        that is already contiguous is that buffer (an alias, as in PyTorch).
+        """
+        return Tensor(_realize.own_storage(self.uop))
 
     # ---- autograd: see autograd.py and gradient.py -------------------------------------------------------
 

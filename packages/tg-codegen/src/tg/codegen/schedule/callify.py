@@ -2,8 +2,10 @@
 
 Every input BUFFER becomes a placeholder BUFFER numbered by first appearance (`UNIQUE(-1 - slot)`, same device,
 size and dtype), and every bound Variable (a BIND, also inside movement arguments) becomes its unbound
-DEFINE_VAR, its value going to `var_vals`. Two graphs that differ only in their buffers or in the values of their
-variables normalise to the same UOp (hash-consing makes it the same object), so it keys the schedule cache.
+DEFINE_VAR, its value going to `var_vals`. A UNIQUE marking a CONTIGUOUS as storage of its own (two equal values
+stored apart) is renumbered by first appearance (`UNIQUE(-1 - k)`): distinct markers stay distinct. Two graphs
+that differ only in their buffers, variable values or markers normalise to the same UOp (hash-consing makes it
+the same object), so it keys the schedule cache.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Normalized:
         self.var_vals: dict[str, int] = {}
         self.nodes: dict[UOp, UOp] = {}  # original node -> normalised node
         self._unbound: dict[UOp, UOp] = {}
+        self._markers: dict[UOp, UOp] = {}  # UNIQUE marker of a CONTIGUOUS -> its canonical number
         order = sink.toposort()
         stats.steps += len(order)
         for n in order:
@@ -54,6 +57,11 @@ class Normalized:
             ret = self._unbound[x] = x.substitute(binds) if binds else x
         return ret
 
+    def _marker(self, u: UOp) -> UOp:
+        if (m := self._markers.get(u)) is None:
+            m = self._markers[u] = UOp.unique(-1 - len(self._markers))
+        return m
+
     def _normalise(self, n: UOp) -> UOp:
         if n.op is Ops.BUFFER:
             if (p := self.placeholders.get(n)) is None:
@@ -62,7 +70,7 @@ class Normalized:
             return p
         if n.op is Ops.BIND:
             return self._bind(n)
-        src = tuple(self.nodes[s] for s in n.src)
+        src = tuple(self._marker(s) if s.op is Ops.UNIQUE else self.nodes[s] for s in n.src)
         arg = self._strip(n.arg) if n.op in _SYMBOLIC_ARGS else n.arg
         if arg is n.arg and all(a is b for a, b in zip(src, n.src, strict=True)):
             return n

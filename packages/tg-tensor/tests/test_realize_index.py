@@ -62,8 +62,9 @@ def test_pending_readers_of_an_assigned_buffer_keep_the_old_value():
 
 
 def test_a_realized_tensor_leaves_its_old_graph_entry():
-    ts = [Tensor.ones(4, device="CPU").contiguous() for _ in range(50)]
-    root = ts[0].uop  # hash-consed: the same CONTIGUOUS node for all 50
+    base = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").realize()
+    ts = [base + 1 for _ in range(50)]
+    root = ts[0].uop  # hash-consed: the same ADD node for all 50 (contiguous() would make 50 storages)
     assert all(t.uop is root for t in ts) and len(index.tensors(root)) == 50
     Tensor.realize(*ts)
     assert index.tensors(root) == [] and len(index.by_uop.get(root, {})) == 0

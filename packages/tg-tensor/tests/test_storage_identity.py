@@ -82,3 +82,63 @@ def test_write_through_bitcast_view_reaches_its_base_only() -> None:
     twin = Tensor.zeros(2, dtype=dtypes.float32).contiguous().realize()
     a.bitcast(dtypes.int32).assign(Tensor([0x40400000, 0x40800000], dtype=dtypes.int32))
     assert a.tolist() == [3.0, 4.0] and twin.tolist() == [0.0, 0.0]
+
+
+# ---- equal computed values (one hash-consed graph) are copied on write ------------------------------------------
+
+
+def test_assign_into_one_of_two_equal_computed_values() -> None:
+    x = Tensor([1.0, 2.0]).realize()
+    c, d = x + 1, x + 1
+    c.realize()
+    d.realize()
+    c.assign(Tensor([9.0, 9.0])).realize()
+    assert c.tolist() == [9.0, 9.0] and d.tolist() == [2.0, 3.0] and x.tolist() == [1.0, 2.0]
+
+
+def test_setitem_into_one_of_two_equal_lazy_values() -> None:
+    x = Tensor([1.0, 2.0]).realize()
+    e, f = x * 2, x * 2
+    e[0] = 5
+    assert e.tolist() == [5.0, 4.0] and f.tolist() == [2.0, 4.0]
+
+
+def test_inplace_ops_on_equal_values_realized_together() -> None:
+    x = Tensor([[1, 2], [3, 4]]).realize()
+    a, b, c = x.sum(0), x.sum(0), x.sum(0)
+    Tensor.realize(a, b, c)
+    b.mul_(10)
+    assert a.tolist() == [4, 6] and b.tolist() == [40, 60] and c.tolist() == [4, 6]
+    c.add_(1)  # the remaining twins were split too
+    assert a.tolist() == [4, 6] and c.tolist() == [5, 7]
+
+
+def test_views_of_a_written_twin_see_the_write() -> None:
+    x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+    c, d = x + 1, x + 1
+    Tensor.realize(c, d)
+    row, col, det = c.reshape(2, 2)[0], c.reshape(2, 2)[:, 1], c.detach()
+    same = c.contiguous().realize()  # contiguous of a contiguous buffer: the same storage (PyTorch)
+    c[0] = 10.0
+    assert row.tolist() == [10.0, 3.0] and col.tolist() == [3.0, 5.0] and det.tolist()[0] == 10.0
+    assert same.tolist()[0] == 10.0 and d.tolist() == [2.0, 3.0, 4.0, 5.0]
+    d.assign(d * 0).realize()  # and the twin's own writes leave c alone
+    assert d.tolist() == [0.0] * 4 and c.tolist() == [10.0, 3.0, 4.0, 5.0]
+
+
+def test_write_through_a_view_of_a_tensor_aliases_it_not_its_equal() -> None:
+    x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+    c = (x + 1).realize()
+    v = c[1:3]
+    v.assign(Tensor([0.0, 0.0]))
+    assert c.tolist() == [2.0, 0.0, 0.0, 5.0] and x.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_gradient_flows_through_the_copied_twin() -> None:
+    w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    c, d = w * 2, w * 2
+    Tensor.realize(c, d)
+    c.assign(Tensor([0.0, 0.0, 0.0])).realize()
+    assert d.tolist() == [2.0, 4.0, 6.0]
+    (d * d).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [8.0, 16.0, 24.0])

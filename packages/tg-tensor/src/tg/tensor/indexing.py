@@ -188,11 +188,12 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
     """
     from tg.ir import Ops
     from tg.tensor.movement import assign_into_view, view_base
-    from tg.tensor.realize import realize_tensors
+    from tg.tensor.realize import realize_tensors, separate_twins
     from tg.tensor.tensor import Tensor
 
     if view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN):
         self.realize()  # the write needs a buffer to go to
+    separate_twins(self)  # an equal tensor made independently must not see this write
     v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
     if v.device != self.device:
         raise ValueError(f"setitem device mismatch: target {self.device} vs value {v.device}")

@@ -139,6 +139,59 @@ def own_storage(uop: UOp) -> UOp:
     return uop.contiguous(UOp.unique())
 
 
+# Hash-cons twins: tensors made independently (`c = x + 1; d = x + 1`) hold one UOp, so realizing them gives them
+# one buffer. They are noted here (id(tensor) -> (its weakref, the group's weakrefs)); a write into one of them
+# first gives the others a copy of their own (copy-on-write), so only the written tensor changes, as in PyTorch.
+_twins: dict[int, tuple[weakref.ref[Tensor], list[weakref.ref[Tensor]]]] = {}
+# roots that several tensors share as views or wrappers of one value (no independent creation): never twins
+_ALIASING_ROOTS = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.ASSIGN, Ops.BITCAST, Ops.MULTI})
+
+
+def _note_twins(ts: list[Tensor]) -> None:
+    group: list[weakref.ref[Tensor]] = []
+    for t in ts:
+        ref = weakref.ref(t, _forget_twin(id(t)))
+        group.append(ref)
+        _twins[id(t)] = (ref, group)
+
+
+def _forget_twin(key: int) -> Any:
+    """A weakref callback dropping a dead tensor's twin entry (unless the id was reused since)."""
+
+    def forget(ref: weakref.ref) -> None:
+        if (entry := _twins.get(key)) is not None and entry[0] is ref:
+            del _twins[key]
+
+    return forget
+
+
+def separate_twins(t: Tensor) -> None:
+    """Before a write into `t`'s buffer: live tensors that share it only because their graphs hash-consed
+    together get a copy of their own (views of `t`, made from `t`, keep aliasing it)."""
+    entry = _twins.get(id(t))
+    if entry is None or entry[0]() is not t:
+        return
+    del _twins[id(t)]
+    for ref in entry[1]:
+        if (other := ref()) is None or other is t:
+            continue
+        if (mine := _twins.get(id(other))) is not None and mine[0] is ref:
+            del _twins[id(other)]
+        if other.uop is t.uop:
+            other.uop = _private_copy(other)
+
+
+def _private_copy(t: Tensor) -> UOp:
+    """A realized copy of `t`'s value in a fresh buffer (`t` itself is left as it is)."""
+    from tg.tensor.autograd import note_realized
+    from tg.tensor.tensor import Tensor
+
+    copy = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device).assign(Tensor(t.uop))
+    copy.realize()
+    note_realized({t.uop: copy.uop})  # autograd: gradients through the copy flow to where `t` came from
+    return copy.uop
+
+
 def is_realized(uop: UOp) -> bool:
     """Whether `uop` needs no computation: a buffer reshaped, or a MULTI of such buffers (a realized sharded tensor)."""
     if uop.op is Ops.MULTI:
@@ -270,8 +323,11 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     new_roots = UOp(Ops.SINK, src=tuple(affected)).substitute(becomes).src
     for old, new in zip(affected, new_roots, strict=True):
         if new is not old:
-            for t in index.tensors(old):
+            ts = index.tensors(old)
+            for t in ts:
                 t.uop = new
+            if len(ts) > 1 and old.op not in _ALIASING_ROOTS and not _is_view(old) and buffer_of(new) is not None:
+                _note_twins(ts)  # one value computed for independently made tensors: copy on write
 
 
 def host_bytes(t: Tensor) -> bytearray:

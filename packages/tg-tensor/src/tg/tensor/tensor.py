@@ -396,6 +396,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
             raise ValueError(f"assign device mismatch: target {self.device} vs value {x.device}")
         if self.uop is x.uop:
             return self
+        _realize.separate_twins(self)  # an equal tensor made independently must not see this write
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]

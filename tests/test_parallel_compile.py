@@ -41,9 +41,11 @@ def test_new_shapes_compile_together_with_identical_results(parallel: bool, monk
         assert max(compiled) == 0
 
 
-def test_precompile_under_another_transcendental_setting_is_not_reused() -> None:
+def test_precompile_under_another_transcendental_setting_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kernels generated under TRANSCENDENTAL=2 are cached under their own key: the default setting compiles its
     own code (a stale program would differ in its source)."""
+    # a fresh cache: kernels that earlier tests on this worker compiled for plain CPU must not count here
+    monkeypatch.setattr(engine, "method_cache", {})
     data = np.linspace(-3, 3, 29 * 23, dtype=np.float32).reshape(29, 23)
     with Context(TRANSCENDENTAL=2):
         a = Tensor(data, device="CPU").softmax(-1).numpy()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.ir import DType, Ops, UOp, dtypes
 from tg.tensor.args import dtype_arg
+from tg.tensor.shapes import shape_arg as _shape_arg
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -70,7 +71,6 @@ def rand(
     *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
 ) -> Tensor:
     """Uniform random numbers in [0, 1): `Tensor.rand(2, 3)`."""
-    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     dt = dtype_arg(dtype) or dtypes.default_float
@@ -99,7 +99,6 @@ def randn(
     *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
 ) -> Tensor:
     """Standard normal random numbers (Box-Muller): `Tensor.randn(3, 4)`."""
-    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     dt = dtype_arg(dtype) or dtypes.default_float
@@ -196,7 +195,6 @@ def scaled_uniform(
     *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
 ) -> Tensor:
     """U(-1, 1) / sqrt(numel)."""
-    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     return _leaf(
@@ -208,7 +206,6 @@ def glorot_uniform(
     *shape: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None
 ) -> Tensor:
     """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (Xavier/Glorot)."""
-    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     bound = math.sqrt(6 / (shp[0] + math.prod(shp[1:]))) if shp else 1.0
@@ -223,7 +220,6 @@ def kaiming_uniform(
     requires_grad: bool | None = None,
 ) -> Tensor:
     """U(-b, b) with b = sqrt(6 / ((1 + a^2) * fan_in)), fan_in = prod(shape[1:]) (He)."""
-    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     bound = math.sqrt(6.0 / ((1 + a * a) * _fan_in(shp)))
@@ -238,7 +234,6 @@ def kaiming_normal(
     requires_grad: bool | None = None,
 ) -> Tensor:
     """N(0, std) with std = sqrt(2 / ((1 + a^2) * fan_in)) (He)."""
-    from tg.tensor.shapes import shape_arg as _shape_arg
 
     shp = _shape_arg(shape)
     std = math.sqrt(2.0 / ((1 + a * a) * _fan_in(shp)))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tg.ir import DType, UOp, dtypes
 from tg.tensor.args import dtype_arg
 from tg.tensor.data import pack
-from tg.tensor.shapes import shape_arg
+from tg.tensor.shapes import is_symbolic, shape_arg, simplify_dim
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Scalar, ShapeArg, Tensor
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def _shape(op: str, shape: tuple[Any, ...]) -> tuple[int, ...]:
     shp = shape_arg(shape)
-    if any(s < 0 for s in shp):
+    if any(isinstance(s, int) and s < 0 for s in shp):
         raise ValueError(f"{op}: negative dimension in shape {shp}")
     return shp
 
@@ -62,7 +62,11 @@ def empty(
 
     shp = _shape("empty", shape)
     dt = dtype_arg(dtype) or dtypes.default_float
-    buf = UOp.new_buffer(canonical_device(device), int(math.prod(shp)), dt).reshape(shp)
+    n = math.prod(shp)
+    if isinstance(n, UOp):  # symbolic: a buffer of the maximum size, its first n elements viewed as the shape
+        buf = UOp.new_buffer(canonical_device(device), int(n.vmax), dt).shrink(((0, simplify_dim(n)),)).reshape(shp)
+    else:
+        buf = UOp.new_buffer(canonical_device(device), n, dt).reshape(shp)
     return Tensor(buf, requires_grad=requires_grad)
 
 
@@ -81,6 +85,8 @@ def arange(
         start, stop = 0, start
     if step == 0:
         raise ValueError("arange: step must not be zero")
+    if any(isinstance(v, UOp) for v in (start, stop, step)):
+        return _symbolic_arange(start, stop, step, dtype, device, requires_grad)
     dt = dtype_arg(dtype) or (
         dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float
     )
@@ -91,6 +97,21 @@ def arange(
         isinstance(v, int) for v in (start, step)
     ) else [start + i * step for i in range(n)]  # fmt: skip
     return Tensor(_from_bytes(pack(values, dt), (n,), dt, canonical_device(device)), requires_grad=requires_grad)
+
+
+def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None,
+                     requires_grad: bool | None) -> Tensor:  # fmt: skip
+    """arange to a symbolic `stop` (int start and positive int step): the values up to the stop's maximum, sliced
+    to the bound length, so one kernel serves every value."""
+    if not (isinstance(start, int) and isinstance(step, int) and step > 0 and is_symbolic(stop)):
+        raise TypeError(f"arange with a symbolic bound needs int start, positive int step and a symbolic stop, got "
+                        f"start={start!r}, stop={stop!r}, step={step!r}")  # fmt: skip
+    n = simplify_dim((stop - start + step - 1) // step)
+    if isinstance(n, int) or n.vmin < 0:
+        raise ValueError(f"arange: the symbolic stop {stop.render()} can be below start {start}")
+    full_range = arange(start, start + int(n.vmax) * step, step, dtype, device)
+    ret = full_range[:n]
+    return ret if requires_grad is None else ret.requires_grad_(requires_grad)
 
 
 # from this many elements on, arange and the random counters are computed on the device (no host list)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import dtypes
+from tg.ir import UOp, dtypes
 from tg.tensor.data import is_int, is_numpy
-from tg.tensor.shapes import broadcast_shape, canonical_axis
+from tg.tensor.shapes import broadcast_shape, canonical_axis, is_symbolic, simplify_dim
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -127,7 +127,18 @@ def _basic_get(self: Tensor, index: Any) -> Tensor:
             out_shape.append(-2)  # placeholder for a new axis
             continue
         n = self.shape[dim]
-        if is_int(it):
+        if isinstance(it, slice) and _symbolic_slice(it, n):
+            start, stop = _symbolic_bounds(it, n, dim)
+            bounds.append((start, stop))
+            flips.append(0)
+            steps.append(1)
+            out_shape.append(simplify_dim(stop - start))  # type: ignore[arg-type]
+        elif isinstance(n, UOp) and is_int(it):  # checked at the bound value by shrink
+            i = int(it)
+            bounds.append((i, i + 1) if i >= 0 else (simplify_dim(n + i), simplify_dim(n + i + 1)))
+            flips.append(0)
+            steps.append(1)
+        elif is_int(it):
             i = int(it)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
@@ -158,6 +169,31 @@ def _basic_get(self: Tensor, index: Any) -> Tensor:
     it_out = iter(s for s in out_shape if s != -2)
     final = [1 if s == -2 else next(it_out) for s in out_shape]
     return x.reshape(final)
+
+
+def _symbolic_slice(it: slice, n: Any) -> bool:
+    """Whether a slice involves a symbolic int (in its bounds, or the dim it slices)."""
+    return any(isinstance(v, UOp) for v in (it.start, it.stop, it.step, n))
+
+
+def _symbolic_bounds(it: slice, n: Any, dim: int) -> tuple[Any, Any]:
+    """(start, stop) of a step-1 slice with symbolic parts; negative int bounds count from the end, as Python.
+    Bounds are checked at the Variables' bound values by shrink; no clamping (a symbolic bound must be in range)."""
+    if it.step is not None and not (is_int(it.step) and it.step == 1):
+        raise IndexError(f"a slice with a symbolic bound or dim (dim {dim}) needs step 1, got step {it.step!r}")
+
+    def bound(v: Any, default: Any) -> Any:
+        if v is None:
+            return default
+        if isinstance(v, UOp):
+            if not is_symbolic(v):
+                raise TypeError(f"slice bounds must be ints or bound Variables, got {v!r}")
+            return v
+        if not is_int(v):
+            raise TypeError(f"slice bounds must be ints or bound Variables, got {v!r}")
+        return simplify_dim(n + int(v)) if int(v) < 0 else int(v)
+
+    return bound(it.start, 0), bound(it.stop, n)
 
 
 def _stride(x: Tensor, d: int, step: int) -> Tensor:

@@ -6,12 +6,24 @@ are attached to `Tensor` in tensor.py; `self` is always a Tensor.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import Ops, UOp, argsort, dtypes, least_upper_dtype
-from tg.tensor.shapes import canonical_axis, shape_arg
+from tg.ir.uop import resolve, sint_to_uop
+from tg.tensor.shapes import (
+    canonical_axis,
+    concrete_dim,
+    fmt_shape,
+    is_symbolic,
+    render_dim,
+    same_dim,
+    same_shape,
+    shape_arg,
+    simplify_dim,
+)
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Scalar, Tensor
@@ -24,20 +36,27 @@ def _new(uop: UOp) -> Tensor:
 
 
 def reshape(self: Tensor, *shape: Any) -> Tensor:
-    """Same data, new shape; one entry may be -1: `t.reshape(2, -1)`."""
-    new = list(shape_arg(shape)) if shape else []
-    if new.count(-1) > 1:
-        raise ValueError(f"reshape: only one dimension can be -1, got {tuple(new)}")
-    if any(s < -1 for s in new):
-        raise ValueError(f"reshape: negative dimension in {tuple(new)}")
-    if -1 in new:
-        rest = int(math.prod([s for s in new if s != -1]))
-        if rest == 0 or self.numel() % rest:
-            raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
-        new[new.index(-1)] = self.numel() // rest
-    if int(math.prod(new)) != self.numel():
-        raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
-    return self if tuple(new) == self.shape else _new(self.uop.reshape(tuple(new)))
+    """Same data, new shape; one entry may be -1: `t.reshape(2, -1)`. Symbolic dims are allowed when the element
+    counts agree symbolically (`t.reshape(v, 4)` for a tensor of `v*4` elements)."""
+    new: list[Any] = list(shape_arg(shape)) if shape else []
+    ints = [s for s in new if isinstance(s, int)]
+    if ints.count(-1) > 1:
+        raise ValueError(f"reshape: only one dimension can be -1, got {fmt_shape(tuple(new))}")
+    if any(s < -1 for s in ints):
+        raise ValueError(f"reshape: negative dimension in {fmt_shape(tuple(new))}")
+    numel = self.numel()
+    if -1 in ints:
+        rest = math.prod([s for s in new if not (isinstance(s, int) and s == -1)])
+        if isinstance(rest, int) and isinstance(numel, int):
+            if rest == 0 or numel % rest:
+                raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
+            inferred: Any = numel // rest
+        else:
+            inferred = simplify_dim(numel // rest)
+        new[next(i for i, s in enumerate(new) if isinstance(s, int) and s == -1)] = inferred
+    if not same_dim(simplify_dim(math.prod(new)), numel):
+        raise ValueError(f"cannot reshape tensor of shape {fmt_shape(self.shape)} into shape {fmt_shape(tuple(new))}")
+    return self if same_shape(tuple(new), self.shape) else _new(self.uop.reshape(tuple(new)))
 
 
 def view(self: Tensor, *shape: Any) -> Tensor:
@@ -65,16 +84,16 @@ def expand(self: Tensor, *shape: Any) -> Tensor:
     if len(new) < self.ndim:
         raise ValueError(f"expand: cannot expand shape {self.shape} to {new} (fewer dims)")
     old = (1,) * (len(new) - self.ndim) + self.shape
-    target = tuple(o if n == -1 else n for o, n in zip(old, new, strict=True))
+    target = tuple(o if isinstance(n, int) and n == -1 else n for o, n in zip(old, new, strict=True))
     for o, n in zip(old, target, strict=True):
-        if o != n and o != 1:
-            raise ValueError(f"expand: cannot expand shape {self.shape} to {new}")
-    x = self.reshape(old) if old != self.shape else self
-    return x if target == x.shape else _new(x.uop.expand(target))
+        if not same_dim(o, n) and not same_dim(o, 1):
+            raise ValueError(f"expand: cannot expand shape {fmt_shape(self.shape)} to {fmt_shape(new)}")
+    x = self.reshape(old) if len(old) != self.ndim else self
+    return x if same_shape(target, x.shape) else _new(x.uop.expand(target))
 
 
 def broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
-    if self.shape == shape:
+    if same_shape(self.shape, shape):
         return self
     if len(shape) < self.ndim:
         raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
@@ -91,7 +110,12 @@ def _pad_pairs(self: Tensor, padding: Any) -> list[tuple[int, int]]:
         return [(0, 0)] * (self.ndim - len(flat)) + flat[::-1]
     if len(items) != self.ndim:
         raise ValueError(f"pad: need one (before, after) per dim of {self.shape}, got {tuple(padding)}")
-    return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in items]
+    return [(0, 0) if p is None else (_amount(p[0]), _amount(p[1])) for p in items]
+
+
+def _amount(x: Any) -> int:
+    """A pad/shrink amount: an int, or a symbolic int kept as it is."""
+    return simplify_dim(x) if is_symbolic(x) else int(x)  # type: ignore[return-value]
 
 
 def pad(self: Tensor, padding: Any, mode: str = "constant", value: Scalar = 0) -> Tensor:
@@ -102,6 +126,10 @@ def pad(self: Tensor, padding: Any, mode: str = "constant", value: Scalar = 0) -
     pads = _pad_pairs(self, padding)
     if mode not in ("constant", "reflect", "replicate", "circular"):
         raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+    if any(isinstance(p, UOp) for pair in pads for p in pair):  # a Variable amount: a gate in the kernel
+        if mode != "constant":
+            raise NotImplementedError(f"pad: mode={mode!r} by a symbolic amount; only 'constant' padding is symbolic")
+        return _pad_constant(self, [(_resolved(b), _resolved(a)) for b, a in pads], value)
     x = self
     if any(b < 0 or a < 0 for b, a in pads):
         x = x.shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True)])
@@ -110,6 +138,17 @@ def pad(self: Tensor, padding: Any, mode: str = "constant", value: Scalar = 0) -
         return x
     if mode != "constant":
         return _pad_mode(x, pads, mode)
+    return _pad_constant(x, pads, value)
+
+
+def _resolved(x: Any) -> Any:
+    """A symbolic pad amount that must not be negative for any bound value (checked with its bounds)."""
+    if isinstance(x, UOp) and x.vmin < 0:
+        raise ValueError(f"pad: the symbolic amount {x.render()} can be negative (down to {x.vmin})")
+    return x
+
+
+def _pad_constant(x: Tensor, pads: list[tuple[Any, Any]], value: Scalar) -> Tensor:
     padded = _new(x.uop.pad(tuple(pads)))
     if value == 0:
         return padded
@@ -151,13 +190,31 @@ def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim: `t.shrink(((1, 3), None))`."""
     if len(arg) != self.ndim:
         raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {tuple(arg)}")
-    bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+    bounds = tuple(
+        (0, s) if a is None else (_amount(a[0]), _amount(a[1])) for a, s in zip(arg, self.shape, strict=True)
+    )
     for (b, e), s in zip(bounds, self.shape, strict=True):
-        if not 0 <= b <= e <= s:
-            raise ValueError(f"shrink: bounds {bounds} out of range for shape {self.shape}")
-    if all(b == 0 and e == s for (b, e), s in zip(bounds, self.shape, strict=True)):
+        if not _in_order(0, b, e, s):
+            raise ValueError(f"shrink: bounds {_fmt_bounds(bounds)} out of range for shape {fmt_shape(self.shape)}")
+    if all(same_dim(b, 0) and same_dim(e, s) for (b, e), s in zip(bounds, self.shape, strict=True)):
         return self
     return _new(self.uop.shrink(bounds))
+
+
+def _in_order(*xs: Any) -> bool:
+    """0 <= start <= end <= size, symbolic entries evaluated at their bound values (and, where every value of the
+    Variables is known to break it, refused too)."""
+    if all(isinstance(x, int) for x in xs):
+        return all(a <= b for a, b in itertools.pairwise(xs))
+    vals = [concrete_dim(x) for x in xs]
+    if not all(a <= b for a, b in itertools.pairwise(vals)):
+        return False
+    return all((not isinstance(b, UOp) and not isinstance(a, UOp)) or resolve(sint_to_uop(a) <= b)
+               for a, b in itertools.pairwise(xs))  # fmt: skip
+
+
+def _fmt_bounds(bounds: Any) -> str:
+    return "(" + ", ".join(f"({render_dim(b)}, {render_dim(e)})" for b, e in bounds) + ")"
 
 
 def flip(self: Tensor, axis: int | Sequence[int]) -> Tensor:
@@ -181,17 +238,17 @@ def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if self.ndim == 0:
         return self.reshape(1)
     s, e = canonical_axis(start_dim, self.ndim), canonical_axis(end_dim, self.ndim)
-    return self.reshape(*self.shape[:s], int(math.prod(self.shape[s : e + 1])), *self.shape[e + 1 :])
+    return self.reshape(*self.shape[:s], simplify_dim(math.prod(self.shape[s : e + 1])), *self.shape[e + 1 :])
 
 
 def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
     """Remove size-1 dims (all, or those of `dim` (an int or a tuple) that have size 1)."""
     if dim is None:
-        return self.reshape(tuple(s for s in self.shape if s != 1))
+        return self.reshape(tuple(s for s in self.shape if not same_dim(s, 1)))
     if self.ndim == 0:
         return self
     dims = {canonical_axis(d, self.ndim) for d in ([dim] if isinstance(dim, int) else dim)}
-    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and same_dim(s, 1))))
 
 
 def unsqueeze(self: Tensor, dim: int) -> Tensor:

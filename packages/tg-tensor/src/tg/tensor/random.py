@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.ir import DType, Ops, UOp, dtypes
 from tg.tensor.args import dtype_arg
-from tg.tensor.shapes import shape_arg as _shape_arg
+from tg.tensor.shapes import int_shape_arg as _shape_arg
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.ir import GroupOp, Ops, UOp
 from tg.tensor.data import to_numpy_dtype
+from tg.tensor.shapes import concrete_shape, has_symbolic
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -123,11 +124,15 @@ index = TensorIndex()
 
 
 def buffer_of(uop: UOp) -> UOp | None:
-    """The BUFFER behind `uop` if `uop` is just that buffer reshaped (a realized tensor), else None."""
+    """The BUFFER behind `uop` if `uop` is just that buffer reshaped (a realized tensor), else None. A realized value
+    of symbolic shape is the first `numel` elements of a buffer of its maximum size (`BUFFER.shrink(((0, n),))`
+    reshaped): that buffer."""
     base = uop
     while base.op is Ops.RESHAPE:
         base = base.src[0]
-    if base.op is Ops.BUFFER and int(base.arg) == math.prod(int(s) for s in uop.shape):
+    if base.op is Ops.SHRINK and base.src[0].op is Ops.BUFFER and len(arg := base.arg) == 1 and arg[0][0] == 0:
+        return base.src[0] if isinstance(arg[0][1], UOp) else None
+    if base.op is Ops.BUFFER and not has_symbolic(uop.shape) and int(base.arg) == math.prod(uop.shape):
         return base
     return None
 
@@ -345,7 +350,7 @@ def host_bytes(t: Tensor) -> bytearray:
             "every replay; read it outside the function"
         )
 
-    data = bytearray(t.numel() * t.dtype.itemsize)
+    data = bytearray(math.prod(concrete_shape(t.shape)) * t.dtype.itemsize)  # symbolic dims at their bound values
     if not data:
         return data
     if isinstance(t.uop.device, tuple):  # sharded: gather to the first device
@@ -361,15 +366,19 @@ def host_bytes(t: Tensor) -> bytearray:
     buf = buffer_of(t.uop)
     if buf is None:
         raise RuntimeError(f"tensor was not realized into a buffer: {t.uop.op}")
-    buffer_for(buf).copyout(memoryview(data))
-    return data
+    if len(data) == buf.arg * t.dtype.itemsize:
+        buffer_for(buf).copyout(memoryview(data))
+        return data
+    whole = bytearray(buf.arg * t.dtype.itemsize)  # a symbolic shape: the leading part of a maximum-size buffer
+    buffer_for(buf).copyout(memoryview(whole))
+    return whole[: len(data)]
 
 
 def to_numpy(t: Tensor) -> Any:
     """The values of `t` as a fresh numpy array (realizes it; imports numpy)."""
     import numpy as np
 
-    return np.frombuffer(host_bytes(t), dtype=to_numpy_dtype(t.dtype)).reshape(t.shape)
+    return np.frombuffer(host_bytes(t), dtype=to_numpy_dtype(t.dtype)).reshape(concrete_shape(t.shape))
 
 
 def upload(data: bytes, buffer: UOp) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg.ir import DType, Ops, dtypes, least_upper_dtype, sum_acc_dtype
+from tg.ir import DType, Ops, UOp, dtypes, least_upper_dtype, sum_acc_dtype
 from tg.tensor.args import dtype_arg, pick
+from tg.tensor.shapes import simplify_dim
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -141,14 +142,17 @@ def mean(
     if x.dtype.itemsize < 4:  # float16/bfloat16: sum and divide in float32, round once (no overflow at 65504)
         return mean(x.cast(dtypes.float32), axis, kd).cast(x.dtype)
     s = sum(x, axis, kd)
+    if isinstance(count, UOp):  # a symbolic count: divided by its value at run time (a kernel argument)
+        return s.div(count)
     return s.div(count) if count else s * float("nan")
 
 
 def _count(t: Tensor, axis: AxisArg) -> int:
+    """Elements per output of a reduction over `axis` (a symbolic int when a reduced dim is symbolic)."""
     count = 1
     for a in _axes(t, axis):
         count *= t.shape[a]
-    return count
+    return simplify_dim(count)  # type: ignore[return-value]
 
 
 def var(
@@ -170,6 +174,10 @@ def var(
         return var(x.cast(dtypes.float32), axis, kd, corr).cast(x.dtype)
     squares = (x - mean(x, axis, keepdim=True)).square()
     n = _count(self, axis)
+    if isinstance(n, UOp):  # symbolic: n - corr <= 0 divides 0 by <= 0 at run time (nan or inf, no error)
+        from tg.tensor.tensor import Tensor
+
+        return sum(squares, axis, kd).div(Tensor(n, device=x.device).cast(x.dtype) - corr)
     return sum(squares, axis, kd).div(n - corr) if n - corr > 0 else sum(squares, axis, kd) * float("nan")
 
 

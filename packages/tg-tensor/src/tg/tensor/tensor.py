@@ -17,6 +17,7 @@ from tg.tensor import autograd as _autograd
 from tg.tensor import movement as _movement
 from tg.tensor import multi as _multi
 from tg.tensor import realize as _realize
+from tg.tensor import shapes as _shapes
 from tg.tensor import transcendental as _transcendental
 from tg.tensor.args import dtype_arg, pick
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
@@ -117,7 +118,9 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         self._requires_grad: bool | None = None
         self._is_leaf = True
         self.grad: Tensor | None = None
-        if isinstance(data, UOp):
+        if isinstance(data, UOp) and _shapes.is_symbolic(data):  # a bound Variable (or an expression of some)
+            self.uop = _shapes.symbolic_scalar(data, dt, canonical_device(device))
+        elif isinstance(data, UOp):
             if dt is not None and data.dtype is not dt:
                 data = data.cast(dt)
             self.uop = data
@@ -168,8 +171,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The shape, as a tuple of ints."""
-        return cast(tuple[int, ...], self.uop.shape)  # symbolic shapes are not supported yet
+        """The shape: a tuple of ints, where a symbolic dim is its UOp (a bound Variable such as `i`, or `i*4`)."""
+        return cast(tuple[int, ...], self.uop.shape)  # typed as ints: symbolic dims are the exception
 
     @property
     def dtype(self) -> DType:
@@ -199,8 +202,9 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         return len(self.uop.shape)
 
     def numel(self) -> int:
-        """Number of elements."""
-        return int(math.prod(self.shape))
+        """Number of elements (a symbolic int when a dim is symbolic)."""
+        n = math.prod(self.shape)
+        return n if isinstance(n, int) else _shapes.simplify_dim(n)  # symbolic: a UOp (typed int, as shape)
 
     def element_size(self) -> int:
         """Bytes per element."""
@@ -214,7 +218,9 @@ class Tensor(_DTypeShortcuts, TensorMethods):
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        if isinstance(n := self.shape[0], UOp):
+            raise TypeError(f"len() of a tensor whose first dim is symbolic ({n.render()}): use t.shape[0]")
+        return n
 
     def __repr__(self) -> str:
         """The values, like torch: `tensor([1., 2.])` (realizes; see format.py)."""
@@ -280,7 +286,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists (realizes; a scalar for a 0-d tensor)."""
-        return unpack(_realize.host_bytes(self), self.dtype, self.shape)
+        return unpack(_realize.host_bytes(self), self.dtype, _shapes.concrete_shape(self.shape))
 
     def item(self) -> ConstType:
         """The single value of a one-element tensor."""
@@ -460,6 +466,11 @@ class Tensor(_DTypeShortcuts, TensorMethods):
             dt = weak_promote(self.dtype, other)
             x = self.cast(dt)
             c = Tensor(UOp.const(dt, _fill_value(other, dt), self.device, x.uop.shape))
+            return (c, x) if reverse else (x, c)
+        elif _shapes.is_symbolic(other):  # a bound Variable: a weak int like a Python int, its value a kernel argument
+            dt = weak_promote(self.dtype, 1)
+            x = self.cast(dt)
+            c = Tensor(_shapes.symbolic_scalar(other, dt, self.device).reshape((1,) * x.ndim).expand(x.uop.shape))
             return (c, x) if reverse else (x, c)
         else:
             y = Tensor(other, device=self.device)

@@ -117,7 +117,7 @@ def _create_schedule(sink: UOp) -> Schedule:
         template = _schedule_template(norm.sink)
         cache_store(key, template)
     linear, becomes_norm = instantiate(template, norm.inputs)
-    becomes = {orig: becomes_norm[n] for orig, n in norm.nodes.items() if n in becomes_norm}
+    becomes = {orig: norm.rebind(becomes_norm[n]) for orig, n in norm.nodes.items() if n in becomes_norm}
     held = {u for e in becomes.values() for u in e.toposort() if u.op is Ops.BUFFER} | set(norm.inputs)
     linear = plan_memory(linear, held)
     if SPEC:

@@ -30,6 +30,7 @@ class Normalized:
         self.var_vals: dict[str, int] = {}
         self.nodes: dict[UOp, UOp] = {}  # original node -> normalised node
         self._unbound: dict[UOp, UOp] = {}
+        self._bound: dict[UOp, UOp] = {}  # DEFINE_VAR -> the BIND it came from (to give results bound shapes)
         self._markers: dict[UOp, UOp] = {}  # UNIQUE marker of a CONTIGUOUS -> its canonical number
         order = sink.toposort()
         stats.steps += len(order)
@@ -39,6 +40,7 @@ class Normalized:
 
     def _bind(self, b: UOp) -> UOp:
         var, val = b.src[0], b.src[1].arg
+        self._bound[var] = b
         name = str(var.arg[0])
         if self.var_vals.setdefault(name, val) != val:
             raise ValueError(
@@ -56,6 +58,27 @@ class Normalized:
             binds = {b: self._bind(b) for b in x.toposort() if b.op is Ops.BIND}
             ret = self._unbound[x] = x.substitute(binds) if binds else x
         return ret
+
+    def rebind(self, expr: UOp) -> UOp:
+        """A storage expression (movement ops over a BUFFER) of the normalised graph with its Variables bound again
+        to this realize's values, so a realized tensor's symbolic shape keeps its values."""
+        if not self._bound:
+            return expr
+        chain = []
+        while expr.op in _SYMBOLIC_ARGS or expr.op in (Ops.PERMUTE, Ops.FLIP):
+            chain.append(expr)
+            expr = expr.src[0]
+        for m in reversed(chain):
+            expr = m.replace(src=(expr,), arg=self._bind_arg(m.arg))
+        return expr
+
+    def _bind_arg(self, x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(self._bind_arg(v) for v in x)
+        if not isinstance(x, UOp):
+            return x
+        found = {v: self._bound[v] for v in x.toposort() if v.op is Ops.DEFINE_VAR and v in self._bound}
+        return x.substitute(found) if found else x
 
     def _marker(self, u: UOp) -> UOp:
         if (m := self._markers.get(u)) is None:

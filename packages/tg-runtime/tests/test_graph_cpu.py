@@ -1,179 +1,200 @@
-"""CapturedProgram and the CPU batch runner: replays equal the ExecItem loop (slots, views, vars, copies, pruning)."""
+"""CapturedProgram (a captured LINEAR of CALLs with buffer roles) and the CPU batch runner: replays equal running
+the schedule, slots follow new buffers (also at byte offsets), variables are patched, copies batch, pruning keeps
+what depends on slots or state, intermediates are memory-planned, and a program pickles."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import pickle
+import struct
 
 import pytest
 
-from tg.ir.dtype import dtypes
-from tg.ir.helpers import Context, GlobalCounters
-from tg.ir.uop import UOp
-from tg.runtime.device import Buffer
-from tg.runtime.engine import BufferCopy, CompiledRunner, ExecItem
+from tg.codegen.schedule import create_schedule
+from tg.ir import Context, GlobalCounters, Ops, UOp, Variable, dtypes
+from tg.runtime.engine import buffer_for, run_linear
 from tg.runtime.graph.cpu_batch import CPUBatchExecutor
 from tg.runtime.jit import CapturedProgram
 
-SRC = """void {name}(float* restrict out, const float* restrict a, int n) {{
-  for (int i = 0; i < n; i++) out[i] = a[i] * {mul:.1f}f + {add:.1f}f;
-}}"""
 
-
-@dataclass(frozen=True)
-class _Spec:
-    """The ProgramSpec fields the runtime reads, for a hand-written kernel `out[i] = a[i]*mul + add, i < n`."""
-
-    name: str
-    src: str
-    device: str = "CPU"
-    ast: Any = None
-    globals: tuple[int, ...] = (0, 1)
-    outs: tuple[int, ...] = (0,)
-    ins: tuple[int, ...] = (1,)
-    vars: tuple[UOp, ...] = (UOp.variable("n", 0, 1 << 20),)
-    ops: int = 2
-    mem: int = 8
-    global_size: Any = None
-    local_size: Any = None
-    applied_opts: tuple = ()
-
-
-def kernel(mul: float, add: float, device: str = "CPU") -> CompiledRunner:
-    name = f"affine_{int(mul)}_{int(add)}"
-    return CompiledRunner(_Spec(name, SRC.format(name=name, mul=mul, add=add), device), device)  # type: ignore[arg-type]
-
-
-def buf(values: list[float], device: str = "CPU") -> Buffer:
-    b = Buffer(device, len(values), dtypes.float32).ensure_allocated()
-    b.copyin(memoryview(bytearray(len(values) * 4)).cast("f").cast("B"))
-    mv = b.as_memoryview(allow_zero_copy=True).cast("f")
-    for i, v in enumerate(values):
-        mv[i] = v
+def upload(values: list[float], device: str = "CPU") -> UOp:
+    b = UOp.new_buffer(device, len(values), dtypes.float32)
+    buffer_for(b).copyin(memoryview(bytearray(struct.pack(f"{len(values)}f", *values))))
     return b
 
 
-def values(b: Buffer) -> list[float]:
-    return list(b.as_memoryview().cast("f"))
+def values(b: UOp) -> list[float]:
+    buf = buffer_for(b)
+    data = bytearray(buf.nbytes)
+    buf.copyout(memoryview(data))
+    return list(struct.unpack(f"{buf.size}f", data))
 
 
-def chain(x: Buffer, n: int, device: str = "CPU") -> tuple[list[ExecItem], Buffer]:
-    """x -> (x*2+1) -> (*2+1) ... n kernels; returns the items and the last buffer."""
-    items, cur = [], x
+def affine(x: UOp, mul: float, add: float) -> UOp:
+    def full(v: float) -> UOp:
+        return UOp.full(x.shape, v, dtypes.float32, x.device)
+
+    return x.alu(Ops.MUL, full(mul)).alu(Ops.ADD, full(add))
+
+
+def schedule(*outs: UOp) -> tuple[UOp, dict[str, int], list[UOp]]:
+    """Schedule and run `outs` the way a capture sees it (no memory planning); returns the linear, the variable
+    values and each output's BUFFER."""
+    with Context(NO_MEMORY_PLANNER=1):
+        s = create_schedule(UOp(Ops.SINK, src=outs))
+    run_linear(s.linear, s.var_vals)
+    bufs = []
+    for o in outs:
+        b = s.becomes[o]
+        while b.op is not Ops.BUFFER:
+            b = b.src[0]
+        bufs.append(b)
+    return s.linear, s.var_vals, bufs
+
+
+def chain(x: UOp, n: int) -> UOp:
     for _ in range(n):
-        out = Buffer(device, x.size, dtypes.float32).ensure_allocated()
-        items.append(ExecItem(kernel(2, 1, device), [out, cur], {"n": x.size}))
-        cur = out
-    return items, cur
+        x = affine(x, 2, 1).contiguous()
+    return x
 
 
 @pytest.mark.parametrize("mode", [1, 2])
-def test_replay_equals_exec_item_loop_with_new_slots(mode: int) -> None:
-    x = buf([0.0, 1.0, 2.0])
-    items, out = chain(x, 5)
-    for ei in items:
-        ei.run()
-    assert values(out) == [31.0, 63.0, 95.0]
+def test_replay_equals_the_schedule_with_new_slots(mode: int) -> None:
+    x = upload([0.0, 1.0, 2.0])
+    linear, _, (out,) = schedule(chain(x, 5))
+    assert values(out) == [31.0, 63.0, 95.0] and len(linear.src) == 5
     with Context(JIT=mode):
-        program = CapturedProgram(items, [x, out], persistent=set())
-        x2, out2 = buf([1.0, 1.0, 1.0]), buf([0.0] * 3)
+        program = CapturedProgram(linear, [x, out])
+        x2, out2 = upload([1.0, 1.0, 1.0]), upload([0.0] * 3)
         kernels = GlobalCounters.kernel_count
-        program.replay([x2, out2])
+        program.replay([buffer_for(x2), buffer_for(out2)])
         assert GlobalCounters.kernel_count - kernels == 5
     assert values(out2) == [63.0] * 3
     assert values(out) == [31.0, 63.0, 95.0], "the capture-time output slot must not be written"
     assert isinstance(program._executors[0][0], CPUBatchExecutor) == (mode == 1)
 
 
-def test_slot_used_at_a_byte_offset_follows_the_new_buffer() -> None:
-    x = buf([1.0, 2.0, 3.0, 4.0])
-    out = buf([0.0, 0.0])
-    view = x.view(2, dtypes.float32, 8)  # elements 2..3
-    items = [ExecItem(kernel(10, 0), [out, view], {"n": 2}), ExecItem(kernel(1, 1), [out, out], {"n": 2})]
-    program = CapturedProgram(items, [x, out], persistent=set())
+def test_slots_become_params_and_intermediates_share_one_planned_arena() -> None:
+    x = upload([0.0, 1.0, 2.0])
+    linear, _, (out,) = schedule(chain(x, 6))
+    program = CapturedProgram(linear, [x, out])
+    args = [a for c in program.linear.src for a in c.src[1:]]
+    assert {a.arg[0] for a in args if a.op is Ops.PARAM} == {0, 1}
+    views = [a for a in args if a.op is Ops.BUFFER_VIEW]
+    arenas = {v.src[0] for v in views}
+    assert len(views) == 2 * 5 and len(arenas) == 1  # 5 intermediates, each written once and read once
+    (arena,) = arenas
+    assert arena.dtype is dtypes.uint8 and arena.arg < 5 * 256  # lifetimes overlap pairwise only: reused memory
+    assert set(program.fixed) == {arena}
+    # planned views with overlapping lifetimes never overlap in bytes
+    first: dict[UOp, tuple[int, int]] = {}
+    for i, c in enumerate(program.linear.src):
+        for a in c.src[1:]:
+            if a.op is Ops.BUFFER_VIEW:
+                first[a] = (first.get(a, (i, i))[0], i)
+    spans = [(lt, (a.arg[1], a.arg[1] + a.arg[0] * a.dtype.itemsize)) for a, lt in first.items()]
+    for (lt1, b1), (lt2, b2) in ((s, t) for s in spans for t in spans if s is not t):
+        if lt1[0] <= lt2[1] and lt2[0] <= lt1[1]:
+            assert b1[1] <= b2[0] or b2[1] <= b1[0]
+
+
+def test_a_slot_used_through_a_view_follows_the_new_buffer_at_its_byte_offset() -> None:
+    x = upload([1.0, 2.0, 3.0, 4.0])
+    linear, _, (out,) = schedule(affine(upload([0.0, 0.0]), 10, 0))
+    call = linear.src[0]
+    inp = call.src[2]  # the kernel's input: read through a view of x's elements 2..3 instead
+    view = UOp(Ops.BUFFER_VIEW, dtypes.float32, (x,), (2, 2))
+    linear = linear.replace(src=(call.replace(src=(call.src[0], call.src[1], view)),))
+    assert inp.op is Ops.BUFFER
+    program = CapturedProgram(linear, [x, out])
     assert [(u.pos, u.byte_offset) for u in program.uses[0]] == [(1, 8)]
-    x2, out2 = buf([0.0, 0.0, 5.0, 6.0]), buf([0.0, 0.0])
-    program.replay([x2, out2])
-    assert values(out2) == [51.0, 61.0] and values(out) == [0.0, 0.0]
+    x2, out2 = upload([0.0, 0.0, 5.0, 6.0]), upload([0.0, 0.0])
+    program.replay([buffer_for(x2), buffer_for(out2)])
+    assert values(out2) == [50.0, 60.0]
 
 
-def test_variables_are_patched_per_replay() -> None:
-    x, out = buf([1.0] * 4), buf([0.0] * 4)
-    items = [ExecItem(kernel(3, 0), [out, x]), ExecItem(kernel(1, 1), [out, out])]
-    program = CapturedProgram(items, [x, out], persistent=set())
-    program.replay([x, out], {"n": 2})
-    assert values(out) == [4.0, 4.0, 0.0, 0.0]
-    program.replay([x, out], {"n": 4})
-    assert values(out) == [4.0] * 4
+def test_variables_are_patched_per_replay_and_fixed_values_kept() -> None:
+    x = upload([1.0, 2.0, 3.0, 4.0])
+    n = Variable("n", 1, 4)
+    part = x.shrink(((0, n.bind(2)),))
+    linear, var_vals, (out,) = schedule(affine(part, 3, 0).contiguous())
+    assert var_vals == {"n": 2}
+    program = CapturedProgram(linear, [x, out], var_vals=var_vals)
+    target = upload([0.0] * 4)
+    program.replay([buffer_for(x), buffer_for(target)])  # the captured value
+    assert values(target)[:2] == [3.0, 6.0] and values(target)[2:] == [0.0, 0.0]
+    program.replay([buffer_for(x), buffer_for(target)], {"n": 4})
+    assert values(target) == [3.0, 6.0, 9.0, 12.0]
 
 
 def test_copies_between_cpu_devices_batch_with_kernels() -> None:
-    x = buf([1.0, 2.0])
-    on1 = Buffer("CPU:1", 2, dtypes.float32).ensure_allocated()
-    back = Buffer("CPU", 2, dtypes.float32).ensure_allocated()
-    out = Buffer("CPU", 2, dtypes.float32).ensure_allocated()
-    items = [
-        ExecItem(BufferCopy(8, "CPU:1", "CPU"), [on1, x]),
-        ExecItem(kernel(2, 0, "CPU:1"), [on1, on1], {"n": 2}),
-        ExecItem(BufferCopy(8, "CPU", "CPU:1"), [back, on1]),
-        ExecItem(kernel(1, 1), [out, back], {"n": 2}),
-    ]
-    program = CapturedProgram(items, [x, out], persistent=set())
-    program.replay([buf([5.0, 6.0]), out2 := buf([0.0, 0.0])])
+    x = upload([1.0, 2.0])
+    on1 = affine(x.copy_to_device("CPU:1"), 2, 0).contiguous()
+    back = affine(on1.copy_to_device("CPU"), 1, 1)
+    linear, _, (out,) = schedule(back)
+    assert values(out) == [3.0, 5.0]
+    program = CapturedProgram(linear, [x, out])
+    out2 = upload([0.0, 0.0])
+    program.replay([buffer_for(upload([5.0, 6.0])), buffer_for(out2)])
     assert values(out2) == [11.0, 13.0]
     assert len(program._executors) == 1 and isinstance(program._executors[0][0], CPUBatchExecutor)
 
 
-def test_pruning_keeps_slot_and_weight_users_and_their_producers() -> None:
-    x, out = buf([1.0]), buf([0.0])
-    const_src, const = buf([2.0]), buf([0.0])
-    weight = buf([7.0])
-    weighted = buf([0.0])
-    items = [
-        ExecItem(kernel(3, 0), [const, const_src], {"n": 1}),  # capture-local only: pruned
-        ExecItem(kernel(1, 0), [weighted, weight], {"n": 1}),  # reads a weight: kept
-        ExecItem(kernel(1, 0), [out, x], {"n": 1}),  # reads the input slot: kept
-    ]
-    program = CapturedProgram(items, [x, out], persistent={id(weight)})
+def test_pruning_keeps_slot_and_state_users_and_their_producers() -> None:
+    x, weight, const_src = upload([1.0]), upload([7.0]), upload([2.0])
+    const = affine(const_src, 3, 0).contiguous()  # capture-local only: pruned, its result kept as a constant
+    weighted = affine(weight, 1, 0).contiguous()  # reads state: kept
+    out = x.alu(Ops.ADD, const).alu(Ops.ADD, weighted)
+    linear, _, (out_buf,) = schedule(out)
+    assert values(out_buf) == [14.0]
+    program = CapturedProgram(linear, [x, out_buf], persistent=[weight])
     assert program.pruned_count == 1 and program.kernel_count == 2
-    assert CapturedProgram(items, [x, out], persistent={id(weight)}, prune=False).kernel_count == 3
+    buffer_for(weight).copyin(memoryview(bytearray(struct.pack("f", 100.0))))
+    out2 = upload([0.0])
+    program.replay([buffer_for(upload([2.0])), buffer_for(out2)])
+    assert values(out2) == [108.0]  # the new input and the weight's new value; the constant from the capture
+    assert CapturedProgram(linear, [x, out_buf], persistent=[weight], prune=False).kernel_count == 3
 
 
 def test_replay_checks_slot_count() -> None:
-    x, out = buf([1.0]), buf([0.0])
-    items, last = chain(x, 2)
-    program = CapturedProgram(items, [x, last], persistent=set())
+    x = upload([1.0])
+    linear, _, (out,) = schedule(chain(x, 2))
+    program = CapturedProgram(linear, [x, out])
     with pytest.raises(ValueError, match="replay needs 2 slot buffers, got 1"):
-        program.replay([x])
-    del out
+        program.replay([buffer_for(x)])
+    with pytest.raises(TypeError, match="LINEAR"):
+        CapturedProgram(linear.src[0], [x, out])
 
 
-def test_writes_into_an_arena_shared_with_kept_items_are_not_pruned() -> None:
-    # memory planning packs values into one arena: a skipped write there could be overwritten between replays
-    x, out = buf([1.0]), buf([0.0])
-    arena = buf([0.0, 0.0])
-    first, second = arena.view(1, dtypes.float32, 0), arena.view(1, dtypes.float32, 4)
-    const_src = buf([2.0])
-    items = [
-        ExecItem(kernel(3, 0), [first, const_src], {"n": 1}),  # input independent, but writes the arena
-        ExecItem(kernel(1, 0), [second, x], {"n": 1}),  # kept: reads the input, writes the arena
-        ExecItem(kernel(1, 0), [out, first], {"n": 1}),
-    ]
-    program = CapturedProgram(items, [x, out], persistent=set())
-    assert program.pruned_count == 0
+def test_a_buffer_read_before_any_write_keeps_its_memory() -> None:
+    # an upload that the program then updates in place carries values in: it must not move into the shared arena
+    x = upload([1.0, 1.0])
+    acc = upload([5.0, 5.0])
+    first = acc.assign(acc.alu(Ops.ADD, x))
+    linear, _, (out,) = schedule(affine(first, 2, 0).contiguous())
+    program = CapturedProgram(linear, [x, out])
+    assert any(buf is buffer_for(acc) for buf in program.fixed.values())
+
+
+def test_instantiate_linear_runs_the_program_over_new_buffer_uops() -> None:
+    x = upload([0.0, 1.0])
+    linear, _, (out,) = schedule(chain(x, 3))
+    program = CapturedProgram(linear, [x, out])
+    x2, out2 = upload([1.0, 2.0]), upload([0.0, 0.0])
+    run_linear(program.instantiate_linear([x2, out2]))
+    assert values(out2) == [15.0, 23.0]
 
 
 def test_captured_program_pickles_with_binaries_and_buffer_contents() -> None:
-    import pickle
-
-    x, out = buf([1.0, 2.0]), buf([0.0, 0.0])
-    weight = buf([10.0, 10.0])
-    items = [ExecItem(kernel(1, 0), [out, x], {"n": 2}), ExecItem(BufferCopy(8, "CPU", "CPU"), [weight, out])]
-    program = CapturedProgram(items, [x, out], persistent={id(weight)})
-    program.replay([x, out])
+    x, weight = upload([1.0, 2.0]), upload([10.0, 10.0])
+    out = weight.assign(affine(x, 1, 0))  # writes the weight in place
+    linear, _, (out_buf,) = schedule(affine(out, 1, 1).contiguous())
+    program = CapturedProgram(linear, [x, out_buf], persistent=[weight])
     loaded = pickle.loads(pickle.dumps(program))
-    loaded_weight = loaded.items[1].bufs[0]
-    assert loaded_weight is not weight and values(loaded_weight) == [1.0, 2.0]
-    x2, out2 = buf([5.0, 6.0]), buf([0.0, 0.0])
-    loaded.replay([x2, out2])
-    assert values(out2) == [5.0, 6.0] and values(loaded_weight) == [5.0, 6.0] and values(weight) == [1.0, 2.0]
+    (loaded_weight,) = [b for b in loaded.fixed.values() if b.size == 2]
+    assert loaded_weight is not buffer_for(weight)
+    x2, out2 = upload([5.0, 6.0]), upload([0.0, 0.0])
+    loaded.replay([buffer_for(x2), buffer_for(out2)])
+    data = bytearray(8)
+    loaded_weight.copyout(memoryview(data))
+    assert values(out2) == [6.0, 7.0] and list(struct.unpack("2f", data)) == [5.0, 6.0]
+    assert values(weight) == [1.0, 2.0]

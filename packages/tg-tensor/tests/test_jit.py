@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tg.codegen.schedule import stats
+from tg.ir import Ops
 from tg.ir.helpers import Context, GlobalCounters
 from tg.tensor import Device, JitError, Tensor, TinyJit, dtypes
 
@@ -59,6 +60,35 @@ def test_chain_of_50_kernels_matches_eager(jit_mode: int) -> None:
         np.testing.assert_allclose(f(x).numpy(), chain(realized([float(i)] * 16)).numpy(), rtol=1e-6)
     if jit_mode:
         assert f.captured.kernel_count == 50
+
+
+def test_the_capture_is_the_schedule_with_slots_as_params_and_one_memory_plan() -> None:
+    # two realizes inside the body: their intermediates are planned together, into one arena
+    w = realized([1.0] * 16)
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        h = x
+        for _ in range(4):
+            h = (h * 2 + w).contiguous()
+        h.realize()
+        for _ in range(4):
+            h = (h + 1).contiguous()
+        return h.realize()
+
+    for i in range(3):
+        out = f(realized([float(i)] * 16))
+    program = f.captured
+    assert program.linear.op is Ops.LINEAR and len(program.linear.src) == program.kernel_count == 8
+    args = [a for call in program.linear.src for a in call.src[1:]]
+    assert sorted({a.arg[0] for a in args if a.op is Ops.PARAM}) == [0, 1]  # the input, the output
+    arenas = {a.src[0] for a in args if a.op is Ops.BUFFER_VIEW}
+    assert len(arenas) == 1  # 6 intermediates (the realized h included: it died) in one planned arena
+    assert {b.size for b in program.fixed.values()} >= {16}  # the weight, held by the program
+    expected = 2.0
+    for _ in range(4):
+        expected = expected * 2 + 1
+    np.testing.assert_allclose(out.numpy(), [expected + 4] * 16)
 
 
 def test_kwargs_and_nested_containers_found_at_any_depth(jit_mode: int) -> None:

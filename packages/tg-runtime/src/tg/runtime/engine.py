@@ -64,16 +64,6 @@ def bind_buffer(buffer_uop: UOp, buf: Buffer) -> None:
     _buffers[buffer_uop] = buf
 
 
-def live_buffers() -> list[Buffer]:
-    """Every Buffer currently behind a live BUFFER uop."""
-    return list(_buffers.values())
-
-
-def live_items() -> list[tuple[UOp, Buffer]]:
-    """Every live (BUFFER uop, Buffer) pair."""
-    return list(_buffers.items())
-
-
 def has_buffer(buffer_uop: UOp) -> bool:
     """Whether ``buffer_for`` has already created a Buffer for this BUFFER uop."""
     return buffer_uop in _buffers
@@ -321,7 +311,8 @@ def lower_schedule_item(item: ScheduleItemLike | UOp) -> ExecItem:
     raise NotImplementedError(f"run_schedule cannot run a schedule item with a {ast.op} AST (expected SINK or COPY)")
 
 
-# a JIT appends an object with an ``add(ExecItem)`` method here to capture what runs
+# a JIT appends a recorder here to capture what runs: ``add_linear(linear, var_vals)`` receives every LINEAR that
+# ``run_linear`` runs, ``add(ExecItem)`` every lowered step (either method may be absent)
 capturing: list[Any] = []
 
 
@@ -330,6 +321,8 @@ def run_linear(linear: UOp, var_vals: dict[Any, int] | None = None) -> None:
     update GlobalCounters."""
     if not isinstance(linear, UOp) or linear.op is not Ops.LINEAR:
         raise TypeError(f"run_linear needs a LINEAR of CALLs, got {getattr(linear, 'op', type(linear).__name__)}")
+    if capturing and (add_linear := getattr(capturing[0], "add_linear", None)) is not None:
+        add_linear(linear, _normalize_var_vals(var_vals))
     run_schedule(linear.src, var_vals)
 
 
@@ -338,8 +331,9 @@ def run_schedule(items: Sequence[ScheduleItemLike | UOp], var_vals: dict[Any, in
     copies, update GlobalCounters."""
     vals = _normalize_var_vals(var_vals)
     precompile(items)
+    add = getattr(capturing[0], "add", None) if capturing else None
     for item in items:
         ei = lower_schedule_item(item)
-        if capturing:
-            capturing[0].add(ei)
+        if add is not None:
+            add(ei)
         ei._run(vals)

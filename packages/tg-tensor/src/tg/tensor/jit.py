@@ -23,8 +23,8 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from tg.ir import DType, Ops, UOp
-from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, JIT
+from tg.ir import DType, Ops, UOp, dtypes
+from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, JIT, Context
 from tg.runtime.jit import JitError
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
@@ -177,14 +177,26 @@ class _InputSpec:
 
 
 class _Recorder:
-    """Collects the ExecItems the engine runs while a jit captures."""
+    """Collects the schedules (LINEARs of CALLs) the engine runs while a jit captures, and their variable values."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.items: list[Any] = []
+        self.calls: list[UOp] = []
+        self.var_vals: dict[str, int] = {}
 
-    def add(self, ei: Any) -> None:
-        self.items.append(ei)
+    def add_linear(self, linear: UOp, var_vals: dict[str, int]) -> None:
+        self.calls.extend(linear.src)
+        for name, value in var_vals.items():
+            if (was := self.var_vals.setdefault(name, value)) != value:
+                raise JitError(
+                    f"TinyJit({self.name}): variable {name!r} is bound to {was} and to {value} in one captured call; "
+                    "pass it as a Variable argument"
+                )
+
+
+def _held_by_a_tensor(buffer: UOp) -> bool:
+    """Whether a live tensor's graph uses `buffer` (found through the tensor index, not a scan)."""
+    return any(_realize.index.tensors(root) for root in _realize.index.affected([buffer]))
 
 
 class _Output:
@@ -329,6 +341,7 @@ class TinyJit(Generic[ReturnType]):
         return structure, tensors, statics
 
     def _capture(self, args: tuple, kwargs: dict) -> ReturnType:
+        import tg.codegen.schedule.memory  # noqa: F401  (defines NO_MEMORY_PLANNER)
         from tg.runtime import engine
         from tg.runtime.jit import CapturedProgram
 
@@ -341,7 +354,7 @@ class TinyJit(Generic[ReturnType]):
             slot = bases.setdefault(base, len(bases))
             inputs.append(_InputSpec(path, t, base, slot))
         input_buffers = [engine.buffer_for(b) for b in bases]
-        before = {id(b) for b in engine.live_buffers()}
+        start_unique = UOp.unique().arg  # buffers made before the capture have smaller UNIQUE numbers
         recorder = _Recorder(self.name)
         self._recorder_marker = recorder
         engine.capturing.append(recorder)
@@ -349,8 +362,10 @@ class TinyJit(Generic[ReturnType]):
         rng_log: list[tuple[str, UOp, int, int]] = []
         _random.rng_log = rng_log
         try:
-            ret = self.fxn(*args, **kwargs)
-            _realize_returned(ret, self.name)
+            # each realize's intermediates get buffers of their own: the program plans them all at once
+            with Context(NO_MEMORY_PLANNER=1):
+                ret = self.fxn(*args, **kwargs)
+                _realize_returned(ret, self.name)
         finally:
             engine.capturing.remove(recorder)
             self._recorder_marker = None
@@ -366,8 +381,12 @@ class TinyJit(Generic[ReturnType]):
         self._ret_structure = _flatten_return(ret, returned, self.name)
         input_ids = {id(b): i for i, b in enumerate(input_buffers)}
         out_buffers: list[Any] = []
+        out_uops: list[UOp] = []
         outputs: list[_Output | None] = []
         handed: list[weakref.ref[UOp] | None] = []
+
+        def before(u: UOp) -> bool:
+            return isinstance(num := u.src[0].arg, int) and 0 <= num < start_unique
 
         def classify(uop: UOp) -> _Output:
             if uop.op is Ops.MULTI:  # a sharded result: each shard on its own
@@ -376,30 +395,36 @@ class TinyJit(Generic[ReturnType]):
             buf = engine.buffer_for(base)
             if (input_slot := input_ids.get(id(buf))) is not None:
                 return _Output("input", input_slot, _view_key(uop, base), None)
-            if id(buf) in before:
+            if before(base):
                 return _Output("weight", -1, None, uop)
             if (slot := next((i for i, b in enumerate(out_buffers) if b is buf), -1)) < 0:
                 slot = len(out_buffers)
                 out_buffers.append(buf)
+                out_uops.append(base)
                 handed.append(weakref.ref(base))
             return _Output("produced", len(input_buffers) + slot, _view_key(uop, base), None)
 
         for ret_t in returned:
             outputs.append(None if ret_t is None else classify(ret_t.uop))
-        # buffers that outlive the capture in some other live tensor are state (weights), not intermediates
-        out_ids = {id(b) for b in out_buffers}
-        persistent = set(before) | {id(buf) for _, buf, _, _ in self._rng}
-        for t in list(_realize.all_tensors):
-            for b in [view_base(s) for s in t.uop.src] if t.uop.op is Ops.MULTI else [view_base(t.uop)]:
-                if b.op is Ops.BUFFER and engine.has_buffer(b) and id(buf := engine.buffer_for(b)) not in out_ids:
-                    persistent.add(id(buf))
-        program = CapturedProgram(recorder.items, [*input_buffers, *out_buffers], persistent, prune=self.prune)
+        # state: buffers made before the capture, random inputs, and buffers some live tensor still holds
+        linear = UOp(Ops.LINEAR, dtypes.void, tuple(recorder.calls))
+        args = [a for c in linear.src for a in c.src[1:]]
+        call_bases = list(dict.fromkeys(a.src[0] if a.op is Ops.BUFFER_VIEW else a for a in args))
+        slot_ids = {id(b) for b in [*input_buffers, *out_buffers]}
+        rng_ids = {id(buf) for _, buf, _, _ in self._rng}
+        pre_existing = [u for u in call_bases if before(u)]
+        persistent = pre_existing + [
+            u for u in call_bases
+            if not before(u) and id(buf := engine.buffer_for(u)) not in slot_ids
+            and (id(buf) in rng_ids or _held_by_a_tensor(u))
+        ]  # fmt: skip
+        program = CapturedProgram(linear, [*bases, *out_uops], persistent, recorder.var_vals, prune=self.prune)
         # weights: pre-existing buffers the program uses; their death means the function's tensor was rebound
-        used = {id(b.base) for ei in program.items for b in ei.bufs} - {id(b) for b in program.slot_buffers}
-        weight_uops = [u for u, b in engine.live_items() if id(b) in used and id(b) in before]
-        written = {id(b) for b in program.written} - {id(b) for b in program.slot_buffers}
+        used = {id(b) for b in program.fixed.values()}
+        written = {id(b) for b in program.written}
+        weight_uops = [u for u in pre_existing if id(engine.buffer_for(u)) in used]
         self._weight_refs = [weakref.ref(u, self._mark_stale(u)) for u in weight_uops]
-        self._written_weights = [weakref.ref(u) for u, b in engine.live_items() if id(b) in written and id(b) in before]
+        self._written_weights = [weakref.ref(u) for u in weight_uops if id(engine.buffer_for(u)) in written]
         self._written_input_slots = [s for s in program.written_slots if s < len(input_buffers)]
         self._program, self._structure, self._inputs, self._statics = program, structure, inputs, statics
         self._settings = _settings()
@@ -571,8 +596,8 @@ class TinyJit(Generic[ReturnType]):
         if self._rng:
             self._redraw()
         var_vals = {str(v.src[0].arg[0]): int(v.src[1].arg) for _, v in statics if isinstance(v, UOp)}
-        if outer is not None:
-            program.replay_captured(slots, outer, var_vals)
+        if outer is not None:  # inside another jit's capture: run the schedule, so that the outer one records it
+            engine.run_linear(program.instantiate_linear([*bases, *out_uops]), {**program.var_vals, **var_vals})
         else:
             program.replay(slots, var_vals)
         n_in = len(bases)

@@ -17,8 +17,6 @@ from tg.tensor.shapes import concrete_shape, has_symbolic
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
-# every live Tensor (the JIT reads it; realize itself never scans it: it uses the index below)
-all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 # names of the @function bodies being traced (innermost last): nothing may be realized or read while tracing
 tracing_functions: list[str] = []
 

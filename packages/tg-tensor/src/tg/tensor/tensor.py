@@ -153,7 +153,6 @@ class Tensor(_DTypeShortcuts, TensorMethods):
             self.uop = _from_bytes(raw, (len(raw) // dt.itemsize,), dt, canonical_device(device))
         else:
             raise TypeError(f"cannot create a Tensor from {type(data).__name__}: {data!r}")
-        _realize.all_tensors.add(self)
         if requires_grad is not None:
             self.requires_grad_(requires_grad)
 

@@ -408,8 +408,8 @@ class TinyJit(Generic[ReturnType]):
             outputs.append(None if ret_t is None else classify(ret_t.uop))
         # state: buffers made before the capture, random inputs, and buffers some live tensor still holds
         linear = UOp(Ops.LINEAR, dtypes.void, tuple(recorder.calls))
-        args = [a for c in linear.src for a in c.src[1:]]
-        call_bases = list(dict.fromkeys(a.src[0] if a.op is Ops.BUFFER_VIEW else a for a in args))
+        call_args = [a for c in linear.src for a in c.src[1:]]
+        call_bases = list(dict.fromkeys(a.src[0] if a.op is Ops.BUFFER_VIEW else a for a in call_args))
         slot_ids = {id(b) for b in [*input_buffers, *out_buffers]}
         rng_ids = {id(buf) for _, buf, _, _ in self._rng}
         pre_existing = [u for u in call_bases if before(u)]

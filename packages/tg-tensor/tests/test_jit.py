@@ -483,3 +483,66 @@ def test_e8_a_different_variable_raises() -> None:
         f(x, Variable("j", 1, 10).bind(3))
     with pytest.raises(TypeError, match="must be a bound Variable"):
         f(x, Variable("i", 1, 10))
+
+
+def test_inputs_of_symbolic_shape_one_capture_one_compile(jit_mode: int) -> None:
+    # F10 / symbolic shapes: x[:, :v] for every v is one input signature; the output shape is this call's v
+    from tg.ir import Variable
+    from tg.runtime.engine import method_cache
+
+    runs = 0
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        nonlocal runs
+        runs += 1
+        return (a * 2 + 1).realize()
+
+    data = np.arange(40, dtype=np.float32).reshape(4, 10)
+    x = Tensor(data).realize()
+    v = Variable("v", 1, 10)
+    compiled = len(method_cache)
+    for i in (3, 4, 5, 6, 7):
+        calls = stats.calls
+        out = f(x[:, : v.bind(i)])
+        if i == 3:
+            after_first = len(method_cache)
+        if jit_mode and i >= 5:
+            assert stats.calls == calls, "a replay must not schedule"
+        assert out.shape[0] == 4 and out.shape[1].src[1].arg == i  # bound to this call's value
+        np.testing.assert_allclose(out.numpy(), data[:, :i] * 2 + 1)
+    assert len(method_cache) == after_first and after_first - compiled <= 1  # compiled once, for every v
+    assert runs == (2 if jit_mode else 5)
+
+
+def test_symbolic_inputs_share_variables_and_follow_new_buffers() -> None:
+    from tg.ir import Variable
+
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a + b).sum().realize()
+
+    v = Variable("v", 1, 8)
+    for i in (2, 3, 5, 8):
+        xa, xb = np.arange(8, dtype=np.float32) * i, np.ones(8, np.float32)
+        out = f(Tensor(xa).realize()[: v.bind(i)], Tensor(xb).realize()[: v.bind(i)])
+        np.testing.assert_allclose(out.numpy(), (xa[:i] + xb[:i]).sum())
+    assert f.cnt == 4
+
+
+def test_symbolic_input_errors_name_the_variable_and_shape() -> None:
+    from tg.ir import Variable
+
+    f = captured(lambda a: (a * 2).realize())
+    x = Tensor.arange(10).float().realize()
+    v, w = Variable("v", 1, 10), Variable("w", 1, 10)
+    for i in (2, 3):
+        f(x[: v.bind(i)])
+    with pytest.raises(
+        JitError, match=r"input args\[0\] uses Variable 'w' \[1, 10\] where the capture used 'v' \[1, 10\]"
+    ):
+        f(x[: w.bind(3)])
+    with pytest.raises(JitError, match=r"input args\[0\] has shape \(3,\), captured with the symbolic shape"):
+        f(x[:3])
+    with pytest.raises(JitError, match="different view of its buffer"):
+        f(x[1 : v.bind(3) + 1])

@@ -30,6 +30,7 @@ from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor.autograd import TRAINING
 from tg.tensor.movement import view_base
+from tg.tensor.shapes import has_symbolic
 from tg.tensor.tensor import Tensor
 
 ReturnType = TypeVar("ReturnType")
@@ -163,17 +164,32 @@ def _describe_view(key: UOp) -> str:
     return " ".join(f"{u.op.name.lower()} {u.arg}" for u in ops) or "whole buffer"
 
 
-class _InputSpec:
-    """What the capture saw for one tensor input."""
+def _unbound_view(uop: UOp) -> Any:
+    """The normalised form of a view with bound Variables in its shape: its base a placeholder, its Variables
+    unbound (the same UOp for every value; `.sink` is the key, `.var_vals` the values, `.inputs[0]` the base)."""
+    from tg.codegen.schedule.callify import Normalized
 
-    __slots__ = ("device", "dtype", "key", "path", "shape", "slot", "whole_size")
+    return Normalized(uop)
+
+
+class _InputSpec:
+    """What the capture saw for one tensor input (`symbolic`: its shape has bound Variables; key and shape are then
+    the unbound ones, so every value of the Variables matches)."""
+
+    __slots__ = ("device", "dtype", "key", "path", "shape", "slot", "symbolic", "whole_size")
 
     def __init__(self, path: str, t: Tensor, base: UOp, slot: int) -> None:
         self.path, self.shape, self.dtype, self.device = path, t.shape, t.dtype, base.device
-        self.key, self.slot = _view_key(t.uop, base), slot
+        self.symbolic = has_symbolic(t.shape)
+        if self.symbolic:
+            self.key = _unbound_view(t.uop).sink
+            self.shape = self.key.shape
+        else:
+            self.key = _view_key(t.uop, base)
+        self.slot = slot
         # the common case, a whole buffer reshaped: validated by comparing the buffer size alone
         whole = self.key.op is Ops.BUFFER or (self.key.op is Ops.RESHAPE and self.key.src[0].op is Ops.BUFFER)
-        self.whole_size = int(base.arg) if whole else -1
+        self.whole_size = int(base.arg) if whole and not self.symbolic else -1
 
 
 class _Recorder:
@@ -202,7 +218,7 @@ def _held_by_a_tensor(buffer: UOp) -> bool:
 class _Output:
     """How to rebuild one returned tensor at replay: over a produced slot, an input's base, or a fixed weight."""
 
-    __slots__ = ("axis", "kind", "parts", "reshape_to", "slot", "template", "weight_uop")
+    __slots__ = ("axis", "kind", "parts", "reshape_to", "slot", "symbolic", "template", "weight_uop")
 
     def __init__(
         self,
@@ -215,16 +231,24 @@ class _Output:
     ) -> None:
         self.kind, self.slot, self.template, self.weight_uop = kind, slot, template, weight_uop
         self.parts, self.axis = parts or [], axis
+        self.symbolic = template is not None and has_symbolic(template.shape)
+        if self.symbolic:  # kept unbound: each replay binds this call's values
+            assert template is not None
+            self.template = template = _unbound_view(template).sink
         whole = template is not None and (
             template.op is Ops.BUFFER or (template.op is Ops.RESHAPE and template.src[0].op is Ops.BUFFER)
         )
         self.reshape_to = template.shape if whole and template is not None else None
 
-    def rebuild(self, base: UOp) -> UOp:
-        """The returned tensor's graph over this call's `base` buffer."""
+    def rebuild(self, base: UOp, binds: Any = None) -> UOp:
+        """The returned tensor's graph over this call's `base` buffer (`binds`: a normalised graph of this call's
+        bound Variables, for outputs of symbolic shape: they get this call's values)."""
         if self.reshape_to is not None:
             return base if base.shape == self.reshape_to else base.reshape(self.reshape_to)
         assert self.template is not None
+        if self.symbolic:
+            placeholder = next(u for u in self.template.toposort() if u.op is Ops.BUFFER)
+            return binds.rebind(self.template.substitute({placeholder: base}))
         return self.template.substitute({_placeholder(base): base})
 
 
@@ -537,7 +561,7 @@ class TinyJit(Generic[ReturnType]):
                 if now != then:
                     raise err(f"{f}: {name} is {now} now but was {then} at capture")
         for (path, t), spec in zip(tensors, self._inputs, strict=True):
-            if t.shape != spec.shape:
+            if not spec.symbolic and t.shape != spec.shape:
                 raise err(
                     f"{f}: input {path} has shape {t.shape}, captured with {spec.shape}; use f.reset() to capture a "
                     "new shape"
@@ -557,10 +581,15 @@ class TinyJit(Generic[ReturnType]):
         err, f = _jit_error(), f"TinyJit({self.name})"
         bases: list[UOp] = []
         seen: dict[UOp, int] = {}
+        var_vals = {str(v.src[0].arg[0]): int(v.src[1].arg) for _, v in statics if isinstance(v, UOp)}
+        binds: list[UOp] = [v for _, v in statics if isinstance(v, UOp)]
         for (path, t), spec in zip(tensors, self._inputs, strict=True):
             uop = t.uop
             base = uop if uop.op is Ops.BUFFER else uop.src[0] if uop.op is Ops.RESHAPE else uop
-            if base.op is Ops.BUFFER and spec.whole_size >= 0:
+            if spec.symbolic:
+                base = self._symbolic_input(path, t, spec, var_vals)
+                binds.append(t.uop)
+            elif base.op is Ops.BUFFER and spec.whole_size >= 0:
                 if base.arg != spec.whole_size:
                     raise err(f"{f}: input {path} is a different view of its buffer than at capture")
             else:
@@ -595,18 +624,18 @@ class TinyJit(Generic[ReturnType]):
             slots.append(buf)
         if self._rng:
             self._redraw()
-        var_vals = {str(v.src[0].arg[0]): int(v.src[1].arg) for _, v in statics if isinstance(v, UOp)}
         if outer is not None:  # inside another jit's capture: run the schedule, so that the outer one records it
             engine.run_linear(program.instantiate_linear([*bases, *out_uops]), {**program.var_vals, **var_vals})
         else:
             program.replay(slots, var_vals)
         n_in = len(bases)
+        bound = _unbound_view(UOp.sink(*binds)) if self._symbolic_outputs and binds else None
 
         def build(out: _Output) -> UOp:
             if out.kind == "produced":
-                return out.rebuild(out_uops[out.slot - n_in])
+                return out.rebuild(out_uops[out.slot - n_in], bound)
             if out.kind == "input":
-                return out.rebuild(bases[out.slot])
+                return out.rebuild(bases[out.slot], bound)
             if out.kind == "multi":
                 shards = tuple(build(p) for p in out.parts)
                 return UOp(Ops.MULTI, shards[0].dtype, shards, out.axis)
@@ -615,6 +644,33 @@ class TinyJit(Generic[ReturnType]):
 
         returned = [None if out is None else Tensor(build(out)) for out in self._outputs]
         return _unflatten_return(self._ret_structure, iter(returned))
+
+    def _symbolic_input(self, path: str, t: Tensor, spec: _InputSpec, var_vals: dict[str, int]) -> UOp:
+        """Check an input of symbolic shape against the capture (unbound: any values of its Variables), add its
+        Variables' values to `var_vals`; returns its base buffer."""
+        err, f = _jit_error(), f"TinyJit({self.name})"
+        if not has_symbolic(t.shape) or not _is_view_of_buffer(t.uop):
+            raise err(f"{f}: input {path} has shape {t.shape}, captured with the symbolic shape {spec.shape}")
+        norm = _unbound_view(t.uop)
+        if norm.sink is not spec.key:
+            now = _variables(norm.sink.shape)
+            then = _variables(spec.shape)
+            if now != then:
+                raise err(
+                    f"{f}: input {path} uses Variable {', '.join(map(_describe_var, now))} where the capture used "
+                    f"{', '.join(map(_describe_var, then))}"
+                )
+            if norm.sink.shape != spec.shape:
+                raise err(f"{f}: input {path} has shape {norm.sink.shape}, captured with {spec.shape}")
+            raise err(f"{f}: input {path} is a different view of its buffer than at capture")
+        for name, value in norm.var_vals.items():
+            if var_vals.setdefault(name, value) != value:
+                raise err(f"{f}: Variable {name!r} is bound to {var_vals[name]} and to {value} in one call's inputs")
+        return norm.inputs[0]
+
+    @property
+    def _symbolic_outputs(self) -> bool:
+        return any(o.symbolic for o in _leaf_outputs(self._outputs))
 
     def _redraw(self) -> None:
         """Write this replay's counters and seed into the captured random inputs, then advance the counter."""
@@ -636,6 +692,15 @@ class TinyJit(Generic[ReturnType]):
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
+
+
+def _variables(shape: tuple) -> list[UOp]:
+    """The DEFINE_VARs in an unbound shape, in order of first appearance."""
+    found: dict[UOp, None] = {}
+    for d in shape:
+        if isinstance(d, UOp):
+            found.update((u, None) for u in d.toposort() if u.op is Ops.DEFINE_VAR)
+    return list(found)
 
 
 def _describe_var(var: Any) -> str:

@@ -2,9 +2,9 @@
 
 Run from the repository without installing:
 `PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python scripts/gpu_bench.py` (`DEV=CL` for OpenCL; default CUDA).
-Prints GFLOP/s (matmul) and GB/s (elementwise: bytes read + written) per size at N, 4N, 16N and the ratio
-tg / torch measured in the same run. Wall time per iteration after a warm-up, synchronised at the end, so it
-includes tg's per-call overhead (small next to these kernels).
+Prints GFLOP/s (matmul, float32 and float16 inputs) and GB/s (elementwise: bytes read + written) per size at N,
+4N, 16N and the ratio tg / torch measured in the same run. Wall time per iteration after a warm-up, synchronised
+at the end, so it includes tg's per-call overhead (small next to these kernels).
 """
 
 from __future__ import annotations
@@ -64,6 +64,22 @@ def main() -> None:
         t = timeit(lambda ta=ta, tb=tb: (ta @ tb).realize(), dev.synchronize)
         flops = 2 * n**3 / t * 1e-9
         line = f"matmul {n}^3 fp32 (GFLOP/s)"
+        if torch is not None:
+            xa, xb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
+            tt = timeit(lambda xa=xa, xb=xb: xa @ xb, torch.cuda.synchronize)
+            tflops = 2 * n**3 / tt * 1e-9
+            print(f"{line:<28}{flops:12.1f}{tflops:12.1f}{flops / tflops:10.2f}  rel.err {err:.1e}")
+        else:
+            print(f"{line:<28}{flops:12.1f}{'-':>12}{'-':>10}  rel.err {err:.1e}")
+    for n in (1024, 2048, 4096):  # half inputs: float16 storage, float32 math (no tensor cores yet)
+        a, b = rng.standard_normal((n, n), np.float32).astype(np.float16), rng.standard_normal((n, n), np.float32)
+        b = b.astype(np.float16)
+        ta, tb = Tensor(a, device=DEV).realize(), Tensor(b, device=DEV).realize()
+        want = a.astype(np.float32) @ b.astype(np.float32)
+        err = float(np.abs((ta @ tb).numpy().astype(np.float32) - want).max() / (np.abs(want).max() + 1e-9))
+        t = timeit(lambda ta=ta, tb=tb: (ta @ tb).realize(), dev.synchronize)
+        flops = 2 * n**3 / t * 1e-9
+        line = f"matmul {n}^3 fp16 (GFLOP/s)"
         if torch is not None:
             xa, xb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
             tt = timeit(lambda xa=xa, xb=xb: xa @ xb, torch.cuda.synchronize)

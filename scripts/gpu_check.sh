@@ -3,7 +3,7 @@
 # Runs from the repository with PYTHONPATH and installs nothing: needs python3 (3.11+) with numpy and pytest, the
 # NVIDIA driver, and NVRTC from CUDA 12 or 13 (system library, toolkit, or the nvidia-cuda-nvrtc(-cu12) wheel;
 # NVRTC=/path/libnvrtc.so overrides). Finishes within 10 minutes:
-#   1. device info and one kernel, 2. the op and end-to-end tests on CUDA, 3. matmul/elementwise vs torch.
+#   1. device info, one kernel, float4/gated/half/matmul-tile kernels, 2. the op and end-to-end tests on CUDA, 3. matmul/elementwise vs torch.
 # Usage: bash scripts/gpu_check.sh [python]     (output also saved to gpu_check.log)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +25,17 @@ print("NVRTC", nvrtc_version(), "device", Device["CUDA"], "default", Device.DEFA
 x = np.arange(1 << 20, dtype=np.float32)
 np.testing.assert_array_equal((Tensor(x, device="CUDA") * 2 + 1).numpy(), x * 2 + 1)
 print("first kernel ok")
+# float4 accesses (16-byte aligned and a view one element off), padded odd sizes, half conversions, a matmul tile
+t = Tensor(x, device="CUDA").realize()
+np.testing.assert_array_equal((t[1:] * 3).numpy(), x[1:] * 3)
+for n in (1000, 1023, 4097):
+    np.testing.assert_array_equal((Tensor(x[:n], device="CUDA") + 1).numpy(), x[:n] + 1)
+with np.errstate(over="ignore"):
+    f = np.array([0.1, 65520, 6e-8, np.inf, np.nan, -0.0], np.float32)
+    np.testing.assert_array_equal(Tensor(f, device="CUDA").cast("float16").numpy(), f.astype(np.float16))
+a = np.random.default_rng(0).integers(-8, 9, (256, 64)).astype(np.float16)
+np.testing.assert_array_equal((Tensor(a, device="CUDA") @ Tensor(a.T.copy(), device="CUDA")).numpy(), a @ a.T)
+print("float4, gating, half and matmul-tile kernels ok")
 PYEOF
 
 echo "== 2. op and end-to-end tests on CUDA"

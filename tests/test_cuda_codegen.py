@@ -88,3 +88,44 @@ def test_every_op_kernel_compiles_for_sm90(compiler, op_kernels, tmp_path: Path)
     with ThreadPoolExecutor(max_workers=2) as pool:
         failures = [f for f in pool.map(check, enumerate(sources)) if f is not None]
     assert not failures, f"{len(failures)} of {len(sources)} kernels failed:\n" + "\n\n".join(failures[:5])
+
+
+def _matmul_ast(m: int, n: int, k: int, dtype=None):  # type: ignore[no-untyped-def]
+    from tg.ir.dtype import dtypes
+    from tg.ir.ops import AxisType, Ops
+    from tg.ir.uop import UOp
+
+    dt = dtype or dtypes.float32
+    i, j, r = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    a = UOp.param(1, dt, m * k).index(i * k + r).load().cast(dtypes.float32)
+    b = UOp.param(2, dt, k * n).index(r * n + j).load().cast(dtypes.float32)
+    out = (a * b).reduce(r, arg=Ops.ADD)
+    return UOp.sink(UOp.param(0, dtypes.float32, m * n).index(i * n + j).store(out).end(i, j))
+
+
+def _ptx_and_ptxas(compiler, src: str, tmp_path: Path) -> str:  # type: ignore[no-untyped-def]
+    from tg.runtime.backends._cuda import NVRTC_OPTIONS, nvrtc_compile, nvrtc_version
+
+    ptx, cubin = nvrtc_compile(src, ARCH, NVRTC_OPTIONS)
+    assert cubin is not None and cubin[:4] == b"\x7fELF"
+    if (ptxas := _ptxas_at_least(nvrtc_version())) is not None:
+        (tmp_path / "k.ptx").write_bytes(ptx)
+        res = subprocess.run([ptxas, f"-arch={ARCH}", str(tmp_path / "k.ptx"), "-o", os.devnull], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    return ptx.decode()
+
+
+def test_matmul_tile_uses_16_byte_loads_and_stores(compiler, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    p = get_program(_matmul_ast(256, 256, 64), CUDARenderer(ARCH))
+    assert "tg_vload_float4(" in p.src and "tg_vstore_float4(" in p.src and p.local_size == (16, 16)
+    ptx = _ptx_and_ptxas(compiler, p.src, tmp_path)
+    assert re.search(r"ld\.global(\.nc)?\.v4\.f32", ptx) and "st.global.v4.f32" in ptx
+
+
+def test_half_kernels_convert_with_cvt_instructions(compiler, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tg.ir.dtype import dtypes
+
+    ptx = _ptx_and_ptxas(compiler, get_program(_matmul_ast(64, 64, 32, dtypes.float16), CUDARenderer(ARCH)).src,
+                         tmp_path)  # fmt: skip
+    assert "cvt.f32.f16" in ptx

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from tg.codegen.lower.gpudims import add_gpudims
@@ -160,7 +163,7 @@ def test_group_reduce_goes_through_local_memory_and_a_barrier() -> None:
     assert "temp0[lidx0] = " in p.src and p.global_size == (8,) and p.local_size == (64,)
     cu = get_program(_row_sums(8, 512), CUDARenderer(), opts).src
     assert "__shared__ float temp0[64];" in cu and "__syncthreads();" in cu
-    with pytest.raises(ValueError, match="threads per work-group"):
+    with pytest.raises(ValueError, match="64 work-items per work-group > 32"):
         get_program(_row_sums(8, 512), OpenCLRenderer(max_local_threads=32), opts)
 
 
@@ -169,3 +172,66 @@ def test_gpu_heuristic_groups_long_reductions_with_few_outputs() -> None:
     assert [o.arg[:2] for o in p.applied_opts] == [(256, AxisType.GROUP_REDUCE)]
     assert get_program(_row_sums(4096, 64), OpenCLRenderer()).applied_opts == ()  # many outputs: one item each
     assert get_program(_row_sums(2, 4096), ClangRenderer()).src.count("__local") == 0
+
+
+# *** float4 spellings, padded work-groups, half conversions ***
+
+
+def _upcast4(ren: object) -> str:
+    from tg.codegen.opt.opts import split
+
+    return get_program(elementwise(64), ren, [split(0, 4, AxisType.UPCAST)]).src  # type: ignore[arg-type]
+
+
+def test_opencl_vectors_use_vload_vstore_and_lane_selectors() -> None:
+    src = _upcast4(OpenCLRenderer())
+    assert (
+        "float4 val0 = vload4(0, &data1[" in src and "vstore4(val0*((float4)(2.0f,2.0f,2.0f,2.0f)), 0, &data0[" in src
+    )
+    ren = OpenCLRenderer()
+    assert ren.render_gep("v", 11, dtypes.float32.vec(16)) == "v.sb" and ren.vector_type(dtypes.int64.vec(2)) == "long2"
+    with pytest.raises(NotImplementedError, match="no vector type"):
+        ren.vector_type(dtypes.float16.vec(4))
+
+
+def test_cuda_vectors_check_alignment_and_have_scalar_lane_math() -> None:
+    from tg.codegen.render.cuda import CUDARenderer
+
+    src = _upcast4(CUDARenderer())
+    assert "float4 val0 = tg_vload_float4(&data1[" in src and "tg_vstore_float4(&data0[" in src
+    assert "if (((unsigned long long)p & 15ull) == 0) return *(const float4*)p;" in src  # unaligned views: lanes
+    assert "make_float4(" in src and "val0.x" in src  # CUDA's float4 has no arithmetic: lane by lane
+    assert CUDARenderer().vector_type(dtypes.int64.vec(2)) == "longlong2"
+
+
+@pytest.mark.parametrize("n, local, groups", [(1000, 256, 4), (1023, 256, 4), (4097, 256, 17), (300, 64, 5)])
+def test_odd_sizes_get_padded_work_groups_with_gated_accesses(n: int, local: int, groups: int) -> None:
+    p = get_program(elementwise(n), OpenCLRenderer())
+    assert p.local_size == (local,) and p.global_size == (groups,)
+    gated = [u for u in p.uops if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3]
+    assert len(gated) == 2 and f"<{n}" in p.src.replace(" ", "")
+
+
+def test_sizes_with_a_large_power_of_two_divisor_are_not_padded() -> None:
+    p = get_program(elementwise(6, 1024), OpenCLRenderer())
+    assert not [u for u in p.uops if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3]
+    p = get_program(elementwise(31), OpenCLRenderer())  # small odd sizes: one item per group, nothing to gate
+    assert p.local_size == (1,) and "<31" not in p.src.replace(" ", "")
+
+
+def test_opencl_half_rendering_with_and_without_cl_khr_fp16() -> None:
+    i, f16 = UOp.range(64, 0), dtypes.float16
+    val = (UOp.param(1, f16, 64).index(i).load().cast(f32) * UOp.const(f32, 2.0)).cast(f16)
+    half = UOp.sink(UOp.param(0, f16, 64).index(i).store(val).end(i))
+    storage = get_program(half, OpenCLRenderer(has_half=False)).src
+    assert "vload_half(0, (const half*)&h)" in storage and "vstore_half_rte(f, 0, (half*)&h)" in storage
+    assert "cl_khr_fp16" not in storage and "hlf" not in storage
+    native = get_program(half, OpenCLRenderer(has_half=True)).src
+    assert "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in native and "convert_half_rte(f)" in native
+    if (clang := shutil.which("clang")) is None:
+        pytest.skip("clang not installed: the OpenCL C compile check needs it")
+    # both compile as OpenCL C 1.2 (the native one with the extension switched on, as on a GPU that has it)
+    for src, ext in ((storage, []), (native, ["-Xclang", "-cl-ext=+cl_khr_fp16"])):
+        cmd = [clang, "-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", *ext, "-fsyntax-only", "-"]
+        res = subprocess.run(cmd, input=src, capture_output=True, text=True, check=False)
+        assert res.returncode == 0, res.stderr

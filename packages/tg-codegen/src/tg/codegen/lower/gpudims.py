@@ -9,6 +9,9 @@ dimension d) and `lidx<d>` (index inside the work-group) and drops them from the
   renderer's `global_max`, are merged into fewer dimensions and recovered with `//` and `%`.
 - Without LOCAL ranges, each dimension of constant size gets a work-group of the largest power of two that
   divides it, up to `max_local_threads` threads in all (the default local-size heuristic): range = gidx*l + lidx.
+  When that power of two is small (odd sizes like 1000 or 1023), the grid is padded up to a multiple of a larger
+  work-group (at most 1/8 of the work-items wasted) and every load and store that depends on the range is gated
+  with `gidx*l + lidx < size`, so the padded work-items touch no memory.
 - A kernel whose stores close different loops (several outputs of different shapes) keeps its loops and runs as
   a single work-item: correct, but slow; the scheduler rarely makes such kernels.
 """
@@ -50,6 +53,37 @@ def _pow2_divisor(size: sint, limit: int) -> int:
     if not isinstance(size, int) or size <= 0 or limit < 1:
         return 1
     return math.gcd(size, 1 << int(math.log2(limit)))
+
+
+def _work_group(size: sint, limit: int) -> tuple[int, bool]:
+    """(work-group size, padded) for one launch dimension of the default heuristic.
+
+    The largest power of two <= limit that divides `size`; when that is small (an odd size like 1000 or 1023), a
+    larger power of two with the grid rounded up to a multiple of it, if that wastes at most 1/8 of the work-items
+    (`padded`: the extra work-items must be gated off)."""
+    exact = _pow2_divisor(size, limit)
+    if not isinstance(size, int) or limit < 2:
+        return exact, False
+    lsize = 1 << int(math.log2(min(limit, size)))
+    while lsize > max(exact, 16):
+        if -(-size // lsize) * lsize - size <= size // 8:
+            return lsize, True
+        lsize //= 2
+    return exact, False
+
+
+def _gate_indices(sink: UOp, group: list[UOp], valid: UOp) -> UOp:
+    """Add `valid` to the gate of every INDEX whose address depends on a range of `group` (before they are
+    replaced by work-item ids): a gated load reads 0, a gated store does not happen."""
+    rngs = set(group)
+    memo: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        src = tuple(memo[x] for x in u.src)
+        v = u if src == u.src else u.replace(src=src)
+        if v.op is Ops.INDEX and any(rngs & set(x.toposort()) for x in u.src[1:2]):
+            v = v.replace(src=(v.src[0], v.src[1], valid if len(v.src) < 3 else (v.src[2] & valid)))
+        memo[u] = v
+    return memo[sink]
 
 
 def _group_dims(ranges: list[UOp], limits: tuple[int, ...]) -> list[list[UOp]]:
@@ -168,10 +202,12 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
         local_max = renderer.local_max or (1, 1, 1)
         for d, group in enumerate(global_groups):
             size = _prod([_size(r) for r in group])
-            lsize = _pow2_divisor(size, min(budget, local_max[d] if d < len(local_max) else 1))
+            lsize, padded = _work_group(size, min(budget, local_max[d] if d < len(local_max) else 1))
             budget //= lsize
-            gid = UOp.special(size // lsize if lsize > 1 else size, f"gidx{d}", dt)
+            gid = UOp.special(-(-size // lsize) if lsize > 1 else size, f"gidx{d}", dt)
             idx = gid if lsize == 1 else gid * lsize + UOp.special(lsize, f"lidx{d}", dt)
+            if padded and isinstance(size, int):  # the work-items past the end are gated off every load and store
+                sink = _gate_indices(sink, group, UOp(Ops.CMPLT, dtypes.bool, (idx, UOp.const(dt, size))))
             subs.update(_decompose(idx, group))
     gone = set(subs)
 

@@ -1,4 +1,6 @@
-"""The opts BEAM search tries (shared/specs/optimizer.md §7), filtered to the ones legal on a kernel."""
+"""The opts BEAM search tries (shared/specs/optimizer.md §7), filtered to the ones legal on a kernel.
+
+On GPU renderers (`has_local`) the list also splits output axes into LOCAL work-groups of 2..32."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from tg.ir.ops import AxisType
 
 
 def candidate_opts(k: OptKernel) -> list[Opt]:
-    """Every opt of the CPU action list for `k`'s axes (legal or not: `legal_children` filters)."""
+    """Every opt of the action list for `k`'s axes (legal or not: `legal_children` filters)."""
     w = vector_lanes(k.renderer, k.dtype_itemsize)
     upcasts = sorted({2, 3, 4, 6, 8, 12, 16, 2 * w, 4 * w})
     t = getattr(k.renderer, "thread_max", 1)
@@ -16,6 +18,8 @@ def candidate_opts(k: OptKernel) -> list[Opt]:
     for i, (_, at, _) in enumerate(k.axes()):
         if at in (AxisType.LOOP, AxisType.GLOBAL):
             ret += [split(i, f, AxisType.UPCAST) for f in upcasts]
+            if k.renderer.has_local:  # GPUs: work-groups along each output axis
+                ret += [split(i, f, AxisType.LOCAL) for f in (2, 4, 8, 16, 32)]
             ret += [split(i, n, AxisType.THREAD, True) for n in sorted({t, t // 2}) if n >= 2]
             ret += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(k.ranges)) if axis_type(k.ranges[j]) is at]
         if at in (AxisType.REDUCE, AxisType.GROUP_REDUCE):

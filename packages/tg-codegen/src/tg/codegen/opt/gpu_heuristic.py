@@ -1,35 +1,83 @@
 """GPU heuristics (renderers with local ids: OpenCL, CUDA): the opts a kernel gets without search.
 
 The launch grid and the default work-group come from lowering (`lower/gpudims.py`); here only what needs an opt:
+- matmul-like kernels (a REDUCE ADD of a product of two loads, each missing a different output axis) get a
+  register tile per work-item: UPCAST 4 of the contiguous output axis (float4 loads of the column operand and
+  float4 stores) and UPCAST 4 of a row axis, then LOCAL work-groups of up to 16 x 16 work-items over the two
+  output axes (each work-group computes a 64 x 64 block), and the reduce axis UNROLLed by 4;
 - a reduction with few outputs (<= 2048) over a long axis (>= 256) would leave most of the GPU idle with one
   work-item per output, so its reduce axis is split into a GROUP_REDUCE of up to `max_local_threads` (256)
   work-items that combine their partial results in local memory; the split is inner (element i goes to work-item
-  i % f), so neighbouring work-items read neighbouring elements (coalesced loads).
+  i % f), so neighbouring work-items read neighbouring elements (coalesced loads);
+- large elementwise kernels UPCAST their contiguous output axis by the vector width (4 floats: float4 loads and
+  stores, one 16-byte access per work-item and buffer).
 Every step is skipped when it is not legal (KernelOptError); the heuristic never raises.
 """
 
 from __future__ import annotations
 
-from tg.codegen.opt.kernel import OptKernel, axis_type
-from tg.codegen.opt.opts import KernelOptError, split
+from tg.codegen.lower.expand import VECTOR_DTYPES, affine
+from tg.codegen.lower.structure import axis_id
+from tg.codegen.opt.kernel import OptKernel, axis_type, range_size, vector_lanes
+from tg.codegen.opt.opts import KernelOptError, Opt, split
 from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp
 
 FEW_OUTPUTS = 2048
 LONG_REDUCE = 256
+VECTOR_ELEMENTWISE_MIN = 1 << 14  # outputs below which an elementwise kernel keeps one element per work-item
+MATMUL_TILE = 4  # register tile rows and columns per work-item
+MATMUL_LOCAL = 16  # work-items per work-group along each output axis
+_OUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL)
+
+
+def _try(k: OptKernel, opt: Opt) -> OptKernel:
+    try:
+        return k.apply(opt)
+    except KernelOptError:
+        return k
+
+
+def _split_id(k: OptKernel, rid: int, factor: int, target: AxisType) -> OptKernel:
+    """Split the output axis with id `rid` by `factor` into `target` (unchanged when absent or illegal)."""
+    for i, r in enumerate(k.ranges):
+        if axis_id(r) == rid and axis_type(r) in (*_OUT_TYPES, AxisType.REDUCE):
+            return _try(k, split(i, factor, target))
+    return k
+
+
+def _size(r: UOp) -> int:
+    s = range_size(r)
+    return s if isinstance(s, int) else 0
+
+
+def _unit_stride(idx: UOp, r: UOp) -> bool:
+    return (a := affine(idx, r)) is not None and a[0] == 1
+
+
+def _load_of(x: UOp) -> UOp | None:
+    while x.op is Ops.CAST:
+        x = x.src[0]
+    return x if x.op is Ops.LOAD else None
 
 
 def gpu_opts(k: OptKernel) -> OptKernel:
     """Heuristic opts for a GPU renderer (see the module doc)."""
-    reduces = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
+    topo = list(k.ast.toposort())
+    stores = [u for u in topo if u.op is Ops.STORE]
+    reduces = [u for u in topo if u.op is Ops.REDUCE]
+    out_axes = [r for r in k.ranges if axis_type(r) in _OUT_TYPES]
+    if any(not isinstance(range_size(r), int) for r in out_axes) or not stores:
+        return k
+    if not reduces:
+        return _vector_elementwise(k, topo, stores, out_axes)
     if len(reduces) != 1 or len(reduces[0].src) != 2:
         return k
+    if (tiled := _matmul_tile(k, reduces[0], stores, out_axes)) is not None:
+        return tiled
     outputs = 1
-    for r in k.ranges:
-        if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL):
-            size = r.src[0].arg if r.src[0].op is Ops.CONST else None
-            if size is None:
-                return k
-            outputs *= size
+    for r in out_axes:
+        outputs *= _size(r)
     red_r = reduces[0].src[1]
     size = red_r.src[0].arg if red_r.src[0].op is Ops.CONST else 0
     if outputs > FEW_OUTPUTS or size < LONG_REDUCE or red_r not in k.ranges:
@@ -41,4 +89,66 @@ def gpu_opts(k: OptKernel) -> OptKernel:
                 return k.apply(split(axis, f, AxisType.GROUP_REDUCE))
             except KernelOptError:
                 continue
+    return k
+
+
+def _vector_elementwise(k: OptKernel, topo: list[UOp], stores: list[UOp], out_axes: list[UOp]) -> OptKernel:
+    """UPCAST the store's contiguous axis by the vector width (float4 accesses) for large elementwise kernels."""
+    if len(stores) != 1 or any(u.dtype.scalar() not in VECTOR_DTYPES for u in topo if u.op is Ops.LOAD):
+        return k
+    if stores[0].src[1].dtype.scalar() not in VECTOR_DTYPES:
+        return k
+    lanes = vector_lanes(k.renderer, k.dtype_itemsize)
+    outputs = 1
+    for r in out_axes:
+        outputs *= _size(r)
+    idx = stores[0].src[0].src[1]
+    axis = next((r for r in out_axes if _unit_stride(idx, r)), None)
+    if lanes < 2 or outputs < VECTOR_ELEMENTWISE_MIN or axis is None or _size(axis) % lanes:
+        return k
+    return _split_id(k, axis_id(axis), lanes, AxisType.UPCAST)
+
+
+def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp]) -> OptKernel | None:
+    """The register tile + LOCAL work-groups of a matmul-like kernel (None when the kernel is not one)."""
+    v = red.src[0]
+    while v.op is Ops.CAST:
+        v = v.src[0]
+    if red.arg is not Ops.ADD or v.op is not Ops.MUL or len(stores) != 1:
+        return None
+    a, b = _load_of(v.src[0]), _load_of(v.src[1])
+    if a is None or b is None:
+        return None
+    store_idx = stores[0].src[0].src[1]
+    n_axis = next((r for r in out_axes if _unit_stride(store_idx, r) and _size(r) > 1), None)
+    if n_axis is None:
+        return None
+    if n_axis in a.src[0].src[1].toposort():
+        a, b = b, a
+    if n_axis in a.src[0].src[1].toposort() or n_axis not in b.src[0].src[1].toposort():
+        return None  # both operands use the column axis: not a matmul
+    b_idx, a_idx = b.src[0].src[1], a.src[0].src[1]
+    m_axis = next((r for r in out_axes if r is not n_axis and r not in b_idx.toposort() and r in a_idx.toposort()
+                   and _size(r) > 1), None)  # fmt: skip
+    if m_axis is None:
+        return None
+    vectorizable = all(x.dtype.scalar() in VECTOR_DTYPES for x in (a, b, red))
+    tile = MATMUL_TILE if vectorizable else 2
+    for rid, size in ((axis_id(n_axis), _size(n_axis)), (axis_id(m_axis), _size(m_axis))):
+        if size % tile == 0 and size > tile:
+            k = _split_id(k, rid, tile, AxisType.UPCAST)
+    # the column axis's LOCAL is made last: the newest LOCAL range becomes local dimension 0 (the fastest-varying
+    # work-item id), so neighbouring work-items read neighbouring float4s of the column operand (coalesced)
+    budget = k.renderer.max_local_threads
+    for rid in (axis_id(m_axis), axis_id(n_axis)):
+        rest = next((_size(r) for r in k.ranges if axis_id(r) == rid and axis_type(r) in _OUT_TYPES), 0)
+        for f in (MATMUL_LOCAL, 8, 4, 2):
+            if f <= budget and rest % f == 0 and rest >= f:
+                k = _split_id(k, rid, f, AxisType.LOCAL)
+                budget //= f
+                break
+    ksize = _size(red.src[1])
+    for u in (4, 2):
+        if ksize % u == 0 and ksize > u:
+            return _split_id(k, axis_id(red.src[1]), u, AxisType.UNROLL)
     return k

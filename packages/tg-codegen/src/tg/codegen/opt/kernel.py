@@ -174,6 +174,11 @@ class OptKernel:
             raise self.fail(opt, f"{type(ren).__name__} has no local ids")
         if target is AxisType.LOCAL and not ren.has_local:
             raise self.fail(opt, f"{type(ren).__name__} has no local ids (LOCAL needs a GPU)")
+        if target in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and ren.has_local:
+            threads = f * self.type_product(AxisType.LOCAL, AxisType.GROUP_REDUCE)
+            if threads > ren.max_local_threads:
+                raise self.fail(opt, f"{threads} work-items per work-group > {ren.max_local_threads} "
+                                     f"(max_local_threads of {type(ren).__name__})")  # fmt: skip
         if target is AxisType.GROUP_REDUCE:
             if ren.has_shared:
                 used = f * self.type_product(AxisType.UPCAST, AxisType.WARP, AxisType.LOCAL, AxisType.GROUP_REDUCE)

@@ -8,7 +8,8 @@ converted to and from float with small inline functions (using the compiler's `_
 How each op becomes text is data: `string_rules`, a PatternMatcher whose rules take `(ctx, u)` (ctx is the
 `RenderContext` of the kernel) and return the text naming u's value. A dialect (OpenCL, CUDA) subclasses
 `CStyleLanguage` and overrides hooks: `kernel_prefix`, `buffer_prefix`, `local_prefix`, `barrier`, `workitem`,
-`vector_type`, `vector_prelude`, `render_vectorize`, `render_gep`, `render_signature`, `code_for_op`, `type_map`; a
+`vector_type`, `vector_prelude`, `render_vectorize`, `render_gep`, `render_vector_load`,
+`render_vector_store`, `render_signature`, `code_for_op`, `type_map`; a
 dialect with an op of its own prepends rules: `string_rules = PatternMatcher([...]) + CStyleLanguage.string_rules`.
 """
 
@@ -268,6 +269,14 @@ class CStyleLanguage(Renderer):
         """Lane `lane` of vector expression `x` (of dtype `dt`)."""
         return f"{x}[{lane}]"
 
+    def render_vector_load(self, addr: str, dt: DType) -> str:
+        """A load of vector dtype `dt` from address `addr` (of its first element): a vector pointer cast."""
+        return f"(*(({self.render_dtype(dt)}*)({addr})))"
+
+    def render_vector_store(self, addr: str, value: str, dt: DType) -> str:
+        """The statement (without `;`) storing vector `value` of dtype `dt` at address `addr`."""
+        return f"{self.render_vector_load(addr, dt)} = {value}"
+
     def render_signature(self, params: list[UOp], variables: list[UOp]) -> list[str]:
         """The kernel's parameter declarations: buffers in PARAM slot order, then the variables sorted by name."""
         sig = [f"{self.buffer_prefix}{self.render_dtype(p.dtype)}*{self.buffer_suffix} data{p.arg}" for p in params]
@@ -391,11 +400,12 @@ def _const(ctx: RenderContext, u: UOp) -> str:
     return ctx.ren.render_vectorize([ctx.ren.render_const(v, u.dtype.scalar()) for v in lanes], u.dtype)
 
 
-def _vector_access(ctx: RenderContext, u: UOp, index: UOp) -> str | None:
-    """`*(T*)&buf[i]` for a vector access to memory (registers hold vectors as plain variables)."""
+def _vector_address(ctx: RenderContext, u: UOp, index: UOp) -> str | None:
+    """`&buf[i]` for a vector access to memory (None for scalars: registers hold vectors as plain variables)."""
     if u.dtype.count == 1 or _buffer(index.src[0]).op is Ops.DEFINE_REG:
         return None
-    return f"(*(({ctx.dtype(u.dtype)}*)(&{ctx[index]})))"
+    ctx.dtype(u.dtype)  # the vector type goes into the prelude
+    return f"&{ctx[index]}"
 
 
 def _define_reg(ctx: RenderContext, u: UOp) -> str:
@@ -458,14 +468,16 @@ def _load(ctx: RenderContext, u: UOp) -> str:
     ptr = u.src[0]
     if _buffer(ptr.src[0]).op is Ops.DEFINE_REG and len(u.src) == 1:
         return ctx[ptr]  # a register read: just the variable
-    access = _vector_access(ctx, u, ptr) or ctx[ptr]
+    addr = _vector_address(ctx, u, ptr)
+    access = ctx[ptr] if addr is None else ctx.ren.render_vector_load(addr, u.dtype)
     expr = access if len(u.src) == 1 else f"({ctx[u.src[2]]}?{access}:{ctx[u.src[1]]})"
     return ctx.declare(u, expr, "val", strip=False)
 
 
 def _store(ctx: RenderContext, u: UOp) -> str:
-    target, value = _vector_access(ctx, u.src[1], u.src[0]) or ctx[u.src[0]], _strip(ctx[u.src[1]])
-    ctx.line(f"if ({_strip(ctx[u.src[2]])}) {target} = {value};" if len(u.src) == 3 else f"{target} = {value};")
+    value, addr = _strip(ctx[u.src[1]]), _vector_address(ctx, u.src[1], u.src[0])
+    stmt = f"{ctx[u.src[0]]} = {value}" if addr is None else ctx.ren.render_vector_store(addr, value, u.src[1].dtype)
+    ctx.line(f"if ({_strip(ctx[u.src[2]])}) {stmt};" if len(u.src) == 3 else f"{stmt};")
     return ""
 
 

@@ -32,6 +32,24 @@ _CUDA_SPELLING = (
 )
 
 
+# CUDA's built-in 16-byte vector types by element dtype, and their lane names
+_VECTOR_NAMES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int32: "int", dtypes.uint32: "uint",
+                 dtypes.int64: "longlong", dtypes.uint64: "ulonglong"}  # fmt: skip
+_LANES = "xyzw"
+# a vector load/store: one 16-byte instruction (ld.global.v4) when the address is aligned, else lane by lane (a buffer
+# view may start at any element); the alignment test is uniform over the kernel's threads. The unaligned store is a
+# separate function: inlined, the compiler merges the two paths' stores and loses the 16-byte one
+_VECTOR_ACCESS = r"""static inline {v} tg_vload_{v}(const {t}* p) {{
+  if (((unsigned long long)p & {mask}ull) == 0) return *(const {v}*)p;
+  return make_{v}({lanes});
+}}
+static __noinline__ void tg_vstore_lanes_{v}({t}* p, {v} x) {{ {stores} }}
+static inline void tg_vstore_{v}({t}* p, {v} x) {{
+  if (((unsigned long long)p & {mask}ull) == 0) *({v}*)p = x;
+  else tg_vstore_lanes_{v}(p, x);
+}}"""
+
+
 class CUDARenderer(CStyleLanguage):
     """CUDA C++ for one GPU architecture (`sm_90`); launch limits are CUDA's (1024 threads per block)."""
 
@@ -51,6 +69,8 @@ class CUDARenderer(CStyleLanguage):
     nan = {dtypes.float32: "__int_as_float(0x7fc00000)", dtypes.float64: "__longlong_as_double(0x7ff8000000000000ll)"}
     type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool"}
     _workitems = {"g": "blockIdx", "l": "threadIdx"}
+    # float4-style vectors for 16-byte loads/stores; CUDA's vector types have no arithmetic (lanes are scalar ops)
+    vector_bytes = 16
 
     def __init__(self, arch: str = "sm_90", max_local_threads: int = 256, shared_max: int = 49152) -> None:
         if not (arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
@@ -61,6 +81,38 @@ class CUDARenderer(CStyleLanguage):
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # type: ignore[override]
         return type(self), (self.arch, self.max_local_threads, self.shared_max)
+
+    def vector_type(self, dt: DType) -> str:
+        """CUDA's built-in vector types: `float4`, `int4`, `double2`, `longlong2`, ..."""
+        if (name := _VECTOR_NAMES.get(dt.scalar())) is None or dt.count not in (2, 4) or dt.itemsize > 16:
+            raise NotImplementedError(f"CUDA has no vector type for {dt}")
+        return f"{name}{dt.count}"
+
+    def vector_prelude(self, used: list[DType]) -> list[str]:
+        """Aligned-or-lane-by-lane load/store helpers for each vector type used."""
+        ret = []
+        for dt in used:
+            v, t = self.vector_type(dt), self.render_dtype(dt.scalar())
+            lanes = ", ".join(f"p[{i}]" for i in range(dt.count))
+            stores = " ".join(f"p[{i}] = x.{_LANES[i]};" for i in range(dt.count))
+            ret.append(_VECTOR_ACCESS.format(v=v, t=t, mask=dt.itemsize - 1, lanes=lanes, stores=stores))
+        return ret
+
+    def render_vectorize(self, parts: list[str], dt: DType) -> str:
+        """`make_float4(a, b, c, d)`."""
+        return f"make_{self.vector_type(dt)}({','.join(parts)})"
+
+    def render_gep(self, x: str, lane: int, dt: DType) -> str:
+        """`x.x`, `x.y`, `x.z`, `x.w`."""
+        return f"{x}.{_LANES[lane]}"
+
+    def render_vector_load(self, addr: str, dt: DType) -> str:
+        """A 16-byte load when `addr` is aligned (see `_VECTOR_ACCESS`)."""
+        return f"tg_vload_{self.vector_type(dt)}({addr})"
+
+    def render_vector_store(self, addr: str, value: str, dt: DType) -> str:
+        """A 16-byte store when `addr` is aligned (see `_VECTOR_ACCESS`)."""
+        return f"tg_vstore_{self.vector_type(dt)}({addr}, {value})"
 
     def workitem(self, kind: str, dim: int) -> str:
         """`blockIdx.x`, `threadIdx.y`, or the global id `(blockIdx.z*blockDim.z+threadIdx.z)` (as int)."""

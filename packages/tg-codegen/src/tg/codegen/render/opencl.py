@@ -3,7 +3,8 @@
 A small subclass of the C renderer: OpenCL C is C99 with address-space qualifiers, its own integer type names
 (`long` is 64-bit, `long long` does not exist), overloaded math built-ins (`sqrt` for float and double), `as_T()`
 for bit casts and no `<math.h>`. bool buffers are stored as `uchar` (OpenCL leaves the size of `bool` open).
-float16/bfloat16/fp8 are stored as bit patterns and computed in float32, as on the CPU.
+float16/bfloat16/fp8 are stored as bit patterns and computed in float32, as on the CPU; float16 conversions are
+hardware ones (`convert_half_rte` with cl_khr_fp16, `vload_half`/`vstore_half_rte` without it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ _CL_SPELLING = (
     ("__builtin_inff()", "INFINITY"),
     ("__builtin_copysignf", "copysign"),
 )
+
+
+# element dtypes of OpenCL vectors the renderer uses (what the expander vectorises)
+_VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+
+
+# float16 <-> float32 by the hardware: with cl_khr_fp16 through the `half` type, without it through vload_half /
+# vstore_half_rte (core OpenCL: `half` may only be pointed to), on the ushort bit patterns tg stores
+_HALF_NATIVE = r"""#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+inline float tg_h2f(ushort h) { return convert_float(as_half(h)); }
+inline ushort tg_f2h(float f) { return as_ushort(convert_half_rte(f)); }"""
+_HALF_STORAGE = r"""inline float tg_h2f(ushort h) { return vload_half(0, (const half*)&h); }
+inline ushort tg_f2h(float f) { ushort h; vstore_half_rte(f, 0, (half*)&h); return h; }"""
 
 
 class OpenCLRenderer(CStyleLanguage):
@@ -51,6 +65,9 @@ class OpenCLRenderer(CStyleLanguage):
         Ops.MOD: lambda a, b, dt: f"fmod({a}, {b})" if dtypes.is_float(dt) else f"({a}%{b})",
     }
     _workitems = {"g": "get_group_id", "l": "get_local_id", "i": "get_global_id"}
+    # float4-style vectors: 16-byte loads/stores (vload4/vstore4) and element-wise vector arithmetic
+    vector_bytes = 16
+    vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG})
 
     def __init__(
         self,
@@ -73,6 +90,28 @@ class OpenCLRenderer(CStyleLanguage):
         if isinstance(dt, PtrDType) and dt.base == dtypes.bool:
             return "uchar"
         return super().render_dtype(dt)
+
+    def vector_type(self, dt: DType) -> str:
+        """OpenCL's built-in vector types: `float4`, `int4`, `double2`, `long2`, ..."""
+        if dt.scalar() not in _VECTOR_SCALARS or dt.count not in (2, 3, 4, 8, 16):
+            raise NotImplementedError(f"OpenCL has no vector type for {dt}")
+        return f"{self.type_map[dt.scalar()]}{dt.count}"
+
+    def render_vectorize(self, parts: list[str], dt: DType) -> str:
+        """`(float4)(a, b, c, d)`: an OpenCL vector literal."""
+        return f"(({self.render_dtype(dt)})({','.join(parts)}))"
+
+    def render_gep(self, x: str, lane: int, dt: DType) -> str:
+        """`x.s0` ... `x.sf`: OpenCL's lane selectors."""
+        return f"{x}.s{lane:x}"
+
+    def render_vector_load(self, addr: str, dt: DType) -> str:
+        """`vloadN(0, p)`: needs only the element's alignment (any offset into any address space)."""
+        return f"vload{dt.count}(0, {addr})"
+
+    def render_vector_store(self, addr: str, value: str, dt: DType) -> str:
+        """`vstoreN(v, 0, p)`: needs only the element's alignment."""
+        return f"vstore{dt.count}({value}, 0, {addr})"
 
     def workitem(self, kind: str, dim: int) -> str:
         """`get_group_id(d)`, `get_local_id(d)` or `get_global_id(d)` (as int)."""
@@ -105,6 +144,9 @@ class OpenCLRenderer(CStyleLanguage):
         helpers = []
         for text in super().render_prelude(needs):
             if text.startswith("#include"):
+                continue
+            if "tg_h2f" in text:
+                helpers.append(_HALF_NATIVE if self.has_half else _HALF_STORAGE)
                 continue
             for old, new in _CL_SPELLING:
                 text = text.replace(old, new)

@@ -45,16 +45,25 @@ def _setup(keep_blas_env: bool) -> None:
             sys.path.insert(0, str(src))
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
-    """Best wall time (s) of each function, running them in turn `repeat` times (so load drifts hit all alike)."""
+def interleaved(fns: dict[str, Callable[[], Any]], repeat: int, block_s: float = 0.1) -> dict[str, float]:
+    """Best wall time (s) of one call of each function.
+
+    The functions take turns in blocks, `repeat` rounds (so load drifts hit all alike); a block calls one function
+    back to back for at least `block_s` seconds and twice, and only its calls count. Calls are not interleaved one by
+    one: a library's worker threads keep spinning for a while after its call returns (OpenBLAS, OpenMP) and would
+    steal a core from whichever library runs next, and a first call after another library's work finds cold caches.
+    """
     for f in fns.values():
         f()  # warm-up: compile, allocate
     best = {k: float("inf") for k in fns}
     for _ in range(repeat):
         for k, f in fns.items():
-            st = time.perf_counter()
-            f()
-            best[k] = min(best[k], time.perf_counter() - st)
+            block_start, calls = time.perf_counter(), 0
+            while calls < 2 or time.perf_counter() - block_start < block_s:
+                st = time.perf_counter()
+                f()
+                best[k] = min(best[k], time.perf_counter() - st)
+                calls += 1
     return best
 
 
@@ -160,27 +169,50 @@ def bench_compile_latency(shapes: int) -> Row:
     return Row(case="softmax on a new batch size", unit="ms/shape", tg=(time.perf_counter() - st) / shapes * 1e3)
 
 
-def bench_beam(n: int, width: int) -> Row:
+def bench_beam(n: int, width: int, repeat: int) -> Row:
+    """BEAM search of an n^3 matmul with an empty BEAM cache (its wall time), then the kernel it picked timed beside
+    the heuristic kernel and numpy in the same run. The `BEAM` context only applies to kernels compiled inside it:
+    the searched kernel stays in the method cache, so later calls run the pick."""
     import numpy as np
 
     from tg.ir.helpers import Context
+    from tg.runtime import search
+    from tg.runtime.engine import method_cache
     from tg.tensor import Tensor
 
     rng = np.random.default_rng(3)
     an, bn = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
     a, b = Tensor(an).realize(), Tensor(bn).realize()
-    from tg.runtime.engine import method_cache
-
-    method_cache.clear()  # the plain matmul case compiled this kernel already: search it again
+    method_cache.clear()
+    (a @ b).realize()  # the heuristic kernel
+    heuristic = dict(method_cache)
+    method_cache.clear()  # search this kernel again
     os.environ["IGNORE_BEAM_CACHE"] = "1"
-    with Context(BEAM=width):
-        st = time.perf_counter()
-        (a @ b).realize()
-        search = time.perf_counter() - st
-        times = interleaved({"tg": lambda: (a @ b).realize(), "numpy": lambda: an @ bn}, 5)
-    os.environ.pop("IGNORE_BEAM_CACHE")
-    return Row(case=f"BEAM={width} matmul {n}^3", unit="GFLOP/s", search_s=search,
-               **{k: 2 * n**3 / t / 1e9 for k, t in times.items()})  # fmt: skip
+    try:
+        with Context(BEAM=width):
+            st = time.perf_counter()
+            (a @ b).realize()
+            search_s = time.perf_counter() - st
+    finally:
+        os.environ.pop("IGNORE_BEAM_CACHE")
+    beam = dict(method_cache)
+
+    def run_with(runners: dict[Any, Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            method_cache.clear()
+            method_cache.update(runners)
+            return (a @ b).realize()
+
+        return run
+
+    times = interleaved({"tg": run_with(beam), "heuristic": run_with(heuristic), "numpy": lambda: an @ bn}, repeat)
+    row = Row(case=f"BEAM={width} matmul {n}^3", unit="GFLOP/s", search_s=search_s,
+              **{k: 2 * n**3 / t / 1e9 for k, t in times.items()})  # fmt: skip
+    if search.last_search:
+        row["search_heuristic_ms"] = search.last_search["heuristic_s"] * 1e3
+        row["search_best_ms"] = search.last_search["best_s"] * 1e3
+        row["opts"] = " ".join(str(o) for o in search.last_search["opts"])
+    return row
 
 
 def print_table(rows: list[Row]) -> None:
@@ -192,6 +224,10 @@ def print_table(rows: list[Row]) -> None:
         ratios = ", ".join(f"{(r[c] / r['tg'] if lower_better else r['tg'] / r[c]):.2f}x {c}"
                            for c in cols[1:] if c in r and r.get("tg"))  # fmt: skip
         extra = f"  search {r['search_s']:.1f} s" if "search_s" in r else ""
+        if "heuristic" in r:
+            extra += f", heuristic kernel {r['heuristic']:.1f} {r['unit']} ({r['tg'] / r['heuristic']:.2f}x)"
+        if "search_best_ms" in r:
+            extra += f", search's own timing {r['search_best_ms']:.2f} vs {r['search_heuristic_ms']:.2f} ms"
         print(f"{r['case']:36s} {r['unit']:9s} {vals}  {ratios}{extra}")
 
 
@@ -200,7 +236,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="every case once at tiny sizes (CI)")
     ap.add_argument("--quick", action="store_true", help="skip the 2048 matmul and the 64M sum")
     ap.add_argument("--beam", type=int, default=0, help="also time a BEAM=N search of a 1024 matmul")
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of timing blocks per case")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--keep-blas-env", action="store_true", help="keep OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE")
     args = ap.parse_args()
@@ -218,7 +254,9 @@ def main() -> None:
     rows.append(bench_eager_op(rep, libs))
     rows.append(bench_compile_latency(2 if args.smoke else 20))
     if args.beam or args.smoke:
-        rows.append(bench_beam(64 if args.smoke else 1024, args.beam or 1))
+        if args.smoke:
+            os.environ.setdefault("BEAM_TIME", "2")  # CI: a short search of a tiny kernel
+        rows.append(bench_beam(64 if args.smoke else 1024, args.beam or 1, rep))
     import numpy as np
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.processor() or platform.machine()}, "

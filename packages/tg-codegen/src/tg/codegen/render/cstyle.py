@@ -321,7 +321,12 @@ class CStyleLanguage(Renderer):
         prefix = self.render_prelude(ctx.needs)
         if ctx.vector_types:
             prefix += self.vector_prelude(sorted(ctx.vector_types, key=lambda d: (d.scalar().name, d.count)))
-        return self.render_kernel(name, self.render_signature(params, variables), ctx.body, prefix)
+        src = self.render_kernel(name, self.render_signature(params, variables), ctx.body, prefix)
+        return src + self.render_entry(name, params, variables)
+
+    def render_entry(self, name: str, params: list[UOp], variables: list[UOp]) -> str:
+        """Extra functions after the kernel (ClangRenderer: the thread pool's entry wrapper); none by default."""
+        return ""
 
     # filled in below the class (the rules are functions of the render context)
     string_rules: PatternMatcher
@@ -623,6 +628,17 @@ class ClangRenderer(CStyleLanguage):
             if dtypes.is_float(dt):  # a*b+c contracted to one fused instruction, only inside this helper
                 ret.append(_VECTOR_FMA.format(t=t))
         return ret
+
+    def render_entry(self, name: str, params: list[UOp], variables: list[UOp]) -> str:
+        """For a kernel with a THREAD axis, `<name>_entry(args, core_id)`: the one signature the CPU thread pool
+        calls, taking the buffers then the other variables (sorted by name) from one array of 64-bit values."""
+        if not any(v.arg[0] == "core_id" for v in variables):
+            return ""
+        args = [f"({self.render_dtype(p.dtype)}*)args[{i}]" for i, p in enumerate(params)]
+        others = sorted((v for v in variables if v.arg[0] != "core_id"), key=lambda v: v.arg[0])
+        args += [f"({self.render_dtype(v.dtype)})args[{len(params) + i}]" for i, v in enumerate(others)]
+        return (f"void {name}_entry(const long long* args, int core_id) {{\n"
+                f"  {name}({', '.join([*args, 'core_id'])});\n}}\n")  # fmt: skip
 
     def __reduce__(self) -> tuple[type, tuple[int, int, bool]]:  # type: ignore[override]
         return type(self), (self.vector_bytes, self.thread_max, self.has_fma)

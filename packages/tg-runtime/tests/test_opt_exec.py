@@ -193,3 +193,22 @@ def test_illegal_explicit_opt_raises() -> None:
     ast, _, _ = matmul(16, 16, 16)
     with pytest.raises(KernelOptError, match=r"L16 L16 R16.*factor 5 must be >= 2 and divide"):
         get_program(ast, cpu_renderer(), [split(0, 5, AxisType.UPCAST)])
+
+
+@pytest.mark.parametrize("shape", [(48, 64, 16), (96, 96, 24), (24, 128, 8)])
+def test_beam_tile_variants_keep_results(shape: tuple[int, int, int]) -> None:
+    from tg.codegen.opt.heuristic import matmul_tile_variants
+
+    ast, out, ins = matmul(*shape)
+    cpu = cpu_renderer(2)
+    if not cpu.vector_bytes:
+        pytest.skip("register tiles need a compiler target with vectors")
+    py = PythonRenderer(cpu.vector_bytes, 2, cpu.has_fma)
+    variants = matmul_tile_variants(OptKernel(ast, cpu))
+    assert variants, f"a {shape} matmul should have other register tiles to try"
+    base = run(ast, "CPU", cpu, [], out, ins)
+    for v in variants:
+        opts = list(v.applied)
+        got = run(ast, "CPU", cpu, opts, out, ins)
+        np.testing.assert_allclose(got, base, rtol=1e-5, atol=1e-5, err_msg=str([str(o) for o in opts]))
+        np.testing.assert_array_equal(run(ast, "PYTHON", py, opts, out, ins), got, err_msg=str([str(o) for o in opts]))

@@ -53,6 +53,9 @@ def test_beam_is_bounded_cached_and_replayed(cache: Path, monkeypatch: pytest.Mo
 def test_beam_never_slower_than_heuristic_by_its_own_timing(cache: Path) -> None:
     ast, ren = matmul_ast(64, 64, 64), Device["CPU"].renderer
     opts = search.beam_search(ast, ren, 2, time_limit=4.0)
+    # the pick comes from one interleaved final timing of the beam and the heuristic kernel: never slower there
+    assert search.last_search["opts"] == opts
+    assert search.last_search["best_s"] <= search.last_search["heuristic_s"]
     timer = search._Timer("CPU")
     heur = hand_coded_opts(OptKernel(ast, ren))
     k = OptKernel(ast, ren)
@@ -62,7 +65,7 @@ def test_beam_never_slower_than_heuristic_by_its_own_timing(cache: Path) -> None
     libs = [Device["CPU"].compiler.compile_cached(p.src) for p in progs]
     t_heur = min(timer(progs[0], libs[0], float("inf")) for _ in range(5))
     t_beam = min(timer(progs[1], libs[1], float("inf")) for _ in range(5))
-    assert t_beam <= t_heur * 1.5 + 1e-4  # the heuristic kernel is in the beam from round 0; tolerance for noise
+    assert t_beam <= t_heur * 1.5 + 1e-4  # timed again independently: a tolerance for noise on a shared machine
 
 
 def test_beam_opts_give_the_unoptimised_results(cache: Path) -> None:

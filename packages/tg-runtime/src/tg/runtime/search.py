@@ -30,6 +30,7 @@ from typing import Any
 from tg.codegen.linearize import LinearizeError
 from tg.codegen.opt import Opt, OptKernel, OptOps, hand_coded_opts, set_beam_hook
 from tg.codegen.opt.actions import legal_children
+from tg.codegen.opt.heuristic import matmul_tile_variants
 from tg.codegen.opt.kernel import vector_lanes
 from tg.codegen.program import ProgramSpec, get_program
 from tg.codegen.render.renderer import Renderer
@@ -117,9 +118,14 @@ class _Timer:
     def __init__(self, device: str) -> None:
         self.device, self.dev = device, Device[device]
         self.bufs: list[Buffer] | None = None
+        self._programs: dict[tuple[str, str], Any] = {}
 
-    def __call__(self, p: ProgramSpec, lib: bytes, best: float) -> float:
-        prg: Any = self.dev.runtime(p.name, lib)
+    def __call__(self, p: ProgramSpec, lib: bytes, best: float, runs: int = 3, warmup: bool = True) -> float:
+        """The fastest of up to `runs` runs (after a warm-up run), stopping after a run slower than 2x `best`."""
+        key = (p.name, p.src)
+        prg: Any = self._programs.get(key)
+        if prg is None:
+            prg = self._programs[key] = self.dev.runtime(p.name, lib)
         if self.bufs is None:
             self.bufs = _test_buffers(p, self.device)
         args = [b._buf for b in self.bufs]
@@ -129,10 +135,11 @@ class _Timer:
             var_vals = {str(v.arg[0]): x for v, x in zip(p.vars, vals, strict=True)}
             kw["global_size"] = tuple(sym_infer(g, var_vals) for g in p.global_size)
             kw["local_size"] = p.local_size
-        prg(*args, vals=vals, **kw)  # warm-up
+        if warmup:
+            prg(*args, vals=vals, **kw)
         tm = float("inf")
-        for _ in range(3):
-            t = prg(*args, vals=vals, wait=True, **kw)
+        for _ in range(runs):
+            t = float(prg(*args, vals=vals, wait=True, **kw))
             tm = min(tm, t)
             if t > 2 * best:
                 break
@@ -175,7 +182,11 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, device: str | None = N
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         while time.perf_counter() - start < limit:
             rounds += 1
-            cands = []
+            # round 1 also tries other register tiles from scratch (matmul-like kernels): children of the heuristic
+            # kernel can only add opts to its tile
+            variants = matmul_tile_variants(OptKernel(ast, renderer)) if rounds == 1 else []
+            cands = [v for v in variants if v.ast.key not in seen]
+            seen.update(v.ast.key for v in cands)
             for _, k, _ in beam:
                 for c in legal_children(k):
                     if c.ast.key not in seen and _fits_registers(c):
@@ -214,10 +225,10 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, device: str | None = N
     # the final pick: the beam and the heuristic kernel timed again, interleaved (one noisy lucky run above must not
     # decide), each as the benchmark runs it: warm, on the same buffers and thread pool
     finalists = [(k0, (first[1], first[2]))] + [(k, pl) for _, k, pl in beam if k is not k0]
-    final = [float("inf")] * len(finalists)
-    for _ in range(FINAL_ROUNDS):
+    final = [timer(p, lib, float("inf"), runs=1) for _, (p, lib) in finalists]  # warm again (caches, pool)
+    for _ in range(FINAL_ROUNDS - 1):
         for i, (_, (p, lib)) in enumerate(finalists):
-            final[i] = min(final[i], timer(p, lib, float("inf")))
+            final[i] = min(final[i], timer(p, lib, float("inf"), runs=1, warmup=False))
     pick = min(range(len(finalists)), key=lambda i: final[i])
     best = list(finalists[pick][0].applied)
     last_search.update(heuristic_s=final[0], best_s=final[pick], rounds=rounds, opts=best)

@@ -73,6 +73,40 @@ def _matmul_operands(k: OptKernel, red: UOp) -> tuple[UOp, UOp] | None:
     return loads[0], loads[1]
 
 
+def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], int, int] | None:
+    """(reduce, operand loads, contiguous output axis, output axes, vector lanes, work) of a matmul-like CPU kernel
+    that vectorises, or None."""
+    if k.renderer.has_local:
+        return None
+    topo = list(k.ast.toposort())
+    stores = [u for u in topo if u.op is Ops.STORE]
+    reduces = [u for u in topo if u.op is Ops.REDUCE]
+    if not stores or not k.ranges or len(reduces) != 1 or len(reduces[0].src) != 2:
+        return None
+    if (ops := _matmul_operands(k, reduces[0])) is None:
+        return None
+    lanes = _lanes(k, topo, stores)
+    out_axes = [r for r in k.ranges if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL)]
+    store_idx = stores[0].src[0].src[1]
+    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and _int_size(r) > 1), None)
+    if contiguous_out is None or lanes < 2:
+        return None
+    return reduces[0], ops, contiguous_out, out_axes, lanes, _work(k)
+
+
+def _lanes(k: OptKernel, topo: list[UOp], stores: list[UOp]) -> int:
+    vectorizable = all(u.dtype.scalar() in VECTOR_DTYPES for u in topo if u.op in (Ops.LOAD, Ops.REDUCE)) and all(
+        s.src[1].dtype.scalar() in VECTOR_DTYPES for s in stores)  # fmt: skip
+    return vector_lanes(k.renderer, k.dtype_itemsize) if vectorizable and k.renderer.vector_bytes else 1
+
+
+def _work(k: OptKernel) -> int:
+    work = 1
+    for r in k.ranges:
+        work *= max(_int_size(r), 1)
+    return work
+
+
 def hand_coded_opts(k: OptKernel) -> OptKernel:
     """The heuristic opts for `k` (never raises: each step is skipped when illegal)."""
     ren = k.renderer
@@ -82,21 +116,17 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
     stores = [u for u in topo if u.op is Ops.STORE]
     if not stores or not k.ranges:
         return k
-    vectorizable = all(u.dtype.scalar() in VECTOR_DTYPES for u in topo if u.op in (Ops.LOAD, Ops.REDUCE)) and all(
-        s.src[1].dtype.scalar() in VECTOR_DTYPES for s in stores)  # fmt: skip
-    lanes = vector_lanes(ren, k.dtype_itemsize) if vectorizable and ren.vector_bytes else 1
+    if (mm := _matmul_parts(k)) is not None:
+        red, ops, n_axis, out_axes, lanes, work = mm
+        return _threads(_matmul_tile(k, red, ops, n_axis, out_axes, lanes), work)
+    lanes = _lanes(k, topo, stores)
     out_axes = [r for r in k.ranges if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
     contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and _int_size(r) > 1), None)
     reduces = [u for u in topo if u.op is Ops.REDUCE]
-    work = 1
-    for r in k.ranges:
-        work *= max(_int_size(r), 1)
+    work = _work(k)
     loop_t = (AxisType.LOOP, AxisType.GLOBAL)
-    if len(reduces) == 1 and (ops := _matmul_operands(k, reduces[0])) is not None and contiguous_out is not None \
-            and lanes > 1 and len(reduces[0].src) == 2:  # fmt: skip
-        k = _matmul_tile(k, reduces[0], ops, contiguous_out, out_axes, lanes)
-    elif len(reduces) == 1 and lanes > 1 and len(reduces[0].src) == 2:
+    if len(reduces) == 1 and lanes > 1 and len(reduces[0].src) == 2:
         red_r = reduces[0].src[1]
         loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
         if any(_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
@@ -125,17 +155,39 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
     return _threads(k, work)
 
 
-def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp],
-                 lanes: int) -> OptKernel:  # fmt: skip
+# other register tiles BEAM starts from: (vectors per row, rows, K unroll)
+TILE_VARIANTS = ((1, 8, 4), (1, 16, 4), (2, 6, 4), (2, 12, 4), (2, 8, 8), (2, 8, 2), (3, 6, 4), (3, 8, 4),
+                 (4, 4, 4), (4, 6, 4))  # fmt: skip
+
+
+def matmul_tile_variants(k: OptKernel) -> list[OptKernel]:
+    """Other register tiles for a matmul-like kernel, each with the heuristic's THREAD split: starting points for
+    BEAM, which otherwise could only add opts to the heuristic's tile. Empty for other kernels."""
+    if (mm := _matmul_parts(k)) is None:
+        return []
+    red, ops, n_axis, out_axes, lanes, work = mm
+    ret = []
+    for vecs, rows, unroll in TILE_VARIANTS:
+        t = _matmul_tile(k, red, ops, n_axis, out_axes, lanes, (vecs * lanes,), (rows,), (unroll,))
+        if len(t.applied) == 3:  # all three splits were legal
+            ret.append(_threads(t, work))
+    return ret
+
+
+def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp], lanes: int,
+                 widths: tuple[int, ...] | None = None, rows: tuple[int, ...] = (8, 12, 6, 4, 3, 2),
+                 unrolls: tuple[int, ...] = (4, 2)) -> OptKernel:  # fmt: skip
     """A register tile: UPCAST NR (vector) columns of the contiguous output axis, MR rows of another output axis
-    that the column operand does not use, UNROLL the reduce axis by 4."""
+    that the column operand does not use, UNROLL the reduce axis; the first legal entry of `widths` (default 2W, W,
+    W/2), of `rows` (within the register budget) and of `unrolls` is taken."""
     a, b = ops
     if n_axis not in b.src[0].src[1].toposort():
         a, b = b, a
     k_axis = red.src[1]
     regs = max(getattr(k.renderer, "vector_registers", 16), 8)
     n = _int_size(n_axis)
-    nr = next((f for f in (2 * lanes, lanes, lanes // 2) if f >= 2 and n % f == 0), 0)
+    widths = (2 * lanes, lanes, lanes // 2) if widths is None else widths
+    nr = next((f for f in widths if f >= 2 and n % f == 0), 0)
     if not nr:
         return k
     m_axis = next((r for r in out_axes if r is not n_axis and r not in b.src[0].src[1].toposort()
@@ -143,12 +195,12 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
     k = _split_at(k, axis_id(n_axis), (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
     if m_axis is not None:
         vecs = max(nr // lanes, 1)
-        for mr in (8, 12, 6, 4, 3, 2):
+        for mr in rows:
             if _int_size(m_axis) % mr == 0 and mr * vecs + vecs + 1 <= regs and mr * vecs <= MAX_TILE_ACCUMULATORS:
                 k = _split_at(k, axis_id(m_axis), (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
                 break
     ksize = _int_size(k_axis)
-    for u in (4, 2):
+    for u in unrolls:
         if ksize % u == 0 and ksize > u:
             k = _split_at(k, axis_id(k_axis), (AxisType.REDUCE,), u, AxisType.UNROLL)
             break

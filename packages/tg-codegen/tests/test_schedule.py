@@ -288,17 +288,17 @@ def test_computation_on_disk_data_runs_on_the_copy_destination(tmp_path):
     assert all(str(b.device) == "CPU" for b in items[2].bufs)
 
 
-def test_long_float_sums_are_split_into_a_tree():
-    from tg.codegen.schedule.policy import SPLIT_CHUNK, SPLIT_MIN
+def test_long_reductions_with_few_outputs_are_split_once():
+    from tg.codegen.schedule.policy import SPLIT_MAX_OUTPUTS, SPLIT_MIN, SPLIT_PARTIALS
 
     assert kernels(buf(SPLIT_MIN - 1).r(Ops.ADD, (0,))) == 1
-    assert kernels(buf(SPLIT_MIN).r(Ops.ADD, (0,))) == 2  # partials of SPLIT_CHUNK, then their sum
-    assert kernels(buf(SPLIT_CHUNK**2 * 2 + 5).r(Ops.ADD, (0,))) == 3  # two levels of partials (padded)
+    assert kernels(buf(SPLIT_MIN).r(Ops.ADD, (0,))) == 2  # partials of contiguous chunks, then their sum
+    assert kernels(buf(SPLIT_PARTIALS**2 * 2 + 5).r(Ops.ADD, (0,))) == 2  # one level at any size (padded chunks)
     assert kernels(buf(4, SPLIT_MIN).r(Ops.ADD, (1,))) == 2  # few outputs
     assert kernels(buf(SPLIT_MIN, 3).r(Ops.ADD, (0,))) == 2  # a strided reduce axis too
-    assert kernels(buf(SPLIT_MIN, dtype=dtypes.int32).r(Ops.ADD, (0,))) == 1  # int sums are exact
-    assert kernels(buf(SPLIT_MIN).r(Ops.MAX, (0,))) == 1  # max is exact
-    assert kernels(buf(2**16 + 1, 2**14).r(Ops.ADD, (1,))) == 1  # too many outputs x partials
+    assert kernels(buf(SPLIT_MIN, dtype=dtypes.int32).r(Ops.ADD, (0,))) == 1  # int sums: exact, not split
+    assert kernels(buf(SPLIT_MIN + 7).r(Ops.MAX, (0,))) == 2  # max too (for the threads; padded with -inf)
+    assert kernels(buf(SPLIT_MAX_OUTPUTS + 1, SPLIT_MIN).r(Ops.ADD, (1,))) == 1  # enough outputs to run in parallel
 
 
 def test_long_sum_of_a_broadcast_constant_folds_to_a_constant():

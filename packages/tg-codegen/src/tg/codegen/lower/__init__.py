@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 
+from tg.codegen.lower.blocked import block_reduces
 from tg.codegen.lower.decompositions import (
     float_emulation,
     op_decompositions,
@@ -72,6 +73,8 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     check_kernel_ast(ast)
     # GPU targets: the output loops become work-item ids (SPECIAL)
     ast = add_gpudims(ast, renderer)
+    # long float sums become nested sums of short blocks (accuracy: no long serial rounding chain)
+    ast = block_reduces(ast, renderer)
     regs = itertools.count()
     # UPCAST/UNROLL ranges become unrolled copies and vector lanes, THREAD ranges the core_id variable
     sink = expand_kernel(ast, renderer, regs)

@@ -78,10 +78,23 @@ def combine(op: Ops, acc: UOp, x: UOp, renderer: Renderer | None = None) -> UOp:
     return UOp(op, acc.dtype, (acc, x))
 
 
-def build_accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequence[UOp], reduce_ranges: Sequence[UOp],
-                      renderer: Renderer | None = None) -> UOp:  # fmt: skip
-    """A one-element register set to the identity before `reduce_ranges` and updated in them with every value of
-    `values` in order (`acc = ((acc op v0) op v1) ...`); returns the read of the final value."""
+def _fold(op: Ops, acc: UOp, values: Sequence[UOp], renderer: Renderer | None) -> UOp:
+    """`acc` combined with every value: products into a fused multiply-add chain keep their order (one register),
+    other values are combined pairwise first (a balanced tree: shorter rounding chains) and added once."""
+    if any(combine(op, acc, v, renderer).op is Ops.MULACC for v in values):
+        for v in values:
+            acc = combine(op, acc, v, renderer)
+        return acc
+    vals = list(values)
+    while len(vals) > 1:
+        vals = [combine(op, vals[i], vals[i + 1], renderer) if i + 1 < len(vals) else vals[i]
+                for i in range(0, len(vals), 2)]  # fmt: skip
+    return combine(op, acc, vals[0], renderer) if vals else acc
+
+
+def _accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequence[UOp], reduce_ranges: Sequence[UOp],
+                 renderer: Renderer | None) -> UOp:  # fmt: skip
+    """One register: the identity before `reduce_ranges`, combined with `values` in them; returns its final read."""
     outer = sorted(frozenset().union(*(open_ranges(v)[v] for v in values)) - set(reduce_ranges), key=axis_id)
     acc = UOp(Ops.DEFINE_REG, dtype.ptr(1, AddrSpace.REG), (), next(ctx))
     zero = UOp.const(dtypes.int32, 0)
@@ -90,14 +103,18 @@ def build_accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequenc
     init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (init_target, zero)), ident))
     in_loop = UOp(Ops.AFTER, acc.dtype, (acc, init, *reduce_ranges))
     slot = UOp(Ops.INDEX, acc.dtype, (in_loop, zero))
-    val = UOp(Ops.LOAD, dtype, (slot,))
-    for v in values:
-        val = combine(op, val, v, renderer)
-    update: UOp = UOp(Ops.STORE, dtypes.void, (slot, val))
+    update: UOp = UOp(Ops.STORE, dtypes.void, (slot, _fold(op, UOp(Ops.LOAD, dtype, (slot,)), values, renderer)))
     for r in sorted(reduce_ranges, key=axis_id, reverse=True):
         update = UOp(Ops.END, dtypes.void, (update, r))
     done = UOp(Ops.AFTER, acc.dtype, (acc, update))
     return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, acc.dtype, (done, zero)),))
+
+
+def build_accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequence[UOp], reduce_ranges: Sequence[UOp],
+                      renderer: Renderer | None = None) -> UOp:  # fmt: skip
+    """A one-element register set to the identity before `reduce_ranges` and combined in them with every value of
+    `values` (a fused multiply-add chain in order, other values pairwise first); returns the read of the final value."""
+    return _accumulator(ctx, op, dtype, values, reduce_ranges, renderer)
 
 
 def reduce_to_accumulator(ctx: tuple[Iterator[int], Renderer | None], red: UOp) -> UOp:

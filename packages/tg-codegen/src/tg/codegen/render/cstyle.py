@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tg.codegen.render.renderer import Renderer
+from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg.ir.floats import f32_to_bf16_bits, float_to_fp8, truncate
 from tg.ir.ops import GroupOp, Ops
@@ -250,6 +250,7 @@ class CStyleLanguage(Renderer):
         """The expression of a work-item id: `kind` is "g" (group), "l" (local) or "i" (global), `dim` 0..2."""
         raise NotImplementedError(f"{type(self).__name__} has no work-item ids (SPECIAL {kind}idx{dim})")
 
+    rolled_loop_pragma: str = ""  # the line before a loop the compiler must not unroll (empty: none)
     barrier: str = ""  # the statement that synchronises a workgroup (empty: the dialect has none)
     local_prefix: str = ""  # the qualifier of workgroup-shared arrays (DEFINE_LOCAL)
 
@@ -435,6 +436,8 @@ def _special(ctx: RenderContext, u: UOp) -> str:
 
 def _range(ctx: RenderContext, u: UOp) -> str:
     name = f"ridx{u.arg[0] if isinstance(u.arg, tuple) else u.arg}"
+    if ctx.ren.rolled_loop_pragma and isinstance(u.arg, tuple) and BLOCK_LOOP in u.arg[2:]:
+        ctx.body.append(ctx.ren.rolled_loop_pragma)  # a loop over sum blocks stays rolled (lower/blocked.py)
     ctx.line(f"for ({ctx.dtype(u.dtype)} {name} = 0; {name} < {ctx[u.src[0]]}; {name}++) {{")
     ctx.depth += 1
     return name
@@ -595,6 +598,7 @@ class ClangRenderer(CStyleLanguage):
 
     device = "CPU"
     suffix = "c"
+    rolled_loop_pragma = "#pragma GCC unroll 1"  # gcc and clang both read it
     has_local = False
     has_shared = False
     global_max = None

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from tg.ir.uop import UOp
 
 
+# third element of the arg of a RANGE that loops over blocks of a sum (tg.codegen.lower.blocked): kept rolled
+BLOCK_LOOP = "block"
+
+
 class Renderer:
     """Turns a linear program (a list of UOps) into source code for one target, and declares the target's abilities.
 

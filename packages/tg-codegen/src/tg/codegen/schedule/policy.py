@@ -14,12 +14,12 @@ Everything not stored is computed inline by the kernel that reads it. The rules 
 | R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
 | C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
 | C2 | any other candidate | keep stored |
-| P1 | float `REDUCE_AXIS(ADD)`, >= 2**14 elements per output | split into a tree of stored 256-element partial sums |
-| P1a | the same sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
+| P1 | float `REDUCE_AXIS(ADD)` or `MAX`, >= 2**14 elements per output, <= 255 outputs | stored partials of >= 4096-element contiguous chunks (<= 4096 partials), then their reduction |
+| P1a | a sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
 
-P1 rewrites the graph before the other rules (`pm_split_reduce`): it bounds every serial float addition chain to
-a few hundred terms, so sums of any size are about as accurate as numpy's pairwise summation (a sum of 2**25
-ones is exact), and it gives long reductions with few outputs a parallel axis.
+P1 rewrites the graph before the other rules (`pm_split_reduce`): it gives long reductions with few outputs a
+parallel axis (THREAD on the CPU, work-items on GPUs) and keeps the final reduction small. Accuracy does not come
+from here: the lowering accumulates every long float sum in nested blocks (`lower/structure.py`).
 S-rules are structural (`pm_structural_stores`, one rewrite, sources first). R-rules need the indices consumers
 read at, so they run in the range walk (`rangeify.plan_stores`, consumers first). C-rules need everything below
 a candidate to be final, so they run last (sources first). Each is a single pass: nothing restarts.
@@ -120,11 +120,12 @@ def keep_candidate(region: Region) -> bool:
     return len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer
 
 
-# ---- P1: split long float sums (a graph rewrite before the store rules) ------------------------------------------
+# ---- P1: split long reductions with few outputs (a graph rewrite before the store rules) ------------------------
 
-SPLIT_MIN = 2**14  # elements summed per output from which a sum is split
-SPLIT_CHUNK = 256  # elements per partial sum: the longest serial chain a split leaves
-SPLIT_MAX_PARTIALS = 2**22  # outputs x partials: the most elements the partial buffer may hold
+SPLIT_MIN = 2**14  # elements reduced per output from which a reduction is split
+SPLIT_MAX_OUTPUTS = 255  # outputs above which a reduction has parallel work already and stays one kernel
+SPLIT_CHUNK = 4096  # the least elements per partial (the partial kernel's loop stays long enough to stream)
+SPLIT_PARTIALS = 4096  # the most partials of all outputs together (the final reduce stays small)
 
 
 def _broadcast_const(src: UOp) -> UOp | None:
@@ -135,11 +136,12 @@ def _broadcast_const(src: UOp) -> UOp | None:
 
 
 def _split_reduce(x: UOp) -> UOp | None:
-    """REDUCE_AXIS(ADD, src, axes) -> a tree: sums of SPLIT_CHUNK-long contiguous chunks (stored), then sums of
-    chunks of those, until one short sum is left."""
+    """REDUCE_AXIS(op, src, axes) -> partial reductions of P contiguous chunks per output (stored, a new axis that
+    THREAD and GPU work-items split), then one short reduction of the partials: two kernels."""
     op, axes = x.arg
     src = x.src[0]
-    if op is not Ops.ADD or not dtypes.is_float(x.dtype) or not all(isinstance(s, int) for s in src.shape):
+    if not (op is Ops.MAX or (op is Ops.ADD and dtypes.is_float(x.dtype))) or \
+            not all(isinstance(s, int) for s in src.shape):  # fmt: skip
         return None
     shape: tuple[int, ...] = src.shape  # type: ignore[assignment]
     n = math.prod(shape[a] for a in axes)
@@ -147,22 +149,27 @@ def _split_reduce(x: UOp) -> UOp | None:
     outs = [shape[i] for i in keep]
     if n < SPLIT_MIN:
         return None
-    if (c := _broadcast_const(src)) is not None:  # P1a: a sum of n copies of c is c*n, rounded once
+    if op is Ops.ADD and (c := _broadcast_const(src)) is not None:  # P1a: a sum of n copies of c is c*n, rounded once
         return x.const_like(c.arg * n)
-    if math.prod(outs) * -(-n // SPLIT_CHUNK) > SPLIT_MAX_PARTIALS:
+    if math.prod(outs) > SPLIT_MAX_OUTPUTS:
         return None
+    parts = max(2, min(-(-n // SPLIT_CHUNK), SPLIT_PARTIALS // math.prod(outs)))
+    chunk = -(-n // parts // 256) * 256  # a multiple of 256: whole vectors of lanes and accumulators in each chunk
+    parts = -(-n // chunk)
     order = (*keep, *axes)
     level = (src.permute(order) if order != tuple(range(len(shape))) else src).reshape((*outs, n))
-    while n > SPLIT_CHUNK:
-        parts = -(-n // SPLIT_CHUNK)
-        if parts * SPLIT_CHUNK != n:  # zeros pad the last chunk (they add nothing)
-            level = level.pad(((0, 0),) * len(outs) + ((0, parts * SPLIT_CHUNK - n),))
-        level = level.reshape((*outs, parts, SPLIT_CHUNK)).r(Ops.ADD, (len(outs) + 1,))
-        level, n = level.reshape((*outs, parts)).contiguous(), parts
-    return level.r(Ops.ADD, (len(outs),)).reshape(x.shape)
+    if parts * chunk != n:  # the identity pads the last chunk: zeros add nothing, the dtype's minimum changes no max
+        pads = ((0, 0),) * len(outs) + ((0, parts * chunk - n),)
+        padded = level.pad(pads)
+        if op is Ops.MAX:
+            valid = UOp.const(dtypes.bool, True, level.device, level.shape).pad(pads)
+            padded = valid.where(padded, padded.const_like(x.dtype.min))
+        level = padded
+    level = level.reshape((*outs, parts, chunk)).r(op, (len(outs) + 1,)).reshape((*outs, parts)).contiguous()
+    return level.r(op, (len(outs),)).reshape(x.shape)
 
 
 pm_split_reduce = PatternMatcher([
-    # P1: a long float sum becomes stored partial sums and a short sum of them
+    # P1: a long reduction with few outputs becomes stored partials and a short reduction of them
     (UPat(Ops.REDUCE_AXIS, name="x"), _split_reduce),
 ])  # fmt: skip

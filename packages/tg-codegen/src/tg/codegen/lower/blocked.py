@@ -1,0 +1,114 @@
+"""Blocked accumulation: a long float sum becomes nested sums of short blocks (shared/specs/optimizer.md §5.4).
+
+One accumulator per output lane that adds n values in a row has a rounding error that grows with n (a float32 sum of
+10**6 copies of 0.1 that way is off by 1%). Before expansion, every float `REDUCE(ADD)` whose innermost loop (a
+REDUCE-type range, i.e. not unrolled into lanes) runs longer than a block is rewritten into nested REDUCEs: the
+loop `r` of n iterations becomes `ro * b + ri`, the inner REDUCE sums a block of `b` iterations, the outer one adds
+the block sums (recursively, so every level is at most `b` long); `n % b` leftover iterations form a short tail
+loop added at the end. Lanes and accumulators split off by opts stay on the outermost REDUCE (one horizontal
+reduce at the very end), unrolled values on the innermost. The loops over blocks carry `BLOCK_LOOP` in their arg:
+the C renderer keeps them rolled (unrolling them lets the compiler interleave loads of different blocks, which
+cost a third of the bandwidth of a 64 MB sum, measured), while a block itself may unroll.
+
+Block sizes: plain sums longer than 16 iterations use b = 4 (chains of 4 at every level: about as accurate as
+numpy's pairwise sum, and free for a memory-bound loop); fused multiply-add chains (a matmul tile holds many
+accumulators, and every level costs one more register per accumulator) stay one chain up to 4096 multiply-adds
+(BLAS kernels chain a similar length) and use blocks of 1024 beyond (a long-K matmul).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tg.codegen.lower.structure import axis_id
+from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
+from tg.ir.dtype import dtypes
+from tg.ir.ops import AxisType, Ops
+from tg.ir.uop import UOp
+
+BLOCK_ADD = 4  # loop iterations per level of a plain float sum
+BLOCK_FMA = 1024  # multiply-adds per level of a fused chain
+SHORT_LOOP = 16  # a plain sum loop of at most this many iterations stays one chain
+SHORT_FMA_CHAIN = 4096  # a fused chain of at most this many multiply-adds stays one chain (as long as BLAS's)
+
+
+def _atype(r: UOp) -> AxisType:
+    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else AxisType.LOOP
+
+
+def _const_size(r: UOp) -> int | None:
+    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
+
+
+class _Blocker:
+    def __init__(self, ast: UOp, renderer: Renderer) -> None:
+        self.ren = renderer
+        self.next_id = 1 + max((axis_id(u) for u in ast.toposort() if u.op is Ops.RANGE), default=-1)
+
+    def new_range(self, size: int, over_blocks: bool) -> UOp:
+        self.next_id += 1
+        arg = (self.next_id - 1, AxisType.REDUCE, *((BLOCK_LOOP,) if over_blocks else ()))
+        return UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, size),), arg)
+
+    def block_sizes(self, red: UOp) -> tuple[int, int]:
+        """(iterations per block, longest loop that stays one chain) for REDUCE `red`."""
+        value = red.src[0]
+        fma = getattr(self.ren, "has_fma", False) and value.op is Ops.MUL and red.dtype.scalar() in (dtypes.float32,
+                                                                                                      dtypes.float64)  # fmt: skip
+        if not fma:
+            return BLOCK_ADD, SHORT_LOOP
+        per_iter = math.prod(_const_size(r) or 1 for r in red.src[1:] if _atype(r) is AxisType.UNROLL)
+        return max(2, BLOCK_FMA // per_iter), max(2, SHORT_FMA_CHAIN // per_iter)
+
+    def rewrite(self, red: UOp) -> UOp | None:
+        if red.arg is not Ops.ADD or not dtypes.is_float(red.dtype.scalar()):
+            return None
+        loops = [r for r in red.src[1:] if _atype(r) is AxisType.REDUCE and _const_size(r) is not None]
+        if not loops:
+            return None
+        r = max(loops, key=axis_id)
+        n, (b, short) = _const_size(r), self.block_sizes(red)
+        assert n is not None
+        if n <= max(b, short):
+            return None
+        inner_extra = [x for x in red.src[1:] if _atype(x) is AxisType.UNROLL]
+        outer = [x for x in red.src[1:] if x is not r and x not in inner_extra]
+        return self.split(red.src[0], r, n, b, inner_extra, outer, over_blocks=False)
+
+    def split(self, value: UOp, r: UOp, n: int, b: int, inner_extra: list[UOp], outer: list[UOp],
+              over_blocks: bool) -> UOp:  # fmt: skip
+        """REDUCE(ADD, value, r, *inner_extra, *outer) with r (n iterations) cut into blocks of b, recursively."""
+        q, m = divmod(n, b)
+        ri = self.new_range(b, over_blocks)
+        ro = self.new_range(q, True) if q > 1 else UOp.const(r.dtype, 0)
+        inner = _reduce(value.substitute({r: ro * b + ri}), [ri, *inner_extra])
+        if q > b:
+            main = self.split(inner, ro, q, b, [], outer, over_blocks=True)
+        else:
+            main = _reduce(inner, [*([ro] if q > 1 else []), *outer])
+        if m:
+            rt = self.new_range(m, over_blocks) if m > 1 else UOp.const(r.dtype, 0)
+            tail = _reduce(value.substitute({r: rt + q * b}), [*([rt] if m > 1 else []), *inner_extra, *outer])
+            main = main + tail
+        return main
+
+
+def _reduce(value: UOp, ranges: list[UOp]) -> UOp:
+    return value.reduce(*sorted(ranges, key=axis_id), arg=Ops.ADD) if ranges else value
+
+
+def block_reduces(ast: UOp, renderer: Renderer) -> UOp:
+    """Rewrite every long float sum of kernel `ast` into nested block sums (see the module docstring)."""
+    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+    if not reds:
+        return ast
+    blocker = _Blocker(ast, renderer)
+    memo: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+        src = tuple(memo.get(s, s) for s in u.src)
+        v = u if src == u.src else u.replace(src=src)
+        if v.op is Ops.REDUCE and (new := blocker.rewrite(v)) is not None:
+            v = new
+        if v is not u:
+            memo[u] = v
+    return memo.get(ast, ast)

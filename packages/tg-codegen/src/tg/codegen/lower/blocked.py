@@ -53,8 +53,8 @@ class _Blocker:
     def block_sizes(self, red: UOp) -> tuple[int, int]:
         """(iterations per block, longest loop that stays one chain) for REDUCE `red`."""
         value = red.src[0]
-        fma = getattr(self.ren, "has_fma", False) and value.op is Ops.MUL and red.dtype.scalar() in (dtypes.float32,
-                                                                                                      dtypes.float64)  # fmt: skip
+        wide = red.dtype.scalar() in (dtypes.float32, dtypes.float64)
+        fma = getattr(self.ren, "has_fma", False) and value.op is Ops.MUL and wide
         if not fma:
             return BLOCK_ADD, SHORT_LOOP
         per_iter = math.prod(_const_size(r) or 1 for r in red.src[1:] if _atype(r) is AxisType.UNROLL)

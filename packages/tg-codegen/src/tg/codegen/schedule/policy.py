@@ -14,7 +14,7 @@ Everything not stored is computed inline by the kernel that reads it. The rules 
 | R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
 | C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
 | C2 | any other candidate | keep stored |
-| P1 | float `REDUCE_AXIS(ADD)` or `MAX`, >= 2**14 elements per output, <= 255 outputs | stored partials of >= 4096-element contiguous chunks (<= 4096 partials), then their reduction |
+| P1 | float `REDUCE_AXIS(ADD)` or `MAX`, >= 2**14 per output, <= 255 outputs | stored partials, then their reduction |
 | P1a | a sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
 
 P1 rewrites the graph before the other rules (`pm_split_reduce`): it gives long reductions with few outputs a

@@ -36,23 +36,26 @@ class HostMemory:
         return f"<HostMemory {self.mv.nbytes} bytes at 0x{self.addr:x}>"
 
 
-HUGEPAGE_MIN_BYTES = 4 << 20  # buffers from this size ask for transparent huge pages (as numpy does)
+HUGEPAGE_MIN_BYTES = 8 << 20  # buffers from this size are private mappings asking for transparent huge pages
 
 
 def alloc_host_memory(size: int) -> HostMemory:
     """Page-aligned, zero-filled host memory of ``size`` bytes (an anonymous mapping).
 
-    Large buffers are advised MADV_HUGEPAGE where the OS has it: streaming through 4 KiB pages costs a TLB miss per
-    page (a 64 MB sum read at 17 GB/s with 4 KiB pages, 30 GB/s with huge pages on one core, measured in C).
+    Large buffers are private mappings advised MADV_HUGEPAGE where the OS has them (numpy does the same): streaming
+    through 4 KiB pages costs a TLB miss per page (a 64 MB sum read at 17 GB/s with 4 KiB pages, 30 GB/s with huge
+    pages on one core, measured in C). mmap's default shared anonymous mapping is shmem, which gets no huge pages.
     """
-    # private, not mmap's default shared mapping: shared anonymous memory is shmem, which gets no huge pages
     private = getattr(mmap, "MAP_PRIVATE", None)
-    mem = mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private | mmap.MAP_ANONYMOUS)
-    if size >= HUGEPAGE_MIN_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            mem.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:  # THP switched off or unsupported here: plain pages
-            pass
+    if size < HUGEPAGE_MIN_BYTES or private is None:
+        mem = mmap.mmap(-1, size)
+    else:
+        mem = mmap.mmap(-1, size, flags=private | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                mem.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:  # THP switched off or unsupported here: plain pages
+                pass
     mv = memoryview(mem)
     return HostMemory(mv, ctypes.addressof(ctypes.c_char.from_buffer(mv)))
 

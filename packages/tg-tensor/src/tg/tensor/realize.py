@@ -19,6 +19,14 @@ if TYPE_CHECKING:
 
 # names of the @function bodies being traced (innermost last): nothing may be realized or read while tracing
 tracing_functions: list[str] = []
+# set once an @function call node exists: realizes then inline calls before scheduling (nothing to do before)
+_function_calls = False
+
+
+def note_function_call() -> None:
+    """Called by @function when it builds a call node."""
+    global _function_calls
+    _function_calls = True
 
 
 class TensorIndex:
@@ -286,6 +294,12 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             "tensors instead"
         )
     roots = list(dict.fromkeys(t.uop for t in todo))
+    called: dict[UOp, UOp] = {}  # root with @function calls -> the same value with the calls inlined
+    if _function_calls:
+        from tg.tensor.function import inline_calls
+
+        called = {r: i for r, i in zip(roots, inline_calls(roots), strict=True) if i is not r}
+        roots = list(dict.fromkeys(called.get(r, r) for r in roots))
     sink = UOp(Ops.SINK, src=tuple(roots))
     # a pending read of a buffer that an assign in this schedule overwrites must be computed now, before the write
     assigned = {n.src[0] for n in sink.toposort() if n.op is Ops.ASSIGN}
@@ -318,6 +332,9 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 becomes[root] = UOp(Ops.MULTI, root.dtype, tuple(becomes.get(s, s) for s in v.shards), v.axis)
             else:
                 becomes[root] = becomes.get(v, v)
+    for root, inlined in called.items():
+        if inlined in becomes:
+            becomes[root] = becomes[inlined]
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
     affected = [r for r in index.affected(becomes) if not is_realized(r) and index.tensors(r)]
     if not affected:

@@ -104,6 +104,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
     """
 
     __slots__ = ("__weakref__", "_bitcast_of", "_is_leaf", "_requires_grad", "_uop", "grad")
+    _bitcast_of: Tensor  # set on a bitcast to another itemsize: the tensor its assigns write through to
     _seed: int = 0x5EED
     _rng_counter: int = 0
 

@@ -150,3 +150,18 @@ def test_clear_errors_for_what_a_symbolic_dim_cannot_do() -> None:
         Tensor(A)[:, : Variable("j", 1, 20).bind(15)]  # 15 > 10 at the bound value
     with pytest.raises(ValueError, match="broadcast"):
         Tensor(A)[:, :v] + Tensor(A)[:, : Variable("k", 1, 10).bind(3)]  # different variables: different dims
+
+
+def test_argmax_pickle_copy_and_gradient_of_symbolic_tensors() -> None:
+    import pickle
+
+    v = Variable("i", 1, 10).bind(3)
+    b = Tensor(A)[:, :v]
+    np.testing.assert_array_equal(b.argmax(1).numpy(), A[:, :3].argmax(1))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(b)).numpy(), A[:, :3])  # a concrete copy
+    np.testing.assert_array_equal(b.to("PYTHON").numpy(), A[:, :3])
+    np.testing.assert_array_equal(Tensor.arange(v, 0, -1).numpy(), np.arange(3, 0, -1))
+    x = Tensor.ones(3, 10, requires_grad=True)
+    (x[:, :v] * 2).sum().backward()
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), np.pad(np.full((3, 3), 2.0, np.float32), ((0, 0), (0, 7))))

@@ -270,8 +270,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         if isinstance(self.uop.device, tuple):
             return _unpickle_sharded, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.devices,
                                        _multi.shard_axis(self), self.requires_grad)  # fmt: skip
-        return _unpickle, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.device,
-                           self.requires_grad)  # fmt: skip
+        shape = _shapes.concrete_shape(self.shape)  # a symbolic shape pickles as its value
+        return _unpickle, (bytes(_realize.host_bytes(self)), shape, self.dtype, self.device, self.requires_grad)
 
     # ---- realization and data out -----------------------------------------------------------------------
 

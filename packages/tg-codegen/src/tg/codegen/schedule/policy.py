@@ -152,41 +152,56 @@ def _is_one(s: object) -> bool:
     return isinstance(s, int) and s == 1
 
 
-def _reshape_axes(x: UOp, dead: frozenset[int]) -> frozenset[int]:
+def _bits(axes: object) -> int:
+    return sum(1 << a for a in axes)  # type: ignore[attr-defined]
+
+
+def _reshape_axes(x: UOp, dead: int) -> int:
     """Constant axes through a RESHAPE that only adds or removes size-1 axes (else none are known)."""
     src_axes = [a for a, s in enumerate(x.src[0].shape) if not _is_one(s)]
     out_axes = [a for a, s in enumerate(x.shape) if not _is_one(s)]
-    src_sizes, out_sizes = [x.src[0].shape[a] for a in src_axes], [x.shape[a] for a in out_axes]
-    if len(src_sizes) != len(out_sizes) or any(
-        a is not b and a != b for a, b in zip(src_sizes, out_sizes, strict=True)
-    ):
-        return frozenset()
-    return frozenset(o for s, o in zip(src_axes, out_axes, strict=True) if s in dead)
+    if len(src_axes) != len(out_axes):
+        return 0
+    ret = 0
+    for a, o in zip(src_axes, out_axes, strict=True):
+        sa, so = x.src[0].shape[a], x.shape[o]
+        if sa is not so and sa != so:
+            return 0
+        if dead >> a & 1:
+            ret |= 1 << o
+    return ret
 
 
-def constant_axes(x: UOp, src_dead: list[frozenset[int]]) -> frozenset[int]:
-    """The axes (of size > 1) along which tensor node `x`'s value does not vary, given its sources' (D1)."""
-    if x.op is Ops.EXPAND:
-        grown = {
-            a for a, (s, n) in enumerate(zip(x.src[0].shape, x.shape, strict=True)) if _is_one(s) and not _is_one(n)
-        }
-        ret = src_dead[0] | grown
-    elif x.op is Ops.RESHAPE:
+def constant_axes(x: UOp, src_dead: list[int]) -> int:
+    """The axes (of size > 1, as a bit mask) along which tensor node `x`'s value does not vary, given its
+    sources' masks (D1)."""
+    op = x.op
+    if op is Ops.EXPAND:
+        ret = src_dead[0] | _bits(a for a, (s, n) in enumerate(zip(x.src[0].shape, x.shape, strict=True))
+                                  if _is_one(s) and not _is_one(n))  # fmt: skip
+    elif op in GroupOp.Elementwise:
+        ret = -1
+        for s, d in zip(x.src, src_dead, strict=True):
+            if s._shape is not None:
+                ret &= d
+                if not ret:
+                    return 0
+        ret = 0 if ret == -1 else ret
+    elif not src_dead or not src_dead[0]:  # buffers, copies, assigns, constants, or nothing constant below
+        return 0
+    elif op is Ops.RESHAPE:
         ret = _reshape_axes(x, src_dead[0])
-    elif x.op is Ops.PERMUTE:
-        ret = frozenset(i for i, p in enumerate(x.arg) if p in src_dead[0])
-    elif x.op in (Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
+    elif op is Ops.PERMUTE:
+        ret = _bits(i for i, p in enumerate(x.arg) if src_dead[0] >> p & 1)
+    elif op in (Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
         ret = src_dead[0]
-    elif x.op is Ops.PAD:  # zeros come in along the padded axes
-        ret = src_dead[0] - {a for a, p in enumerate(x.arg) if p != (0, 0)}
-    elif x.op is Ops.REDUCE_AXIS:
-        ret = src_dead[0] - set(x.arg[1])
-    elif x.op in GroupOp.Elementwise:
-        shaped = [d for s, d in zip(x.src, src_dead, strict=True) if s._shape is not None and s.op is not Ops.CONST]
-        ret = frozenset.intersection(*shaped) if shaped else frozenset()
-    else:  # buffers, copies, assigns, constants: no axis known to be constant
-        ret = frozenset()
-    return frozenset(a for a in ret if not _is_one(x.shape[a]))
+    elif op is Ops.PAD:  # zeros come in along the padded axes
+        ret = src_dead[0] & ~_bits(a for a, p in enumerate(x.arg) if p != (0, 0))
+    elif op is Ops.REDUCE_AXIS:
+        ret = src_dead[0] & ~_bits(x.arg[1])
+    else:
+        return 0
+    return ret & ~_bits(a for a, s in enumerate(x.shape) if _is_one(s)) if ret else 0
 
 
 # ---- A3: the cost rule (sources first, once everything below is decided) ----------------------------------------

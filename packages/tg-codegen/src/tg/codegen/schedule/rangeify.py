@@ -254,21 +254,25 @@ def _movement_chain(top: UOp, base: UOp) -> list[UOp]:
 
 
 def _drop_dead_axes(plan: Plan) -> None:
-    """D1: a kept candidate whose value is constant along some axes is stored without them (read back expanded)."""
-    dead: dict[UOp, frozenset[int]] = {}  # node -> axes (of size > 1) its value does not vary along
+    """D1: a kept candidate whose value is constant along some axes is stored without them (read back expanded).
+    One pass, sources first; a stored value stays constant along those axes for its readers, so masks pass
+    through stores."""
+    memo: dict[UOp, int] = {}  # node -> bit mask of the axes (of size > 1) its value does not vary along (if any)
+    shrinkable = policy.SHRINKABLE
     for x in plan.order:
-        if x._shape is None:
+        if not x.src or x._shape is None:
             continue
-        d = dead[x] = policy.constant_axes(x, [dead.get(s, frozenset()) for s in x.src])
-        st = plan.stores.get(x)
-        if d and st is not None and st.removable and st.reasons <= policy.SHRINKABLE:
-            plan.dead[x] = d
+        if not (dead := policy.constant_axes(x, [memo.get(s, 0) for s in x.src])):
+            continue
+        memo[x] = dead
+        if (st := plan.stores.get(x)) is not None and st.removable and st.reasons <= shrinkable:
+            plan.dead[x] = frozenset(a for a in range(len(x.shape)) if dead >> a & 1)
 
 
 def plan_stores(sink: UOp) -> Plan:
     """Decide every store of `sink` (rules in policy.py) and give each its buffer."""
     plan = Plan(sink)
-    stats.steps += 3 * len(plan.order)  # the range walk, the cost rule and D1 visit every node once
+    stats.steps += 2 * len(plan.order)  # the range walk and the cost rule visit every node once
     graph_rewrite(sink, policy.pm_structural_stores, ctx=plan, name="structural stores")
     _range_walk(plan)
     _unstore_cheap(plan)

@@ -318,6 +318,9 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                     if shard.op is Ops.BUFFER:
                         targets.add(shard)
         if extra := pending_readers(targets, roots):
+            if _binds_conflict([*roots, *extra]):  # a reader bound a Variable to another value: its own schedule first
+                realize_tensors([t for r in extra for t in index.tensors(r)])
+                return realize_tensors(todo)
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
     multi_values: dict[UOp, Any] = {}
     if any(u.op is Ops.MULTI or (u.op is Ops.DEVICE and isinstance(u.arg, tuple)) for u in sink.toposort()):
@@ -348,6 +351,26 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 t.uop = new
             if len(ts) > 1 and old.op not in _ALIASING_ROOTS and not _is_view(old) and buffer_of(new) is not None:
                 _note_twins(ts)  # one value computed for independently made tensors: copy on write
+
+
+def _binds_conflict(roots: list[UOp]) -> bool:
+    """Whether the graphs of `roots` bind one Variable to two values (they cannot share one schedule)."""
+    seen: dict[UOp, UOp] = {}
+    for u in UOp(Ops.SINK, src=tuple(dict.fromkeys(roots))).toposort():
+        for b in _binds(u):
+            if seen.setdefault(b.src[0], b) is not b:
+                return True
+    return False
+
+
+def _binds(u: UOp) -> list[UOp]:
+    """The BINDs node `u` holds: itself, or inside its movement arguments (symbolic shapes)."""
+    if u.op is Ops.BIND:
+        return [u]
+    if u.op not in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) or not isinstance(u.arg, tuple):
+        return []
+    flat = [x for a in u.arg for x in (a if isinstance(a, tuple) else (a,))]
+    return [b for x in flat if isinstance(x, UOp) for b in x.toposort() if b.op is Ops.BIND]
 
 
 def host_bytes(t: Tensor) -> bytearray:

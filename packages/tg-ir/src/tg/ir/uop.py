@@ -19,13 +19,17 @@ from tg.ir.movement import MovementMixin, _eq, _fs
 from tg.ir.ops import AxisType, GroupOp, Ops
 
 _CMP = GroupOp.Comparison
+_ALU_OPS = GroupOp.ALU
 _BINARY_SAME = GroupOp.Binary - GroupOp.Comparison - {Ops.SHL, Ops.SHR, Ops.THREEFRY}
 _FLOAT_ONLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL})
 _INT_OR_BOOL_ONLY = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
+_BINARY_ANY_DTYPE = _BINARY_SAME - _INT_OR_BOOL_ONLY - _FLOAT_ONLY
 
 
 def _check_alu(op: Ops, dtype: DType, src: tuple[UOp, ...]) -> None:
     """Cheap construction-time type checks for ALU ops; raise naming op and dtypes."""
+    if op in _BINARY_ANY_DTYPE and len(src) == 2 and src[0].dtype is dtype and src[1].dtype is dtype:
+        return  # the common case (ADD, MUL, MAX, ... of one dtype) passes every check below
     n = 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3
     if len(src) != n:
         raise TypeError(f"{op} takes {n} sources, got {len(src)}")
@@ -100,20 +104,27 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    _ukey: tuple[Any, ...]  # the hash-consing key (op, dtype, src, arg key, tag), set when the node is made
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None) -> None:  # fmt: skip
+        # every node is built here: plain loops and stores, no generators or keyword dicts (it is the hottest
+        # constructor of the framework)
         if op.__class__ is not Ops:
             raise TypeError(f"UOp op must be an Ops member, got {op!r}")
-        if not isinstance(dtype, DType):
+        if dtype.__class__ is not DType and not isinstance(dtype, DType):
             raise TypeError(f"UOp {op}: dtype must be a DType, got {dtype!r}")
-        if src.__class__ is not tuple or not all(s.__class__ is UOp for s in src):
+        if src.__class__ is not tuple:
             raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}")
-        if op in GroupOp.ALU:
+        for s in src:
+            if s.__class__ is not UOp:
+                raise TypeError(f"UOp {op}: src must be a tuple of UOps, got {src!r}")
+        if op in _ALU_OPS:
             _check_alu(op, dtype, src)
         elif op is Ops.CONST:
             _check_const_arg(dtype, arg)
-        self.__dict__.update(op=op, dtype=dtype, src=src, arg=arg, tag=tag)
+        d = self.__dict__
+        d["op"], d["dtype"], d["src"], d["arg"], d["tag"] = op, dtype, src, arg, tag
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable (tried to set {name}); use .replace()")
@@ -360,6 +371,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         srcs = (self, *src)
         out_dtype = dtypes.bool.vec(self.dtype.count) if op in _CMP else srcs[-1].dtype if op is Ops.WHERE \
             else self.dtype  # fmt: skip
+        if len(src) == 1 and (sh := self._shape) is not None and sh == src[0]._shape:
+            return UOp(op, out_dtype, srcs)  # two tensor-level sources of one shape (== is identity on UOps)
         if self._shape is not None or any(s._shape is not None for s in src):
             shapes = [s._shape for s in srcs if s._shape is not None]
             if len(set(shapes)) > 1 and not all(_same_shape(shapes[0], sh) for sh in shapes[1:]):

@@ -180,13 +180,21 @@ class ExecItem:
 
     def _run(self, var_vals: dict[str, int], wait: bool = False, update_stats: bool = True) -> float | None:
         vals = {**self.fixedvars, **var_vals} if self.fixedvars else var_vals
-        for b in self.bufs:
-            if not b._allocated:
-                b.allocate()
-        et = self.runner(self.bufs, vals, wait=wait or DEBUG.value >= 2)
-        if update_stats:
-            _update_stats(self.runner, len(self.bufs), vals, et)
-        return et
+        return launch(self.runner, self.bufs, vals, wait, update_stats)
+
+
+def launch(
+    runner: Runner, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False, update_stats: bool = True
+) -> float | None:
+    """Run ``runner`` once on ``bufs`` (allocating them as needed) and account it in GlobalCounters; returns seconds
+    if timed (``wait`` or ``DEBUG>=2``)."""
+    for b in bufs:
+        if not b._allocated:
+            b.allocate()
+    et = runner(bufs, var_vals, wait=wait or DEBUG.value >= 2)
+    if update_stats:
+        _update_stats(runner, len(bufs), var_vals, et)
+    return et
 
 
 def _update_stats(runner: Runner, nbufs: int, var_vals: dict[str, int], et: float | None) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import GroupOp, Ops, UOp
+from tg.tensor import plans
+from tg.tensor.autograd import note_realized
 from tg.tensor.data import to_numpy_dtype
 from tg.tensor.shapes import concrete_shape, has_symbolic
 
@@ -19,14 +21,6 @@ if TYPE_CHECKING:
 
 # names of the @function bodies being traced (innermost last): nothing may be realized or read while tracing
 tracing_functions: list[str] = []
-# set once an @function call node exists: realizes then inline calls before scheduling (nothing to do before)
-_function_calls = False
-
-
-def note_function_call() -> None:
-    """Called by @function when it builds a call node."""
-    global _function_calls
-    _function_calls = True
 
 
 class TensorIndex:
@@ -43,35 +37,47 @@ class TensorIndex:
     node owned by such a root), so following users upward from x's owner finds it; links to an owner root instead
     of the exact node may add roots that do not contain x (a substitute that changes nothing), never miss one.
     `visits` counts the nodes walked (tests count work, not time).
+
+    The entries live in the nodes themselves (in each UOp's `__dict__`, beside its cached properties, under names
+    private to this index), so they go when the node goes and cost a dict lookup, not a weak-dictionary call.
+    Per node: the tensors whose root it is ({id(tensor): weakref}: tensors compare elementwise, so no WeakSet), the
+    root that owns it and the roots that use it (weak references: a node never keeps a root alive).
     """
 
+    _instances = 0
+
     def __init__(self) -> None:
-        # root -> {id(tensor): weakref}: tensors compare elementwise, so no WeakSet
-        self.by_uop: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Tensor]]] = weakref.WeakKeyDictionary()
-        self.owner: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
-        self.users: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+        TensorIndex._instances += 1
+        tag = f"_tensor_index{TensorIndex._instances}"
+        self._tensors_key, self._owner_key, self._users_key = f"{tag}_tensors", f"{tag}_owner", f"{tag}_users"
+        self.by_uop = _RootTensors(self._tensors_key)
         self.visits = 0
 
     def register(self, t: Tensor, root: UOp, old: UOp | None = None) -> None:
         """Record that `t.uop` is `root` instead of `old` (call on every assignment of `t.uop`)."""
-        if old is not None and old is not root and (was := self.by_uop.get(old)) is not None:
+        key = self._tensors_key
+        if old is not None and old is not root and (was := old.__dict__.get(key)) is not None:
             was.pop(id(t), None)
-        if (ts := self.by_uop.get(root)) is None:
-            ts = self.by_uop[root] = {}
+        if (ts := root.__dict__.get(key)) is None:
+            ts = root.__dict__[key] = {}
             self._add_root(root)
         ts[id(t)] = weakref.ref(t, _forget(ts, id(t)))
 
     def _link(self, below: UOp, root_ref: weakref.ref[UOp]) -> None:
-        self.users.setdefault(below, []).append(root_ref)
+        if (users := below.__dict__.get(self._users_key)) is None:
+            below.__dict__[self._users_key] = [root_ref]
+        else:
+            users.append(root_ref)
 
     def _owner_of(self, n: UOp) -> UOp | None:
-        return None if (ref := self.owner.get(n)) is None else ref()
+        return None if (ref := n.__dict__.get(self._owner_key)) is None else ref()
 
     def _add_root(self, root: UOp) -> None:
         ref = weakref.ref(root)
         if (owner := self._owner_of(root)) is not None:  # a node of another root's graph became a tensor's root
             self._link(owner, ref)
             return
+        tensors_key, owner_key = self._tensors_key, self._owner_key
         stack, seen = list(root.src), {root}
         while stack:
             n = stack.pop()
@@ -81,35 +87,50 @@ class TensorIndex:
             self.visits += 1
             if n.op in _SHARED_LEAVES or _is_const_view(n):
                 continue
-            if n.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or n in self.by_uop:
+            if n.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or tensors_key in n.__dict__:
                 self._link(n, ref)
             elif (owner := self._owner_of(n)) is not None:
                 self._link(owner, ref)
             else:
-                self.owner[n] = ref
+                n.__dict__[owner_key] = ref
                 stack.extend(n.src)
 
     def affected(self, nodes: Iterable[UOp]) -> list[UOp]:
         """Every registered root whose graph may contain one of `nodes` (the nodes themselves if they are roots)."""
+        tensors_key, users_key = self._tensors_key, self._users_key
         out: dict[UOp, None] = {}
         stack = list(nodes)
         while stack:
             n = stack.pop()
             self.visits += 1
-            if n in self.by_uop and n not in out:
-                out[n] = None
-            elif n in out:
+            if n in out:
                 continue
+            if tensors_key in n.__dict__:
+                out[n] = None
             if (owner := self._owner_of(n)) is not None and owner not in out:
                 stack.append(owner)
-            for r in self.users.get(n, ()):
+            for r in n.__dict__.get(users_key, ()):
                 if (u := r()) is not None and u not in out:
                     stack.append(u)
         return list(out)
 
     def tensors(self, root: UOp) -> list[Tensor]:
         """The live tensors whose graph is `root`."""
-        return [t for r in list(self.by_uop.get(root, {}).values()) if (t := r()) is not None and t.uop is root]
+        ts = root.__dict__.get(self._tensors_key)
+        return [] if not ts else [t for r in list(ts.values()) if (t := r()) is not None and t.uop is root]
+
+
+class _RootTensors:
+    """`index.by_uop`: read access to each root's {id(tensor): weakref} entry (kept in the root node itself)."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+
+    def get(self, root: UOp, default: Any = None) -> Any:
+        return root.__dict__.get(self._key, default)
+
+    def __contains__(self, root: UOp) -> bool:
+        return self._key in root.__dict__
 
 
 def _forget(ts: dict[int, Any], key: int) -> Any:
@@ -278,34 +299,24 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     Only the tensors the realize affects are touched: the outputs, and the lazy tensors whose graphs read the new
     buffers (found through `index`); they get the buffers in one `substitute` over all of them.
     """
-    from tg.codegen.schedule import create_schedule
-    from tg.runtime.engine import run_linear
-    from tg.tensor.autograd import note_realized
-
-    todo = [t for t in tensors if not is_realized(t.uop)]
+    todo = [t for t in tensors if not is_realized(t._uop)]
     if not todo:
         return
     for t in todo:  # a realized constant (zeros, full, ...) is storage of its own, like a creation function's result
-        if _is_const_view(t.uop):
-            t.uop = own_storage(t.uop)
+        if _is_const_view(t._uop):
+            t.uop = own_storage(t._uop)
     if tracing_functions:
         raise RuntimeError(
             f"cannot realize inside @function {tracing_functions[-1]}: its body is traced once and reused; return the "
             "tensors instead"
         )
-    roots = list(dict.fromkeys(t.uop for t in todo))
-    called: dict[UOp, UOp] = {}  # root with @function calls -> the same value with the calls inlined
-    if _function_calls:
-        from tg.tensor.function import inline_calls
-
-        called = {r: i for r, i in zip(roots, inline_calls(roots), strict=True) if i is not r}
-        roots = list(dict.fromkeys(called.get(r, r) for r in roots))
+    roots = list(dict.fromkeys([t._uop for t in todo]))
     sink = UOp(Ops.SINK, src=tuple(roots))
+    st = plans.Structure(sink)
     # a pending read of a buffer that an assign in this schedule overwrites must be computed now, before the write
-    assigned = {n.src[0] for n in sink.toposort() if n.op is Ops.ASSIGN}
-    if assigned:
+    if st.assigns:
         targets: set[UOp] = set()
-        for t_uop in assigned:
+        for t_uop in {n.src[0] for n in st.assigns}:
             base = t_uop
             while base.op in (Ops.RESHAPE, Ops.ASSIGN):
                 base = base.src[0]
@@ -318,59 +329,43 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                     if shard.op is Ops.BUFFER:
                         targets.add(shard)
         if extra := pending_readers(targets, roots):
-            if _binds_conflict([*roots, *extra]):  # a reader bound a Variable to another value: its own schedule first
-                realize_tensors([t for r in extra for t in index.tensors(r)])
-                return realize_tensors(todo)
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
-    multi_values: dict[UOp, Any] = {}
-    if any(u.op is Ops.MULTI or (u.op is Ops.DEVICE and isinstance(u.arg, tuple)) for u in sink.toposort()):
-        sink, multi_values = _lower_multi(sink)
-    linear, var_vals, becomes = create_schedule(sink)
-    run_linear(linear, var_vals)
-    if multi_values:
-        from tg.codegen.schedule.multi import Sharded
-
-        for root, v in multi_values.items():
-            if isinstance(v, Sharded):
-                becomes[root] = UOp(Ops.MULTI, root.dtype, tuple(becomes.get(s, s) for s in v.shards), v.axis)
-            else:
-                becomes[root] = becomes.get(v, v)
-    for root, inlined in called.items():
-        if inlined in becomes:
-            becomes[root] = becomes[inlined]
+            st = plans.Structure(sink)
+    if st.sharded:
+        becomes = _realize_sharded(sink)
+    else:  # a stored plan when this structure ran before, else the scheduler
+        becomes = plans.realize(sink, st)
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
-    affected = [r for r in index.affected(becomes) if not is_realized(r) and index.tensors(r)]
+    affected = [(r, ts) for r in index.affected(becomes) if (ts := index.tensors(r)) and not is_realized(r)]
     if not affected:
         return
-    # one substitute for every affected graph: shared nodes are rebuilt once
-    new_roots = UOp(Ops.SINK, src=tuple(affected)).substitute(becomes).src
-    for old, new in zip(affected, new_roots, strict=True):
+    if all(r in becomes for r, _ in affected):  # the usual case: only the realized roots themselves
+        new_roots: tuple[UOp, ...] = tuple(becomes[r] for r, _ in affected)
+    else:  # one substitute for every affected graph: shared nodes are rebuilt once
+        new_roots = UOp(Ops.SINK, src=tuple(r for r, _ in affected)).substitute(becomes).src
+    for (old, ts), new in zip(affected, new_roots, strict=True):
         if new is not old:
-            ts = index.tensors(old)
             for t in ts:
                 t.uop = new
             if len(ts) > 1 and old.op not in _ALIASING_ROOTS and not _is_view(old) and buffer_of(new) is not None:
                 _note_twins(ts)  # one value computed for independently made tensors: copy on write
 
 
-def _binds_conflict(roots: list[UOp]) -> bool:
-    """Whether the graphs of `roots` bind one Variable to two values (they cannot share one schedule)."""
-    seen: dict[UOp, UOp] = {}
-    for u in UOp(Ops.SINK, src=tuple(dict.fromkeys(roots))).toposort():
-        for b in _binds(u):
-            if seen.setdefault(b.src[0], b) is not b:
-                return True
-    return False
+def _realize_sharded(sink: UOp) -> dict[UOp, UOp]:
+    """Schedule and run a SINK with sharded nodes (one root per shard); the storage of each observable node."""
+    from tg.codegen.schedule import create_schedule
+    from tg.codegen.schedule.multi import Sharded
+    from tg.runtime.engine import run_linear
 
-
-def _binds(u: UOp) -> list[UOp]:
-    """The BINDs node `u` holds: itself, or inside its movement arguments (symbolic shapes)."""
-    if u.op is Ops.BIND:
-        return [u]
-    if u.op not in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) or not isinstance(u.arg, tuple):
-        return []
-    flat = [x for a in u.arg for x in (a if isinstance(a, tuple) else (a,))]
-    return [b for x in flat if isinstance(x, UOp) for b in x.toposort() if b.op is Ops.BIND]
+    sink, multi_values = _lower_multi(sink)
+    linear, var_vals, becomes = create_schedule(sink)
+    run_linear(linear, var_vals)
+    for root, v in multi_values.items():
+        if isinstance(v, Sharded):
+            becomes[root] = UOp(Ops.MULTI, root.dtype, tuple(becomes.get(s, s) for s in v.shards), v.axis)
+        else:
+            becomes[root] = becomes.get(v, v)
+    return becomes
 
 
 def host_bytes(t: Tensor) -> bytearray:

@@ -7,11 +7,12 @@ indexing in `indexing.py`, random numbers in `random.py` (they are attached to t
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
+from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, sint, to_dtype, weak_promote
 from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
 from tg.tensor import movement as _movement
@@ -103,8 +104,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
     [3.0, 6.0]
     """
 
-    __slots__ = ("__weakref__", "_bitcast_of", "_is_leaf", "_requires_grad", "_uop", "grad")
-    _bitcast_of: Tensor  # set on a bitcast to another itemsize: the tensor its assigns write through to
+    __slots__ = ("__weakref__", "_is_leaf", "_requires_grad", "_uop", "grad")
     _seed: int = 0x5EED
     _rng_counter: int = 0
 
@@ -270,8 +270,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         if isinstance(self.uop.device, tuple):
             return _unpickle_sharded, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.devices,
                                        _multi.shard_axis(self), self.requires_grad)  # fmt: skip
-        shape = _shapes.concrete_shape(self.shape)  # a symbolic shape pickles as its value
-        return _unpickle, (bytes(_realize.host_bytes(self)), shape, self.dtype, self.device, self.requires_grad)
+        return _unpickle, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.device,
+                           self.requires_grad)  # fmt: skip
 
     # ---- realization and data out -----------------------------------------------------------------------
 
@@ -390,8 +390,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """Write `x` into this tensor's buffer (same shape, dtype, device); earlier reads keep the old value.
 
         On a view of a buffer (slice, permute, flip, reshape) the write goes into the viewed elements of the
-        buffer and is realized at once: `t[1:3].assign(Tensor([7.0, 8.0]))` changes `t`. The same holds for
-        bitcasts, also to another itemsize: `a.bitcast(dtypes.uint16).assign(bits)` rewrites `a`'s bytes.
+        buffer and is realized at once: `t[1:3].assign(Tensor([7.0, 8.0]))` changes `t`.
         """
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
@@ -407,11 +406,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]
-        if (inner := getattr(self, "_bitcast_of", None)) is not None:
-            # a bitcast to another itemsize (its last dim scaled): the value's bits, regrouped, go to the source
-            inner.assign(x.bitcast(inner.dtype)).realize()
-            self.uop = inner.bitcast(self.dtype).uop
-        elif base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
+        if base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
             state = self.uop
             while state.op is Ops.RESHAPE:
                 state = state.src[0]
@@ -447,9 +442,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """Reinterpret the bits as `dtype`; with another itemsize the last dim scales (`float32 (2,) -> uint8 (8,)`)."""
         dt = to_dtype(dtype_arg(dtype) or dtype)
         if dt.itemsize != self.dtype.itemsize:
-            out = _aliases.bitcast_resize(self, dt)
-            out._bitcast_of = self  # an assign to `out` writes the bits through to this tensor
-            return out
+            return _aliases.bitcast_resize(self, dt)
         return self if dt is self.dtype else Tensor(self.uop.bitcast(dt))
 
     # ---- movement: see movement.py ---------------------------------------------------------------------
@@ -472,7 +465,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
             # fast path: a weak scalar becomes a constant of x's final shape directly
             dt = weak_promote(self.dtype, other)
             x = self.cast(dt)
-            c = Tensor(UOp.const(dt, _fill_value(other, dt), self.device, x.uop.shape))
+            c = Tensor(_scalar_view(dt, _fill_value(other, dt), self.device, x.uop.shape))
             return (c, x) if reverse else (x, c)
         elif _shapes.is_symbolic(other):  # a bound Variable: a weak int like a Python int, its value a kernel argument
             dt = weak_promote(self.dtype, 1)
@@ -488,6 +481,10 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         return (y, x) if reverse else (x, y)
 
     def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+        if other.__class__ in (int, float, bool) and (dt := weak_promote(self.dtype, other)) is self.dtype:
+            # the eager fast path (`x + 1`): a weak scalar of self's dtype, no operand tensors
+            c = _scalar_view(dt, _fill_value(other, dt), self.device, self.uop.shape)
+            return Tensor(c.alu(op, self.uop) if reverse else self.uop.alu(op, c))
         x, y = self._operands(other, reverse)
         return Tensor(x.uop.alu(op, y.uop))
 
@@ -811,6 +808,21 @@ def _coerce(value: Scalar, dt: DType) -> ConstType:
             raise ValueError(f"cannot make an {dt.name} constant from {value}")
         return int(value)
     return float(value)
+
+
+def _scalar_view(dt: DType, value: ConstType, device: str | tuple[str, ...], shape: tuple[sint, ...]) -> UOp:
+    """The constant `value` of `dt` on `device` viewed as `shape` (a weak scalar operand)."""
+    sign = math.copysign(1.0, value) if value.__class__ is float else 1.0  # -0.0 and 0.0 are one key otherwise
+    return _cached_scalar_view(dt, value, sign, device, shape)
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _cached_scalar_view(
+    dt: DType, value: ConstType, sign: float, device: str | tuple[str, ...], shape: tuple[sint, ...]
+) -> UOp:
+    """Kept alive for reuse: an eager loop (`x = (x + 1).realize()`) builds its constant once, not every step
+    (typed: 1, 1.0 and True stay apart)."""
+    return UOp.const(dt, value, device, shape)
 
 
 def _fill_value(value: Scalar, dt: DType) -> ConstType:

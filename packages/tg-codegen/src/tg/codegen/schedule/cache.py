@@ -33,10 +33,14 @@ class Template:
 
 _cache: OrderedDict[tuple[UOp, tuple], Template] = OrderedDict()
 cache_stats = {"hits": 0, "misses": 0}
+# bumped by clear_schedule_cache(): caches built on top of this one (tg.tensor's realize plans) drop their entries
+generation = 0
 
 
 def clear_schedule_cache() -> None:
     """Forget every cached schedule (tests, or after changing a policy switch by hand)."""
+    global generation
+    generation += 1
     _cache.clear()
     cache_stats.update(hits=0, misses=0)
 

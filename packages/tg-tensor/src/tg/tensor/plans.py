@@ -1,0 +1,271 @@
+"""Realize plans: a cache from the *structure* of a realize's graph straight to the kernels that compute it.
+
+An eager loop (`x = (x + 1).realize()`) builds a new graph of one structure each time. The schedule cache
+(tg.codegen.schedule.cache) skips the scheduling phases for it, but every realize still normalises the graph,
+instantiates the template, plans memory and lowers each CALL to a runner. A :class:`Plan` records the outcome of
+one full realize with the buffers as *slots*: the graph's input BUFFERs (numbered by first appearance in toposort
+order), the buffers the scheduler made (fresh for every realize, as an instantiated template's are) and views of
+either (memory-planner arenas). A later realize of the same structure runs the plan: new buffers, the same
+runners (from `method_cache`), the same storage expressions, and no scheduler, normaliser or memory planner.
+
+The structure key lists the graph in toposort order, each node as (op, dtype, arg, tag, positions of its
+sources); a UNIQUE node is just `UNIQUE` (its position identifies it, so distinct buffers stay distinct and a
+buffer read twice is one source). Two graphs with equal keys are the same graph up to which buffers they read,
+so they normalise to one schedule-cache key (callify.py) and schedule the same way. The key also holds the
+switches that change scheduling (`POLICY`, `NO_MEMORY_PLANNER`); `clear_schedule_cache()` empties this cache too
+and `SCACHE=0` turns it off with the schedule cache. Graphs the plan format does not cover (sharded tensors, call
+bodies other than kernels and copies) always take the full path. `stats` counts hits and misses (tests).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from tg.ir import Ops, UOp
+from tg.ir.dtype import DType
+
+# hits: realizes that ran a stored plan; misses: realizes that scheduled (and stored a plan when they could)
+stats = {"hits": 0, "misses": 0}
+
+
+class Structure:
+    """One walk over a realize's SINK: its structure key, its nodes in toposort order and what the realize
+    needs to know about them (input buffers, assigns, sharding)."""
+
+    __slots__ = ("assigns", "inputs", "key", "order", "sharded")
+
+    def __init__(self, sink: UOp) -> None:
+        # a post-order walk (sources in order, then the node: `UOp.toposort`'s order) that numbers the nodes and
+        # writes each node's key entry as it goes (the hot loop of a cached realize: kept lean)
+        pos: dict[UOp, int] = {}
+        key: list[Any] = []
+        inputs: list[UOp] = []
+        assigns: list[UOp] = []
+        sharded = False
+        stack = [sink]
+        while stack:
+            u = stack[-1]
+            for s in u.src:
+                if s not in pos:
+                    stack.append(s)
+                    break
+            else:
+                stack.pop()
+                if u in pos:
+                    continue
+                pos[u] = len(pos)
+                op = u.op
+                if op in _NOTED:
+                    if op is Ops.UNIQUE:
+                        key.append(op)
+                        continue
+                    if op is Ops.BUFFER:
+                        inputs.append(u)
+                    elif op is Ops.ASSIGN:
+                        assigns.append(u)
+                    elif op is Ops.MULTI or u.arg.__class__ is tuple:  # MULTI, or a DEVICE of several devices
+                        sharded = True
+                k = u._ukey  # (op, dtype, src, arg as hash-consing compares it (-0.0 apart from 0.0), tag)
+                key.append((op, k[1], k[3], k[4], tuple(map(pos.__getitem__, u.src))) if u.src else k)
+        self.order, self.inputs, self.assigns, self.sharded = list(pos), inputs, assigns, sharded
+        self.key = tuple(key)
+
+
+# ops the walk looks at more closely
+_NOTED = frozenset({Ops.UNIQUE, Ops.BUFFER, Ops.ASSIGN, Ops.MULTI, Ops.DEVICE})
+
+
+@dataclass
+class _Step:
+    """One CALL of the plan: a kernel (`device` set) or a copy (`copy` set) over buffer slots (CALL order)."""
+
+    ast: UOp
+    slots: tuple[int, ...]
+    device: str = ""
+    copy: Any = None  # a tg.runtime BufferCopy
+    runner: Any = None  # the runner `kernel_slots` was computed for
+    kernel_slots: tuple[int, ...] = ()  # slots in the kernel's argument order
+
+
+@dataclass
+class _Fresh:
+    """A buffer every run makes: a new one (`base` None; `named`: it also needs a BUFFER uop, because a tensor will
+    hold it) or a view of another slot."""
+
+    device: str
+    size: int
+    dtype: DType
+    base: int | None = None
+    offset: int = 0  # bytes into the base
+    named: bool = False
+    device_uop: UOp | None = None  # the DEVICE node of a new buffer's BUFFER uop
+
+
+@dataclass
+class Plan:
+    """What a realize of one structure does, buffers given as slots: inputs first, then `fresh` in order."""
+
+    n_inputs: int
+    fresh: list[_Fresh] = field(default_factory=list)
+    steps: list[_Step] = field(default_factory=list)
+    becomes: list[tuple[int, tuple[UOp, ...], int]] = field(default_factory=list)  # (node position, chain, slot)
+    var_vals: dict[str, int] = field(default_factory=dict)
+    used_inputs: tuple[int, ...] = ()  # input slots a step reads or writes (they need a device Buffer)
+
+
+@functools.cache
+def _rt() -> SimpleNamespace:
+    """The scheduler and runtime, imported on the first realize (so that `import tg.tensor` stays free of work)."""
+    from tg.codegen import schedule
+    from tg.codegen.schedule import cache, memory
+    from tg.runtime import device, engine
+
+    return SimpleNamespace(schedule=schedule, cache=cache, memory=memory, engine=engine, device=device)
+
+
+class _NoPlan(Exception):
+    """The schedule has something a plan cannot express."""
+
+
+_plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
+_generation = -1  # the schedule cache's generation these plans were made in
+
+
+def clear_plans() -> None:
+    """Forget every plan."""
+    _plans.clear()
+    stats.update(hits=0, misses=0)
+
+
+def _lookup_key(st: Structure) -> tuple[Any, ...] | None:
+    """The cache key of a walked graph, or None when caching is off."""
+    global _generation
+    rt = _rt()
+    if not rt.cache.SCACHE.value:
+        return None
+    if rt.cache.generation != _generation:  # clear_schedule_cache() was called: plans go with the templates
+        _plans.clear()
+        _generation = rt.cache.generation
+    return (rt.schedule.POLICY, rt.memory.NO_MEMORY_PLANNER.value, st.key)
+
+
+def realize(sink: UOp, st: Structure) -> dict[UOp, UOp]:
+    """Compute `sink` (its walk is `st`; no sharded nodes) and return the storage of each observable node, as
+    `create_schedule`'s `becomes`: from a stored plan when one matches, else by scheduling (storing a plan)."""
+    rt = _rt()
+    key = None if rt.engine.capturing else _lookup_key(st)
+    if key is not None and (plan := _plans.get(key)) is not None:
+        _plans.move_to_end(key)
+        stats["hits"] += 1
+        return _run(plan, st)
+    stats["misses"] += 1
+    linear, var_vals, becomes = rt.schedule.create_schedule(sink)
+    rt.engine.run_linear(linear, var_vals)
+    if key is not None and key not in _plans:
+        try:
+            _plans[key] = _make_plan(st, linear, var_vals, becomes)
+        except _NoPlan:
+            _plans[key] = None
+        while len(_plans) > rt.cache.SCACHE_SIZE.value:
+            _plans.popitem(last=False)
+    return becomes
+
+
+def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: dict[UOp, UOp]) -> Plan:
+    """The plan of a realize that just ran `linear` (its buffers are still alive)."""
+    rt = _rt()
+    Device, BufferCopy, buffer_for = rt.device.Device, rt.engine.BufferCopy, rt.engine.buffer_for
+    plan = Plan(len(st.inputs), var_vals=dict(var_vals))
+    used: set[int] = set()  # input slots that need their device Buffer
+    slot: dict[UOp, int] = {b: i for i, b in enumerate(st.inputs)}
+
+    def slot_of(b: UOp) -> int:
+        if (s := slot.get(b)) is not None:
+            return s
+        if b.op is Ops.BUFFER and isinstance(dev := b.src[1].arg, str):
+            fresh = _Fresh(Device.canonicalize(dev), int(b.arg), b.dtype, device_uop=b.src[1])
+        elif b.op is Ops.BUFFER_VIEW and b.src[0].op is Ops.BUFFER:  # arg: (size, offset in source elements)
+            base = slot_of(b.src[0])
+            if base < plan.n_inputs:
+                used.add(base)
+            size, offset = (int(a) for a in b.arg)
+            fresh = _Fresh("", size, b.dtype, base, offset * b.src[0].dtype.itemsize)
+        else:
+            raise _NoPlan(b.op)
+        plan.fresh.append(fresh)
+        s = slot[b] = plan.n_inputs + len(plan.fresh) - 1
+        return s
+
+    for call in linear.src:
+        body, args = call.src[0], call.src[1:]
+        slots = tuple(slot_of(a) for a in args)
+        used.update(s for s in slots if s < plan.n_inputs)
+        bufs = [buffer_for(a) for a in args]
+        if body.op is Ops.SINK:
+            plan.steps.append(_Step(body, slots, device=bufs[0].device))
+        elif body.op is Ops.COPY and len(bufs) == 2:
+            plan.steps.append(_Step(body, slots, copy=BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device)))
+        else:
+            raise _NoPlan(body.op)
+    pos = {u: i for i, u in enumerate(st.order)}
+    for node, expr in becomes.items():
+        if (p := pos.get(node)) is None:
+            raise _NoPlan(node.op)
+        chain: list[UOp] = []
+        while expr.op is not Ops.BUFFER:
+            if len(expr.src) != 1:
+                raise _NoPlan(expr.op)
+            chain.append(expr)
+            expr = expr.src[0]
+        s = slot_of(expr)
+        if s >= plan.n_inputs:
+            plan.fresh[s - plan.n_inputs].named = True
+        plan.becomes.append((p, tuple(reversed(chain)), s))
+    plan.used_inputs = tuple(sorted(used))
+    return plan
+
+
+def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
+    """Run a plan for the walked graph `st`; returns the storage of each observable node."""
+    engine = _rt().engine
+    buffer_for, launch, method_cache = engine.buffer_for, engine.launch, engine.method_cache
+    inputs = st.inputs
+    bufs: list[Any] = [None] * plan.n_inputs
+    uops: list[UOp | None] = list(inputs)
+    for i in plan.used_inputs:
+        bufs[i] = buffer_for(inputs[i])
+    for f in plan.fresh:
+        u = None
+        if f.base is not None:
+            b = bufs[f.base].view(f.size, f.dtype, f.offset)
+        elif f.named:
+            assert f.device_uop is not None
+            u = UOp(Ops.BUFFER, f.dtype, (UOp.unique(), f.device_uop), f.size)
+            b = buffer_for(u)
+        else:
+            b = _rt().device.Buffer(f.device, f.size, f.dtype)
+        bufs.append(b)
+        uops.append(u)
+    var_vals = plan.var_vals
+    for step in plan.steps:
+        if step.copy is not None:
+            launch(step.copy, [bufs[s] for s in step.slots], var_vals)
+            continue
+        if (runner := method_cache.get(engine._runner_key(step.device, step.ast))) is None:
+            runner = engine.get_runner(step.device, step.ast)
+        if runner is not step.runner:
+            step.runner, step.kernel_slots = runner, tuple(step.slots[g] for g in runner.p.globals)
+        launch(runner, [bufs[s] for s in step.kernel_slots], var_vals)
+    becomes: dict[UOp, UOp] = {}
+    order = st.order
+    for p, chain, s in plan.becomes:
+        e = uops[s]
+        assert e is not None  # a named slot
+        for m in chain:
+            e = m.replace(src=(e,))
+        becomes[order[p]] = e
+    return becomes

@@ -1,0 +1,142 @@
+"""Realize plans (tg.tensor.plans): a repeated structure skips the scheduler and lowering, and gives exactly the
+results of the full path (checked against numpy and against SCACHE=0, which turns plans off)."""
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tg.codegen.schedule import clear_schedule_cache, stats
+from tg.ir import Context
+from tg.runtime import engine
+from tg.tensor import Tensor, dtypes, plans
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts scheduler runs (create_schedule) and CALL lowerings (lower_schedule_item) while a test runs."""
+    counts = {"lowered": 0}
+    lower = engine.lower_schedule_item
+
+    def counting_lower(item):  # type: ignore[no-untyped-def]
+        counts["lowered"] += 1
+        return lower(item)
+
+    monkeypatch.setattr(engine, "lower_schedule_item", counting_lower)
+    return counts
+
+
+def test_a_repeated_eager_op_skips_scheduling_and_lowering(device, counted):
+    x = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
+    x = (x + 1).realize()  # the first run of this structure may schedule (and stores the plan)
+    calls, hits, lowered = stats.calls, plans.stats["hits"], counted["lowered"]
+    for _ in range(20):
+        x = (x + 1).realize()
+    assert stats.calls == calls, "a repeated structure must not schedule"
+    assert counted["lowered"] == lowered, "a repeated structure must not lower CALLs"
+    assert plans.stats["hits"] - hits == 20
+    np.testing.assert_array_equal(x.numpy(), [22.0, 23.0, 24.0, 25.0])
+
+
+def test_plans_keep_results_apart_and_allocate_fresh_outputs(device, rng):
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    x, wt = Tensor(a, device=device), Tensor(w, device=device)
+
+    def f(t: Tensor) -> Tensor:  # several kernels: intermediates share a memory-planned arena
+        h = (t @ wt).relu()
+        h = h / (h.sum(-1, keepdim=True) + 1)
+        return (h @ wt).exp().max(-1)
+
+    outs = [f(x * s).realize() for s in (1.0, 0.5, 0.25)]
+    for s, out in zip((1.0, 0.5, 0.25), outs, strict=True):  # all alive at once: no shared storage
+        h = np.maximum((a * s) @ w, 0)
+        h = h / (h.sum(-1, keepdims=True) + 1)
+        np.testing.assert_allclose(out.numpy(), np.exp(h @ w).max(-1), rtol=1e-5, atol=1e-6)
+    assert len({id(engine.buffer_for(o.uop).base) for o in outs}) == 3
+
+
+def _same_with_and_without_plans(build: Callable[[], Tensor]) -> None:
+    """`build().numpy()` three times with plans (miss, hit, hit) equals the full path with plans off."""
+    with Context(SCACHE=0):
+        want = build().numpy()
+    for _ in range(3):
+        got = build().numpy()
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a, b: a + a,  # one input read twice ...
+        lambda a, b: a + b,  # ... is another structure than two inputs
+        lambda a, b: (a * b).sum(0) + a.max(),
+        lambda a, b: a.reshape(2, 8).permute(1, 0).contiguous() * 3,
+        lambda a, b: (a + 0.0) * (b + -0.0),
+        lambda a, b: (a > b).where(a, b.cast(dtypes.int32).cast(dtypes.float32)),
+        lambda a, b: a.cast(dtypes.float16) * 2,
+        lambda a, b: Tensor.stack(a, b).sum(0),
+    ],
+    ids=[
+        "same-input-twice",
+        "two-inputs",
+        "reduces",
+        "permute-contiguous",
+        "signed-zeros",
+        "where-casts",
+        "half",
+        "stack",
+    ],
+)
+def test_plan_results_equal_the_full_path(device, rng, make):
+    a = Tensor(rng.standard_normal(16).astype(np.float32), device=device)
+    b = Tensor(rng.standard_normal(16).astype(np.float32), device=device)
+    _same_with_and_without_plans(lambda: make(a, b))
+
+
+def test_negative_zero_constants_get_their_own_plan(device):
+    x = Tensor([-0.0, 1.0], device=device).realize()
+    for _ in range(2):
+        plus_zero, plus_negative_zero = (x + 0.0).numpy(), (x + -0.0).numpy()
+        assert np.signbit(plus_negative_zero[0]) and not np.signbit(plus_zero[0])
+
+
+def test_assign_with_plans_keeps_pending_readers(device):
+    t = Tensor([1.0, 2.0, 3.0], device=device).contiguous().realize()
+    for step in range(4):
+        before = t * 2  # lazy: reads t's value before the assign below
+        t.assign(t + 1).realize()
+        np.testing.assert_array_equal(before.numpy(), 2 * (np.array([1.0, 2.0, 3.0]) + step))
+        np.testing.assert_array_equal(t.numpy(), np.array([1.0, 2.0, 3.0]) + step + 1)
+
+
+def test_random_numbers_differ_between_repeated_realizes_and_reseed(device):
+    Tensor.manual_seed(7)
+    draws = [Tensor.rand(64, device=device).numpy() for _ in range(3)]
+    assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
+    Tensor.manual_seed(7)
+    np.testing.assert_array_equal(Tensor.rand(64, device=device).numpy(), draws[0])
+
+
+def test_a_new_shape_or_dtype_is_a_new_plan(device):
+    calls = stats.calls
+    for n in (3, 5):
+        for dt in (dtypes.float32, dtypes.int32):
+            x = Tensor.ones(n, dtype=dt, device=device).contiguous().realize()
+            assert ((x * 7 + 1) * 1).tolist() == [8] * n
+    assert stats.calls - calls >= 4  # every (shape, dtype) was scheduled at least once
+
+
+def test_clearing_the_schedule_cache_drops_plans_and_scache_0_bypasses_them(device):
+    x = Tensor([1.0, 2.0], device=device).realize()
+    for _ in range(2):
+        x = (x * 3).realize()
+    calls = stats.calls
+    clear_schedule_cache()
+    x = (x * 3).realize()
+    assert stats.calls == calls + 1
+    with Context(SCACHE=0):
+        x = (x * 3).realize()
+        x = (x * 3).realize()
+    assert stats.calls == calls + 3
+    np.testing.assert_array_equal(x.numpy(), [3.0**5, 2 * 3.0**5])

@@ -33,7 +33,7 @@ for n in (1000, 1023, 4097):
 with np.errstate(over="ignore"):
     f = np.array([0.1, 65520, 6e-8, np.inf, np.nan, -0.0], np.float32)
     np.testing.assert_array_equal(Tensor(f, device="CUDA").cast("float16").numpy(), f.astype(np.float16))
-a = np.random.default_rng(0).integers(-8, 9, (256, 64)).astype(np.float16)
+a = np.random.default_rng(0).integers(-4, 5, (256, 64)).astype(np.float16)  # sums stay exact in half
 np.testing.assert_array_equal((Tensor(a, device="CUDA") @ Tensor(a.T.copy(), device="CUDA")).numpy(), a @ a.T)
 print("float4, gating, half and matmul-tile kernels ok")
 PYEOF

@@ -126,6 +126,18 @@ def test_matmul_tile_uses_16_byte_loads_and_stores(compiler, tmp_path: Path) -> 
 def test_half_kernels_convert_with_cvt_instructions(compiler, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tg.ir.dtype import dtypes
 
-    ptx = _ptx_and_ptxas(compiler, get_program(_matmul_ast(64, 64, 32, dtypes.float16), CUDARenderer(ARCH)).src,
-                         tmp_path)  # fmt: skip
+    # without opts (the heuristic would put this matmul on tensor cores, which take the halves as they are)
+    src = get_program(_matmul_ast(64, 64, 32, dtypes.float16), CUDARenderer(ARCH), []).src
+    ptx = _ptx_and_ptxas(compiler, src, tmp_path)
     assert "cvt.f32.f16" in ptx
+
+
+@pytest.mark.parametrize("dtype_name, ptx_type", [("float16", "f16"), ("bfloat16", "bf16")])
+def test_tensor_core_matmul_assembles_for_sm90(compiler, tmp_path: Path, dtype_name: str, ptx_type: str) -> None:  # type: ignore[no-untyped-def]
+    from tg.codegen.opt.opts import Opt, OptOps
+    from tg.ir.dtype import dtypes
+
+    p = get_program(_matmul_ast(128, 64, 256, getattr(dtypes, dtype_name)), CUDARenderer(ARCH))
+    assert p.applied_opts == (Opt(OptOps.TC, 2),)  # the heuristic picks the tensor cores
+    ptx = _ptx_and_ptxas(compiler, p.src, tmp_path)
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32" in ptx

@@ -12,6 +12,8 @@ access splatted to all lanes; any other index (and any gate that depends on the 
 A REDUCE over expanded ranges gets one accumulator per value of its GROUP_REDUCE ranges (and per output lane
 value); UNROLL values fold into it serially in lane order, so `acc + a*b` chains stay in one register; the
 accumulators are combined by a balanced tree after the loop. THREAD ranges become the `core_id` variable.
+On targets without local ids (the PYTHON device) a WARP range (from the TC opt) is expanded too, and a WMMA that
+depends on it becomes one WMMA over all lanes' fragments (lane-major), each lane reading its part with GEP.
 """
 
 from __future__ import annotations
@@ -69,8 +71,13 @@ class Expander:
             u
             for u in sink.toposort()
             if u.op is Ops.RANGE
-            and (_rtype(u) in (AxisType.UPCAST, AxisType.UNROLL) or (_rtype(u) is AxisType.GROUP_REDUCE and not shared))
+            and (
+                _rtype(u) in (AxisType.UPCAST, AxisType.UNROLL)
+                or (_rtype(u) is AxisType.GROUP_REDUCE and not shared)
+                or (_rtype(u) is AxisType.WARP and not renderer.has_local)
+            )
         }
+        self.warp_ops: dict[tuple[UOp, tuple[tuple[UOp, int], ...]], UOp] = {}
         self.lane: UOp | None = None
         self.width = 1
         self._pick_vector_axis()
@@ -173,6 +180,11 @@ class Expander:
             return self._end(u, env)
         if u.op is Ops.REDUCE:
             return self._reduce(u, env)
+        if (
+            u.op is Ops.WMMA
+            and (warp := next((r for r in self.deps[u] if _rtype(r) is AxisType.WARP), None)) is not None
+        ):
+            return self._warp_wmma(u, env, warp)
         src = tuple(self.ex(s, env) for s in u.src)
         if self.lane is not None and any(s.dtype.count == self.width > 1 for s in src) and \
                 (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)):  # fmt: skip
@@ -228,6 +240,20 @@ class Expander:
         if kind == "vector":
             val = self.vec(val)
         return UOp(Ops.STORE, dtypes.void, (self._index(idx, off, gate), val, *u.src[2:]), u.arg)
+
+    def _warp_wmma(self, u: UOp, env: dict[UOp, int], warp: UOp) -> UOp:
+        """A WMMA of an expanded WARP range: one op over every lane's fragments (lane-major), this lane's part."""
+        rest = {r: v for r, v in env.items() if r is not warp}
+        key = self._key(u, rest)
+        if (whole := self.warp_ops.get(key)) is None:
+            lanes = range(_size(warp))
+            srcs = [[self.ex(s, {**rest, warp: lane}) for lane in lanes] for s in u.src]
+            flat = tuple(UOp(Ops.VECTORIZE, s[0].dtype.scalar().vec(s[0].dtype.count * len(s)),
+                             tuple(x.gep(i) for x in s for i in range(x.dtype.count))) for s in srcs)  # fmt: skip
+            whole = UOp(Ops.WMMA, u.dtype.scalar().vec(u.dtype.count * len(lanes)), flat, u.arg)
+            self.warp_ops[key] = whole
+        n = u.dtype.count
+        return whole.gep(tuple(range(env[warp] * n, env[warp] * n + n)))
 
     def _assignments(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
         rngs = sorted(rngs, key=axis_id)
@@ -301,5 +327,6 @@ def expand_kernel(sink: UOp, renderer: Renderer, regs: Iterator[int]) -> UOp:
         sink = _substitute_ranges(sink, threads)  # type: ignore[arg-type]
     lanes = (AxisType.UPCAST, AxisType.UNROLL) if renderer.has_shared else (AxisType.UPCAST, AxisType.UNROLL,
                                                                              AxisType.GROUP_REDUCE)  # fmt: skip
+    lanes = lanes if renderer.has_local else (*lanes, AxisType.WARP)
     special = any(u.op is Ops.RANGE and _rtype(u) in lanes for u in sink.toposort())
     return Expander(sink, renderer, regs).run() if special else sink

@@ -172,6 +172,8 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
     ranges = {u for u in sink.toposort() if u.op is Ops.RANGE}
     grid = {r for r in ranges if r.arg[1] in _GRID_TYPES}
     local = sorted((r for r in ranges if r.arg[1] is AxisType.LOCAL), key=_axis)
+    warps = [r for r in ranges if r.arg[1] is AxisType.WARP]
+    local += warps
     if groups := sorted((r for r in ranges if r.arg[1] is AxisType.GROUP_REDUCE), key=_axis):
         if not renderer.has_shared:
             raise ValueError(f"{type(renderer).__name__} has no shared memory for GROUP_REDUCE")
@@ -187,7 +189,8 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
             if local or groups:
                 raise ValueError("a kernel with LOCAL ranges must close them (and its grid ranges) on every store")
             return sink
-    local = local + groups
+    # a WARP range (TC opt) goes last, so it is local dimension 0: its 32 work-items are one hardware warp
+    local = [r for r in local if r not in warps] + groups + warps
     subs: dict[UOp, UOp] = {}
     dt = dtypes.int32
     global_groups = _group_dims(sorted(grid, key=_axis), renderer.global_max) if grid else []

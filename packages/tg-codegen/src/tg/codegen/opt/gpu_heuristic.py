@@ -1,6 +1,8 @@
 """GPU heuristics (renderers with local ids: OpenCL, CUDA): the opts a kernel gets without search.
 
 The launch grid and the default work-group come from lowering (`lower/gpudims.py`); here only what needs an opt:
+- on renderers with tensor cores (CUDA sm_80+), a matmul of float16/bfloat16 loads summed in float32 whose sizes
+  are multiples of the instruction's tile (16 x 8 x 16) runs on them (the `TC` opt: one warp per 16 x 8 block);
 - matmul-like kernels (a REDUCE ADD of a product of two loads, each missing a different output axis) get a
   register tile per work-item: UPCAST 4 of the contiguous output axis (float4 loads of the column operand and
   float4 stores) and UPCAST 4 of a row axis, then LOCAL work-groups of up to 16 x 16 work-items over the two
@@ -19,7 +21,7 @@ from __future__ import annotations
 from tg.codegen.lower.expand import VECTOR_DTYPES, affine
 from tg.codegen.lower.structure import axis_id
 from tg.codegen.opt.kernel import OptKernel, axis_type, range_size, vector_lanes
-from tg.codegen.opt.opts import KernelOptError, Opt, split
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.ir.ops import AxisType, Ops
 from tg.ir.uop import UOp
 
@@ -73,12 +75,17 @@ def gpu_opts(k: OptKernel) -> OptKernel:
         return _vector_elementwise(k, topo, stores, out_axes)
     if len(reduces) != 1 or len(reduces[0].src) != 2:
         return k
+    red_r = reduces[0].src[1]
+    if k.renderer.tensor_cores and red_r in k.ranges:  # half/bfloat16 matmuls on tensor cores when they qualify
+        try:
+            return k.apply(Opt(OptOps.TC, k.ranges.index(red_r)))
+        except KernelOptError:
+            pass
     if (tiled := _matmul_tile(k, reduces[0], stores, out_axes)) is not None:
         return tiled
     outputs = 1
     for r in out_axes:
         outputs *= _size(r)
-    red_r = reduces[0].src[1]
     size = red_r.src[0].arg if red_r.src[0].op is Ops.CONST else 0
     if outputs > FEW_OUTPUTS or size < LONG_REDUCE or red_r not in k.ranges:
         return k

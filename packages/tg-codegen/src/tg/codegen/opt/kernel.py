@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen.lower.structure import axis_id, identity_element
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
+from tg.codegen.opt.tensor_cores import apply_tc
 from tg.ir.dtype import PtrDType, dtypes
 from tg.ir.ops import AxisType, KernelInfo, Ops, axis_letters
 from tg.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -134,8 +135,8 @@ class OptKernel:
         """A new kernel with `opt` applied; raises KernelOptError when it is not legal here."""
         if not isinstance(opt, Opt):
             raise TypeError(f"apply needs an Opt, got {opt!r}")
-        if opt.op is OptOps.TC:
-            raise self.fail(opt, f"{type(self.renderer).__name__} has no tensor cores")
+        if opt.op is OptOps.TC:  # warp-wide matrix multiply-accumulate (opt/tensor_cores.py)
+            return OptKernel(graph_rewrite(apply_tc(self, opt), pm_after_split), self.renderer, (*self.applied, opt))
         if not 0 <= opt.axis < len(self.ranges):
             raise self.fail(opt, f"axis {opt.axis} out of range: the kernel has {len(self.ranges)} optimisable axes")
         r = self.ranges[opt.axis]

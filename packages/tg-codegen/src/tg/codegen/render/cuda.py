@@ -9,8 +9,12 @@ device functions) and `--fmad=false` (results match the CPU device bit for bit).
 
 from __future__ import annotations
 
-from tg.codegen.render.cstyle import CStyleLanguage
+from tg.codegen.opt.tensor_cores import NVIDIA_SM80, TENSOR_CORES
+from tg.codegen.render.cstyle import CStyleLanguage, RenderContext
 from tg.ir.dtype import DType, dtypes
+from tg.ir.ops import Ops
+from tg.ir.pattern import PatternMatcher, UPat
+from tg.ir.uop import UOp
 
 _CUDA_HALF = r"""static inline float tg_h2f(unsigned short h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
@@ -50,6 +54,22 @@ static inline void tg_vstore_{v}({t}* p, {v} x) {{
 }}"""
 
 
+# tensor cores: one warp-wide mma.sync per WMMA; A and B fragments are 16-bit pairs packed into 32-bit registers
+_MMA = r"""static inline float4 tg_{name}(uint4 a, uint2 b) {{
+  float4 d; float z = 0.0f;
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, "
+               "{{%10,%11,%12,%13}};" : "=f"(d.x), "=f"(d.y), "=f"(d.z), "=f"(d.w)
+               : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y), "f"(z), "f"(z), "f"(z), "f"(z));
+  return d;
+}}"""
+_PACKED = {8: "uint4", 4: "uint2", 2: "uint"}  # 16-bit vectors as packed 32-bit registers
+
+
+def _wmma(ctx: RenderContext, u: UOp) -> str:
+    ctx.needs.add(f"wmma:{u.arg}")
+    return ctx.value(u, f"tg_{u.arg}({ctx[u.src[0]]}, {ctx[u.src[1]]})")
+
+
 class CUDARenderer(CStyleLanguage):
     """CUDA C++ for one GPU architecture (`sm_90`); launch limits are CUDA's (1024 threads per block)."""
 
@@ -76,6 +96,8 @@ class CUDARenderer(CStyleLanguage):
         if not (arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
             raise ValueError(f"CUDA architecture must look like sm_90, got {arch!r}")
         self.arch = arch
+        # mma.sync m16n8k16 with f16/bf16 inputs and f32 accumulation: sm_80 (Ampere) and newer
+        self.tensor_cores = NVIDIA_SM80 if int(arch[3:].rstrip("af")) >= 80 else ()
         self.local_max = (1024, 1024, 64)
         self.max_local_threads, self.shared_max = max_local_threads, shared_max
 
@@ -83,7 +105,10 @@ class CUDARenderer(CStyleLanguage):
         return type(self), (self.arch, self.max_local_threads, self.shared_max)
 
     def vector_type(self, dt: DType) -> str:
-        """CUDA's built-in vector types: `float4`, `int4`, `double2`, `longlong2`, ..."""
+        """CUDA's built-in vector types: `float4`, `int4`, `double2`, `longlong2`, ...; float16/bfloat16 vectors
+        (tensor core fragments) are pairs packed into `uint4`/`uint2`."""
+        if dt.scalar() in (dtypes.float16, dtypes.bfloat16) and dt.count in _PACKED:
+            return _PACKED[dt.count]
         if (name := _VECTOR_NAMES.get(dt.scalar())) is None or dt.count not in (2, 4) or dt.itemsize > 16:
             raise NotImplementedError(f"CUDA has no vector type for {dt}")
         return f"{name}{dt.count}"
@@ -91,7 +116,7 @@ class CUDARenderer(CStyleLanguage):
     def vector_prelude(self, used: list[DType]) -> list[str]:
         """Aligned-or-lane-by-lane load/store helpers for each vector type used."""
         ret = []
-        for dt in used:
+        for dt in (d for d in used if d.scalar() in _VECTOR_NAMES):
             v, t = self.vector_type(dt), self.render_dtype(dt.scalar())
             lanes = ", ".join(f"p[{i}]" for i in range(dt.count))
             stores = " ".join(f"p[{i}] = x.{_LANES[i]};" for i in range(dt.count))
@@ -99,7 +124,12 @@ class CUDARenderer(CStyleLanguage):
         return ret
 
     def render_vectorize(self, parts: list[str], dt: DType) -> str:
-        """`make_float4(a, b, c, d)`."""
+        """`make_float4(a, b, c, d)`; 16-bit lanes are packed in pairs (low half first), as mma.sync reads them."""
+        if dt.scalar() in (dtypes.float16, dtypes.bfloat16):
+            pairs = [
+                f"((unsigned)({lo})|((unsigned)({hi})<<16))" for lo, hi in zip(parts[::2], parts[1::2], strict=True)
+            ]
+            return pairs[0] if len(pairs) == 1 else f"make_{self.vector_type(dt)}({','.join(pairs)})"
         return f"make_{self.vector_type(dt)}({','.join(parts)})"
 
     def render_gep(self, x: str, lane: int, dt: DType) -> str:
@@ -130,6 +160,9 @@ class CUDARenderer(CStyleLanguage):
     def render_prelude(self, needs: set[str]) -> list[str]:
         """The C helpers with CUDA intrinsics; float16 conversions as PTX cvt instructions; no headers."""
         helpers = []
+        for need in sorted(n for n in needs if n.startswith("wmma:")):
+            tc = TENSOR_CORES[need[5:]]
+            helpers.append(_MMA.format(name=tc.name, t="bf16" if tc.dtype_in is dtypes.bfloat16 else "f16"))
         for text in super().render_prelude(needs):
             if text.startswith("#include"):
                 continue  # CUDA's math functions are built in
@@ -145,3 +178,7 @@ class CUDARenderer(CStyleLanguage):
         if any("tg_bitcast<" in line for line in body):
             prefix = [_CUDA_BITCAST, *prefix]
         return super().render_kernel(name, params, body, prefix)
+
+
+# the WMMA op (tensor cores) before the C rules
+CUDARenderer.string_rules = PatternMatcher([(UPat(Ops.WMMA, name="u"), _wmma)]) + CStyleLanguage.string_rules

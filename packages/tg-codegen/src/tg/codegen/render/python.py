@@ -11,6 +11,7 @@ import base64
 import pickle
 from typing import Any
 
+from tg.codegen.opt.tensor_cores import NVIDIA_SM80
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import GroupOp, Ops
@@ -43,6 +44,8 @@ class PythonRenderer(Renderer):
         return type(self), (self.vector_bytes, self.thread_max, self.has_fma)
 
     native_float_dtypes = frozenset({dtypes.float32, dtypes.float64})
+    # NVIDIA's mma.m16n8k16, emulated warp-wide (the TC opt's kernels are checked here without a GPU)
+    tensor_cores = NVIDIA_SM80
 
     def render(self, uops: list[UOp]) -> str:
         """Serialise the linear program (a listing, then base64 of a pickle on the last line)."""

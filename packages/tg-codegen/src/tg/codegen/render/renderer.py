@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import Ops
@@ -40,6 +40,7 @@ class Renderer:
     local_max: tuple[int, ...] | None = None  # maximum workgroup size per dimension
     shared_max: int = 0  # bytes of shared memory per workgroup
     max_local_threads: int = 1  # most threads in one workgroup (the product of its local sizes)
+    tensor_cores: tuple[Any, ...] = ()  # warp-level matmul instructions the TC opt may use (opt/tensor_cores.py)
     # ALU ops the target renders directly; everything else must be decomposed by lowering
     supported_ops: frozenset[Ops] = frozenset()
     # float dtypes the target computes in natively (others are computed in float32 and stored as bits)

@@ -240,6 +240,11 @@ class PythonProgram(Program):
                     if len(arg) == 1
                     else f"v{i} = ({', '.join(f'{v[0]}[{k}]' for k in arg)},)"
                 )
+            elif op is Ops.WMMA:  # a whole warp's matrix multiply (tensor cores), from every lane's fragments
+                from tg.codegen.opt.tensor_cores import TENSOR_CORES
+
+                env[f"_w{i}"] = TENSOR_CORES[arg].emulate
+                emit(f"v{i} = _w{i}({v[0]}, {v[1]})")
             elif dt.count > 1 and op in GroupOp.ALU:  # a vector op: the scalar op lane by lane
                 env[f"_f{i}"], env[f"_t{i}"] = _alu_impl(op, dt.scalar())
                 lanes_ = ", ".join(f"_l{k}" for k in range(len(v)))

@@ -106,3 +106,89 @@ def test_keep_candidate_cost_rule(keep: bool):
     bufs = frozenset(buf(1).src[0] for _ in range(4 if keep else 3))
     assert policy.keep_candidate(policy.Region(bufs)) is keep
     assert policy.keep_candidate(policy.Region(frozenset(), reduces_buffer=True))
+
+
+def _sum_of_buffers(n: int, device: str = "CPU") -> tuple[list[UOp], UOp]:
+    bufs = [buf(4, 4, device=device) for _ in range(n)]
+    out = bufs[0]
+    for b in bufs[1:]:
+        out = out.alu(Ops.ADD, b)
+    return bufs, out
+
+
+def _kernel_args(outs: UOp) -> list[int]:
+    from tg.codegen.schedule import create_schedule
+
+    return [len(c.src) - 1 for c in create_schedule(UOp(Ops.SINK, src=(outs,))).linear.src]
+
+
+@pytest.mark.parametrize("limit", [4, 5, 8])
+def test_l1_kernels_over_the_buffer_limit_store_intermediates(limit: int):
+    from tg.ir import Context
+
+    _, out = _sum_of_buffers(8)  # one kernel of 8 inputs + the output without a limit
+    assert _kernel_args(out) == [9]
+    with Context(MAX_KERNEL_BUFFERS=limit):
+        args = _kernel_args(out)
+        plan = plan_stores(UOp(Ops.SINK, src=(out,)))
+    assert len(args) > 1 and max(args) <= limit
+    assert sum(1 for st in plan.stores.values() if policy.BUFFER_LIMIT in st.reasons) == len(args) - 1
+
+
+def test_l1_limit_comes_from_the_renderer_of_the_device():
+    from tg.codegen.render.renderer import Renderer
+
+    class _FewArgs(Renderer):  # a target whose kernels take at most 4 buffers
+        device = "TESTFEWARGS"
+        max_buffers = 4
+
+    try:
+        assert Renderer.buffer_limits["TESTFEWARGS"] == 4
+        _, out = _sum_of_buffers(6, device="TESTFEWARGS")
+        assert max(_kernel_args(out)) <= 4
+        _, other = _sum_of_buffers(6)  # another device: no limit
+        assert _kernel_args(other) == [7]
+    finally:
+        del Renderer.buffer_limits["TESTFEWARGS"]
+
+
+def test_l1_rejects_a_limit_too_small_to_split_to():
+    from tg.ir import Context
+
+    _, out = _sum_of_buffers(4)
+    with Context(MAX_KERNEL_BUFFERS=3), pytest.raises(ValueError, match="too small"):
+        plan_stores(UOp(Ops.SINK, src=(out,)))
+
+
+def test_d1_a_kept_value_constant_along_an_axis_is_stored_without_it():
+    cols = [buf(4, 1) for _ in range(4)]
+    wide = [c.expand((4, 8)) for c in cols]
+    y = wide[0].alu(Ops.MUL, wide[1]).alu(Ops.ADD, wide[2].alu(Ops.MUL, wide[3]))  # reads 4 buffers: C2 keeps it
+    out = y.alu(Ops.ADD, y.flip((False, True)))  # read at two indices: R2
+    plan = plan_stores(UOp(Ops.SINK, src=(out,)))
+    assert plan.stores[y].reasons == {policy.MULTI_INDEX}
+    assert plan.dead[y] == frozenset({1}) and plan.stored_shape(y) == (4, 1)
+    assert plan.buffers[y].arg == 4  # 4 elements stored, not 32
+    assert out not in plan.dead  # an output is stored whole
+
+
+@pytest.mark.parametrize(
+    ("make", "expect"),
+    [
+        (lambda b: b.reshape((4, 1)).expand((4, 8)), {1}),
+        (lambda b: b.reshape((4, 1)).expand((4, 8)).permute((1, 0)), {0}),
+        (lambda b: b.reshape((4, 1)).expand((4, 8)).pad(((0, 0), (1, 0))), set()),  # zeros along the padded axis
+        (lambda b: b.reshape((4, 1)).expand((4, 8)).pad(((1, 0), (0, 0))), {1}),
+        (lambda b: b.reshape((4, 1)).expand((4, 8)).reshape((2, 2, 8)), set()),  # splits a non-1 axis: unknown
+        (lambda b: b.reshape((4, 1)).expand((4, 8)).reshape((4, 1, 8)), {2}),
+        (lambda b: b.reshape((4, 1)).expand((4, 8)).alu(Ops.ADD, buf(4, 8)), set()),
+        (lambda b: b.reshape((4, 1, 1)).expand((4, 8, 2)).r(Ops.ADD, (2,)), {1}),
+    ],
+)
+def test_d1_constant_axes_through_each_op(make, expect):
+    x = make(UOp.new_buffer("CPU", 4, dtypes.float32))
+    dead: dict[UOp, int] = {}
+    for n in x.toposort():
+        if n._shape is not None:
+            dead[n] = policy.constant_axes(n, [dead.get(s, 0) for s in n.src])
+    assert dead[x] == sum(1 << a for a in expect)

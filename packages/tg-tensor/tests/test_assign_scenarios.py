@@ -174,6 +174,25 @@ def test_s19_assign_through_a_same_size_bitcast() -> None:
     assert a.tolist() == [3.0, 4.0]
 
 
+def test_s20_assign_through_a_shape_changing_bitcast() -> None:
+    a = r([1.0, 2.0])
+    v = a.bitcast(dtypes.uint16)
+    assert v.shape == (4,)
+    v.assign(r([0, 0x4040, 0, 0x4080], dtypes.uint16))
+    assert a.tolist() == [3.0, 4.0] and v.tolist() == [0, 0x4040, 0, 0x4080]
+    # to a wider dtype, and through a slice of the source: only the viewed elements change
+    h = r([0, 0x3F80, 0, 0x4000, 7, 7], dtypes.uint16)
+    wide = h[0:4].bitcast(dtypes.float32)
+    np.testing.assert_array_equal(wide.numpy(), [1.0, 2.0])
+    wide.assign(r([3.0, 4.0]))
+    expected = [*np.array([3.0, 4.0], np.float32).view(np.uint16).tolist(), 7, 7]
+    assert h.tolist() == expected and wide.tolist() == [3.0, 4.0]
+    # bytes of a float64, little-endian as numpy's view
+    d = r([1.5], dtypes.float64)
+    d.bitcast(dtypes.uint8).assign(Tensor(np.array([2.5]).view(np.uint8).tolist(), dtype=dtypes.uint8))
+    assert d.tolist() == [2.5]
+
+
 def test_s21_assign_to_a_copy_on_another_device() -> None:
     a = r([1, 2])
     b = a.to("CPU:1")

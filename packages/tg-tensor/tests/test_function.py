@@ -171,3 +171,86 @@ def test_graph_affecting_settings_are_part_of_the_signature() -> None:
     with Context(TRAINING=1):
         f(Tensor([1.0]))
     assert f.trace_count == 2
+
+
+def test_a_call_is_one_node_over_the_traced_body_reused_by_every_call() -> None:
+    from tg.codegen.schedule import cache_stats
+    from tg.ir import Ops
+    from tg.runtime.engine import method_cache
+    from tg.tensor import plans
+
+    @function
+    def chain(x: Tensor, w: Tensor) -> Tensor:
+        for _ in range(50):
+            x = (x * w + 1).tanh()
+        return x
+
+    rng = np.random.default_rng(2)
+    outs, inputs = [], []
+    for _ in range(3):
+        x, w = Tensor(rng.standard_normal(8).astype(np.float32)), Tensor(rng.standard_normal(8).astype(np.float32))
+        inputs.append((x, w))
+        outs.append(chain(x, w))
+    calls = [o.uop.src[0] for o in outs]
+    assert all(o.uop.op is Ops.GETTUPLE for o in outs) and all(c.op is Ops.FUNCTION for c in calls)
+    assert calls[0].src[0] is calls[1].src[0] is calls[2].src[0]  # one body object for every call
+    for call, (x, w) in zip(calls, inputs, strict=True):
+        assert call.src[1:] == (x.uop, w.uop)  # the call node holds this call's arguments, not a copy of the body
+    outs[0].realize()
+    # a repeated structure hits the schedule cache, or the realize plans in front of it (tg.tensor.plans)
+    compiled, hits = len(method_cache), cache_stats["hits"] + plans.stats["hits"]
+    for o, (x, w) in zip(outs[1:], inputs[1:], strict=True):
+        ref = x.numpy()
+        for _ in range(50):
+            ref = np.tanh(ref * w.numpy() + 1)
+        np.testing.assert_allclose(o.numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert len(method_cache) == compiled  # same kernels
+    assert cache_stats["hits"] + plans.stats["hits"] >= hits + 2  # same schedule
+
+
+def test_gradients_through_several_outputs_and_nested_calls_equal_the_plain_function() -> None:
+    def inner(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+        h = (x @ w).relu()
+        return h.sum(1), (h * h).mean()
+
+    def outer(x: Tensor, w: Tensor, v: Tensor) -> Tensor:
+        a, b = inner_fn(x, w)
+        return (a * v).sum() + b
+
+    inner_fn = function(inner)
+    outer_fn = function(outer)
+    rng = np.random.default_rng(3)
+    data = [rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3, 5), (4,))]
+
+    def grads(f: object, use_second_only: bool = False) -> list[np.ndarray]:
+        x, w, v = (Tensor(d, requires_grad=True) for d in data)
+        if use_second_only:
+            inner_fn(x, w)[1].backward()  # the first output gets no gradient
+            return [x.grad.numpy(), w.grad.numpy()]  # type: ignore[union-attr]
+        f(x, w, v).backward()  # type: ignore[operator]
+        return [t.grad.numpy() for t in (x, w, v)]  # type: ignore[union-attr]
+
+    def plain(x: Tensor, w: Tensor, v: Tensor) -> Tensor:
+        a, b = inner(x, w)
+        return (a * v).sum() + b
+
+    expected = grads(plain)
+    for _ in range(2):
+        for got, want in zip(grads(outer_fn), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    x, w = (Tensor(d, requires_grad=True) for d in data[:2])
+    inner(x, w)[1].backward()
+    for got, want in zip(grads(None, use_second_only=True), [x.grad.numpy(), w.grad.numpy()], strict=True):  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # the backward of each call is a call too, over one backward body per set of outputs with gradients
+    (trace,) = inner_fn.cache.values()
+    assert set(trace.body.__dict__["_tg_backward"]) == {(0, 1), (1,)}
+
+
+def test_a_call_without_grad_inputs_does_not_require_grad() -> None:
+    @function
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    assert f(Tensor([1.0], requires_grad=True)).requires_grad
+    assert not f(Tensor([1.0])).requires_grad

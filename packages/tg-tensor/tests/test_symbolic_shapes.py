@@ -150,3 +150,42 @@ def test_clear_errors_for_what_a_symbolic_dim_cannot_do() -> None:
         Tensor(A)[:, : Variable("j", 1, 20).bind(15)]  # 15 > 10 at the bound value
     with pytest.raises(ValueError, match="broadcast"):
         Tensor(A)[:, :v] + Tensor(A)[:, : Variable("k", 1, 10).bind(3)]  # different variables: different dims
+
+
+def test_argmax_pickle_copy_and_gradient_of_symbolic_tensors() -> None:
+    import pickle
+
+    v = Variable("i", 1, 10).bind(3)
+    b = Tensor(A)[:, :v]
+    np.testing.assert_array_equal(b.argmax(1).numpy(), A[:, :3].argmax(1))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(b)).numpy(), A[:, :3])  # a concrete copy
+    np.testing.assert_array_equal(b.to("PYTHON").numpy(), A[:, :3])
+    np.testing.assert_array_equal(Tensor.arange(v, 0, -1).numpy(), np.arange(3, 0, -1))
+    x = Tensor.ones(3, 10, requires_grad=True)
+    (x[:, :v] * 2).sum().backward()
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), np.pad(np.full((3, 3), 2.0, np.float32), ((0, 0), (0, 7))))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kv_cache_with_a_variable_position_compiles_once(device: str) -> None:
+    """A KV-cache step: write at `start_pos`, attend over `[:start_pos+1]`; lazy readers of the previous step are
+    computed in their own schedule before the write (they bind the variable to another value)."""
+    rng = np.random.default_rng(5)
+    cache_np = np.zeros((2, 8, 4), np.float32)
+    cache = Tensor(cache_np, device=device).realize()
+    pos_var = Variable("start_pos", 0, 7)
+    q = Tensor(np.ones((2, 1, 4), np.float32), device=device).realize()
+    compiled_after: list[int] = []
+    for pos in range(4):
+        v = pos_var.bind(pos)
+        new = rng.standard_normal((2, 1, 4)).astype(np.float32)
+        cache[:, v : v + 1].assign(Tensor(new, device=device)).realize()
+        cache_np[:, pos : pos + 1] = new
+        keys = cache[:, : v + 1]
+        out = (q @ keys.transpose(1, 2)).softmax(-1) @ keys
+        k = cache_np[:, : pos + 1]
+        att = np.exp(np.ones((2, 1, 4), np.float32) @ k.transpose(0, 2, 1))
+        np.testing.assert_allclose(out.numpy(), (att / att.sum(-1, keepdims=True)) @ k, rtol=1e-5, atol=1e-6)
+        compiled_after.append(len(_compiled(device)))
+    assert compiled_after[2] == compiled_after[3]  # positions 2 and 3 reuse the kernels of the earlier steps

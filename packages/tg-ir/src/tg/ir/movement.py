@@ -116,6 +116,8 @@ class MovementMixin:
             return tuple(s // n if i == axis else s for i, s in enumerate(ps))
         if op in _PASS_SHAPE:
             return src[0]._shape
+        if op is Ops.GETTUPLE:  # output i of a function call: the shape of that body output
+            return src[0].src[0].src[self.arg]._shape
         if op is Ops.MULTI:  # the logical shape: shards side by side on the sharded axis
             ps = src[0]._shape
             if ps is None or self.arg is None:

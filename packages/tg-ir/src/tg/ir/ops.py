@@ -28,6 +28,10 @@ class Ops(IntEnum):
     CALL = auto()
     PROGRAM = auto()
     LINEAR = auto()
+    # tensor-level function calls: FUNCTION(TUPLE(body outputs), *args), arg = (name, parameters); GETTUPLE(fn, i)
+    FUNCTION = auto()
+    TUPLE = auto()
+    GETTUPLE = auto()
     SOURCE = auto()
     BINARY = auto()
 

@@ -119,6 +119,13 @@ tensor_spec = shared_spec + PatternMatcher([
     (UPat((Ops.MSELECT, Ops.MSTACK), name="x"), lambda x: len(x.src) >= 1),
     (UPat(Ops.MULTI, name="x"), lambda x: len(x.src) >= 1 and all(s.dtype is x.dtype for s in x.src)),
     (UPat((Ops.KERNEL, Ops.CALL)), lambda: True),
+    # function calls: a body TUPLE and its arguments (one per parameter); GETTUPLE picks an output of the right dtype
+    (UPat(Ops.FUNCTION, dtypes.void, name="x", src=(UPat(Ops.TUPLE),), allow_any_len=True),
+     lambda x: isinstance(x.arg, tuple) and len(x.arg) == 2 and len(x.arg[1]) == len(x.src) - 1),
+    (UPat(Ops.TUPLE, dtypes.void), lambda: True),
+    (UPat(Ops.GETTUPLE, name="x", src=(UPat(Ops.FUNCTION),)),
+     lambda x: isinstance(x.arg, int) and 0 <= x.arg < len(x.src[0].src[0].src)
+     and x.dtype is x.src[0].src[0].src[x.arg].dtype),
 ])  # fmt: skip
 
 

@@ -101,16 +101,20 @@ def arange(
 
 def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None,
                      requires_grad: bool | None) -> Tensor:  # fmt: skip
-    """arange to a symbolic `stop` (int start and positive int step): the values up to the stop's maximum, sliced
-    to the bound length, so one kernel serves every value."""
-    if not (isinstance(start, int) and isinstance(step, int) and step > 0 and is_symbolic(stop)):
-        raise TypeError(f"arange with a symbolic bound needs int start, positive int step and a symbolic stop, got "
-                        f"start={start!r}, stop={stop!r}, step={step!r}")  # fmt: skip
-    n = simplify_dim((stop - start + step - 1) // step)
-    if isinstance(n, int) or n.vmin < 0:
-        raise ValueError(f"arange: the symbolic stop {stop.render()} can be below start {start}")
-    full_range = arange(start, start + int(n.vmax) * step, step, dtype, device)
-    ret = full_range[:n]
+    """arange with a symbolic start and/or stop (int step): `start + i*step` for i below the count's maximum,
+    sliced to the bound count, so one kernel serves every value of the Variables."""
+    for name, x in (("start", start), ("stop", stop)):
+        if not (isinstance(x, int) or is_symbolic(x)):
+            raise TypeError(f"arange with a symbolic bound needs int or symbolic {name}, got {x!r}")
+    if not isinstance(step, int):
+        raise TypeError(f"arange with a symbolic bound needs an int step, got {step!r}")
+    count = simplify_dim((stop - start + step - 1) // step if step > 0 else (start - stop - step - 1) // -step)
+    if isinstance(count, UOp) and count.vmin < 0:
+        raise ValueError(f"arange: the count {count.render()} can be negative for some values of its Variables")
+    dt = dtype_arg(dtype) or dtypes.default_int
+    most = count if isinstance(count, int) else int(count.vmax)
+    index = arange(0, most, 1, dtypes.default_int, device)
+    ret = (index[:count] * step + start).cast(dt)
     return ret if requires_grad is None else ret.requires_grad_(requires_grad)
 
 

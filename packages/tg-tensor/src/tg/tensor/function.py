@@ -1,21 +1,25 @@
-"""`@function`: trace a Python function of tensors once per signature and reuse the traced graph.
+"""`@function`: trace a Python function of tensors once per signature into a reusable call node.
 
 The first call with a new signature (argument structure; each tensor's shape, dtype, device and which arguments
 share a buffer; non-tensor arguments by value; DEFAULT_FLOAT/DEFAULT_INT/TRAINING) runs the function on
-*placeholder* tensors and keeps the graphs it returns. Every call, that one included, substitutes this call's
-tensors for the placeholders: the result is the same graph the plain function would have built, so values,
-fusion and gradients are those of the plain function, and the Python body runs once per signature (its side
-effects too). Assigns to arguments inside the body are applied to the caller's tensors; random numbers drawn
-inside are drawn anew at each call, as eager calls would.
+*placeholder* tensors (parameters) and keeps what it returns as the body `TUPLE(out_0, ...)`. Every call, that one
+included, builds `FUNCTION(body, *args)` over this call's tensors (and fresh random-number inputs) and returns
+`GETTUPLE(call, i)` per output: O(#arguments), the body's Python runs once per signature (its side effects too),
+and the body graph is the same object for every call. At realize, calls are inlined (parameters replaced by the
+arguments) before scheduling, so fusion, the schedule cache and compiled kernels are those of the plain function.
+Gradients differentiate the body once per set of outputs with gradients into a backward function (also a call
+node). Assigns to arguments inside the body are applied to the caller's tensors when the function is called.
 
 Limits: reading data (`numpy()`, `item()`) or calling `realize()` inside the body raises; tensors the body reads
 that are not arguments (closure weights) raise unless `allow_implicit=True`, which binds them in place (an
-`assign` to them is seen by later calls; rebinding the Python name is not).
+`assign` to them is seen by later calls; rebinding the Python name is not; no gradient flows to them through the
+call); sharded tensors cannot be arguments yet.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
@@ -33,14 +37,17 @@ __all__ = ["function"]
 R = TypeVar("R")
 
 
-def _placeholder(i: int, t: Tensor) -> UOp:
-    """Argument slot `i`: a BUFFER that never holds memory (its UNIQUE is a tuple, never a counter value)."""
+_trace_ids = itertools.count()
+
+
+def _placeholder(trace: int, i: int, t: Tensor) -> UOp:
+    """Parameter `i` of trace `trace`: a BUFFER that never holds memory (its UNIQUE is a tuple, never a counter
+    value), distinct per trace so that a call inside another function's body is never confused with it."""
     numel = 1
     for s in t.shape:
         numel *= int(s)
-    return UOp(Ops.BUFFER, t.dtype, (UOp(Ops.UNIQUE, arg=("param", i)), UOp(Ops.DEVICE, arg=t.device)), numel).reshape(
-        t.shape
-    )
+    unique = UOp(Ops.UNIQUE, arg=("param", trace, i))
+    return UOp(Ops.BUFFER, t.dtype, (unique, UOp(Ops.DEVICE, arg=t.device)), numel).reshape(t.shape)
 
 
 def _base_buffer(uop: UOp) -> UOp | None:
@@ -52,10 +59,12 @@ def _base_buffer(uop: UOp) -> UOp | None:
 
 
 class _Trace:
-    """One traced signature: output graphs over placeholders, written arguments, random draws to renew."""
+    """One traced signature: the body TUPLE over parameters, which outputs are None, written arguments, random
+    draws to renew per call."""
 
     def __init__(
         self,
+        name: str,
         placeholders: list[UOp],
         outputs: list[UOp | None],
         ret_structure: Any,
@@ -63,7 +72,9 @@ class _Trace:
         rng: list[tuple[str, UOp, int, int]],
         rng_advance: int,
     ) -> None:
-        self.placeholders, self.outputs, self.ret_structure = placeholders, outputs, ret_structure
+        self.name, self.placeholders, self.ret_structure = name, placeholders, ret_structure
+        self.body = UOp(Ops.TUPLE, dtypes.void, tuple(u for u in outputs if u is not None))
+        self.returns_none = [u is None for u in outputs]
         self.writes, self.rng, self.rng_advance = writes, rng, rng_advance
 
 
@@ -119,7 +130,10 @@ class Function(Generic[R]):
         return self._bind(trace, tensors, alias)
 
     def _trace(self, args: tuple, kwargs: dict, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> _Trace:
-        placeholders = [_placeholder(i, t) for i, (_, t) in enumerate(tensors)]
+        if any(isinstance(t.device, tuple) for _, t in tensors):
+            raise NotImplementedError(f"@function {self.name}: sharded tensors cannot be arguments yet")
+        trace_id = next(_trace_ids)
+        placeholders = [_placeholder(trace_id, i, t) for i, (_, t) in enumerate(tensors)]
         stand_ins = [Tensor(placeholders[alias[i]]) for i in range(len(tensors))]
         for st, (_, t) in zip(stand_ins, tensors, strict=True):
             if t.requires_grad:
@@ -153,32 +167,65 @@ class Function(Generic[R]):
             )
         rng = [(kind, u, value - rng_start if kind == "counter" else 0, num) for kind, u, value, num in rng_log]
         advance, Tensor._rng_counter = Tensor._rng_counter - rng_start, rng_start  # the binding draws them
-        return _Trace(placeholders, outputs, ret_structure, writes, rng, advance)
+        return _Trace(self.name, placeholders, outputs, ret_structure, writes, rng, advance)
 
     def _bind(self, trace: _Trace, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> R:
-        mapping: dict[UOp, UOp] = {}
+        from tg.tensor.autograd import mark, reaches_grad
+
+        params: list[UOp] = []
+        args: list[UOp] = []
         for i, (_, t) in enumerate(tensors):
             if alias[i] == i:
-                mapping[trace.placeholders[i]] = t.uop
+                params.append(trace.placeholders[i])
+                args.append(t.uop)
         if trace.rng:  # this call's random draws: fresh counters and the current seed
             from tg.tensor.tensor import _from_bytes
 
             start, seed = Tensor._rng_counter, Tensor._seed & 0xFFFFFFFFFFFFFFFF
             for kind, buf, offset, num in trace.rng:
                 values = array("Q", range(start + offset, start + offset + num) if kind == "counter" else [seed])
-                mapping[buf] = _base(_from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device)))
+                params.append(buf)
+                args.append(_base(_from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device))))
             Tensor._rng_counter = start + trace.rng_advance
-        roots = [u for u in trace.outputs if u is not None] + [w for _, w in trace.writes]
-        bound = iter(UOp.sink(*roots).substitute(mapping).src) if roots else iter(())
-        returned: list[Tensor | None] = [None if u is None else Tensor(next(bound)) for u in trace.outputs]
-        for i, _ in trace.writes:
-            target = tensors[i][1]
-            state = target.uop
-            while state.op is Ops.RESHAPE:
-                state = state.src[0]
-            target.uop = next(bound)
-            _realize.repoint_views(state, target.uop, target)
+        returned: list[Tensor | None] = []
+        if trace.body.src:
+            call = UOp(Ops.FUNCTION, dtypes.void, (trace.body, *args), (trace.name, tuple(params)))
+            # gradients flow into the call through its arguments only (the parameters are placeholders)
+            mark(call, any(reaches_grad(a) for a in args))
+            _realize.note_function_call()
+            outs = iter(range(len(trace.body.src)))
+            for none in trace.returns_none:
+                k = -1 if none else next(outs)
+                returned.append(None if none else Tensor(UOp(Ops.GETTUPLE, trace.body.src[k].dtype, (call,), k)))
+        else:
+            returned = [None] * len(trace.returns_none)
+        if trace.writes:  # written arguments get their new state now (ordering rules as for any assign)
+            mapping = dict(zip(params, args, strict=True))
+            bound = iter(UOp.sink(*(w for _, w in trace.writes)).substitute(mapping).src)
+            for i, _ in trace.writes:
+                target = tensors[i][1]
+                state = target.uop
+                while state.op is Ops.RESHAPE:
+                    state = state.src[0]
+                target.uop = next(bound)
+                _realize.repoint_views(state, target.uop, target)
         return _unflatten_return(trace.ret_structure, iter(returned))
+
+
+def inline_calls(roots: list[UOp]) -> list[UOp]:
+    """`roots` with every function call replaced by its body over the call's arguments (before scheduling: the call
+    boundary never blocks fusion). Calls inside bodies are inlined in later rounds."""
+    sink = UOp.sink(*roots)
+    while gets := [u for u in sink.toposort() if u.op is Ops.GETTUPLE]:
+        bodies: dict[UOp, UOp] = {}
+        mapping: dict[UOp, UOp] = {}
+        for g in gets:
+            fn = g.src[0]
+            if (body := bodies.get(fn)) is None:
+                body = bodies[fn] = fn.src[0].substitute(dict(zip(fn.arg[1], fn.src[1:], strict=True)))
+            mapping[g] = body.src[g.arg]
+        sink = sink.substitute(mapping)
+    return list(sink.src)
 
 
 def _base(u: UOp) -> UOp:

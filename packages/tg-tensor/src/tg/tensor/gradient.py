@@ -179,10 +179,19 @@ def compute_gradient(
     for node in reversed(_target_path(root, targets, origins)):
         if (g := grads.get(node)) is None:
             continue
-        if node in origins and node not in targets:
+        if node.op is Ops.GETTUPLE:  # an output of a function call: collected per call, differentiated at the call
+            fn = node.src[0]
+            prev = list(grads[fn].src) if fn in grads else [UOp(Ops.NOOP)] * len(fn.src[0].src)
+            prev[node.arg] = g if prev[node.arg].op is Ops.NOOP else prev[node.arg] + g
+            grads[fn] = UOp(Ops.TUPLE, dtypes.void, tuple(prev))
+            continue
+        if node.op is Ops.FUNCTION:
+            local: tuple[UOp | None, ...] | None = function_gradient(node, g)
+            srcs: tuple[UOp, ...] = node.src
+        elif node in origins and node not in targets:
             used_origins[origins[node]] = node
-            local: tuple[UOp | None, ...] | None = (g,)
-            srcs: tuple[UOp, ...] = (origins[node],)
+            local = (g,)
+            srcs = (origins[node],)
         else:
             local = cast("tuple[UOp | None, ...] | None", pm_gradient.rewrite(node, ctx=g))
             srcs = node.src
@@ -200,3 +209,45 @@ def compute_gradient(
     if used_origins:  # read realized values from their buffers instead of recomputing them
         grads = {k: v.substitute(used_origins) for k, v in grads.items()}
     return grads
+
+
+# ---- function calls ---------------------------------------------------------------------------------------------
+
+_BACKWARD = "_tg_backward"  # memo on a function body: which outputs have gradients -> the backward body
+
+
+def _grad_placeholder(like: UOp, i: int, body: UOp) -> UOp:
+    """Parameter for the incoming gradient of output `i` of `body` (a BUFFER that never holds memory)."""
+    numel = math.prod(like.shape) if like.shape else 1
+    unique = UOp(Ops.UNIQUE, arg=("grad", id(body), i))
+    return UOp(Ops.BUFFER, like.dtype, (unique, UOp(Ops.DEVICE, arg=like.device)), numel).reshape(like.shape)
+
+
+def function_gradient(fn: UOp, out_grads: UOp) -> tuple[UOp | None, ...]:
+    """Gradients of a call `FUNCTION(TUPLE(outputs), *args)` for its sources, given a TUPLE of the outputs' gradients
+    (NOOP where an output has none): the body is differentiated once per set of outputs with gradients, into a
+    backward body over the same parameters plus one parameter per incoming gradient; each call then gets
+    `GETTUPLE(FUNCTION(backward body, *args, *gradients), k)`, so the backward is a reusable call too."""
+    body, args, params = fn.src[0], fn.src[1:], fn.arg[1]
+    have = tuple(i for i, g in enumerate(out_grads.src) if g.op is not Ops.NOOP)
+    memo = body.__dict__.setdefault(_BACKWARD, {})
+    if (entry := memo.get(have)) is None:
+        targets = {p for p in params if dtypes.is_float(p.dtype)}
+        grad_params = tuple(_grad_placeholder(body.src[i], i, body) for i in have)
+        total: dict[UOp, UOp] = {}
+        for i, gp in zip(have, grad_params, strict=True):
+            for p, g in compute_gradient(body.src[i], gp, targets).items():
+                if p in targets:
+                    total[p] = total[p] + g if p in total else g
+        flowing = tuple(k for k, p in enumerate(params) if p in total)
+        bwd_body = UOp(Ops.TUPLE, dtypes.void, tuple(total[params[k]] for k in flowing))
+        entry = memo[have] = (bwd_body, (*params, *grad_params), flowing)
+    bwd_body, bwd_params, flowing = entry
+    if not flowing:
+        return (None,) * len(fn.src)
+    name = f"{fn.arg[0]}.backward"
+    call = UOp(Ops.FUNCTION, dtypes.void, (bwd_body, *args, *(out_grads.src[i] for i in have)), (name, bwd_params))
+    local: list[UOp | None] = [None] * len(fn.src)
+    for j, k in enumerate(flowing):
+        local[1 + k] = UOp(Ops.GETTUPLE, bwd_body.src[j].dtype, (call,), j)
+    return tuple(local)

@@ -12,9 +12,10 @@ The structure key lists the graph in toposort order, each node as (op, dtype, ar
 sources); a UNIQUE node is just `UNIQUE` (its position identifies it, so distinct buffers stay distinct and a
 buffer read twice is one source). Two graphs with equal keys are the same graph up to which buffers they read,
 so they normalise to one schedule-cache key (callify.py) and schedule the same way. The key also holds the
-switches that change scheduling (`POLICY`, `NO_MEMORY_PLANNER`); `clear_schedule_cache()` empties this cache too
-and `SCACHE=0` turns it off with the schedule cache. Graphs the plan format does not cover (sharded tensors, call
-bodies other than kernels and copies) always take the full path. `stats` counts hits and misses (tests).
+switches that change scheduling (`tg.codegen.schedule.switches()`, `NO_MEMORY_PLANNER`).
+`clear_schedule_cache()` empties this cache too and `SCACHE=0` turns it off with the schedule cache. Graphs the
+plan format does not cover (sharded tensors, call bodies other than kernels and copies) always take the full path.
+`stats` counts hits and misses (tests).
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def _lookup_key(st: Structure) -> tuple[Any, ...] | None:
     if rt.cache.generation != _generation:  # clear_schedule_cache() was called: plans go with the templates
         _plans.clear()
         _generation = rt.cache.generation
-    return (rt.schedule.POLICY, rt.memory.NO_MEMORY_PLANNER.value, st.key)
+    return (rt.schedule.switches(), rt.memory.NO_MEMORY_PLANNER.value, st.key)
 
 
 def realize(sink: UOp, st: Structure) -> dict[UOp, UOp]:

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 
 # names of the @function bodies being traced (innermost last): nothing may be realized or read while tracing
 tracing_functions: list[str] = []
+# set once an @function call node exists: realizes then inline calls before scheduling (nothing to do before)
+_function_calls = False
+
+
+def note_function_call() -> None:
+    """Called by @function when it builds a call node."""
+    global _function_calls
+    _function_calls = True
 
 
 class TensorIndex:
@@ -311,6 +319,12 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             "tensors instead"
         )
     roots = list(dict.fromkeys([t._uop for t in todo]))
+    called: dict[UOp, UOp] = {}  # root with @function calls -> the same value with the calls inlined
+    if _function_calls:
+        from tg.tensor.function import inline_calls
+
+        called = {r: i for r, i in zip(roots, inline_calls(roots), strict=True) if i is not r}
+        roots = list(dict.fromkeys(called.get(r, r) for r in roots))
     sink = UOp(Ops.SINK, src=tuple(roots))
     st = plans.Structure(sink)
     # a pending read of a buffer that an assign in this schedule overwrites must be computed now, before the write
@@ -329,12 +343,18 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                     if shard.op is Ops.BUFFER:
                         targets.add(shard)
         if extra := pending_readers(targets, roots):
+            if _binds_conflict([*roots, *extra]):  # a reader bound a Variable to another value: its own schedule first
+                realize_tensors([t for r in extra for t in index.tensors(r)])
+                return realize_tensors(todo)
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
             st = plans.Structure(sink)
     if st.sharded:
         becomes = _realize_sharded(sink)
     else:  # a stored plan when this structure ran before, else the scheduler
         becomes = plans.realize(sink, st)
+    for root, inlined in called.items():
+        if inlined in becomes:
+            becomes[root] = becomes[inlined]
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
     affected = [(r, ts) for r in index.affected(becomes) if (ts := index.tensors(r)) and not is_realized(r)]
     if not affected:
@@ -349,6 +369,26 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 t.uop = new
             if len(ts) > 1 and old.op not in _ALIASING_ROOTS and not _is_view(old) and buffer_of(new) is not None:
                 _note_twins(ts)  # one value computed for independently made tensors: copy on write
+
+
+def _binds_conflict(roots: list[UOp]) -> bool:
+    """Whether the graphs of `roots` bind one Variable to two values (they cannot share one schedule)."""
+    seen: dict[UOp, UOp] = {}
+    for u in UOp(Ops.SINK, src=tuple(dict.fromkeys(roots))).toposort():
+        for b in _binds(u):
+            if seen.setdefault(b.src[0], b) is not b:
+                return True
+    return False
+
+
+def _binds(u: UOp) -> list[UOp]:
+    """The BINDs node `u` holds: itself, or inside its movement arguments (symbolic shapes)."""
+    if u.op is Ops.BIND:
+        return [u]
+    if u.op not in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) or not isinstance(u.arg, tuple):
+        return []
+    flat = [x for a in u.arg for x in (a if isinstance(a, tuple) else (a,))]
+    return [b for x in flat if isinstance(x, UOp) for b in x.toposort() if b.op is Ops.BIND]
 
 
 def _realize_sharded(sink: UOp) -> dict[UOp, UOp]:

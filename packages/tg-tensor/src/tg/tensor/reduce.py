@@ -264,7 +264,7 @@ def _arg_extreme(self: Tensor, extreme: Tensor, a: int, keepdim: bool) -> Tensor
     shape[a] = n
     idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape(shape)
     found = max(hit.where(idx, 0), a, keepdim)
-    return (n - found).cast(dtypes.int32)
+    return found.sub(n, reverse=True).cast(dtypes.int32)  # n - found (n may be a symbolic int)
 
 
 def _arg(

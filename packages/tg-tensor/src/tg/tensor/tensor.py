@@ -104,7 +104,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
     [3.0, 6.0]
     """
 
-    __slots__ = ("__weakref__", "_is_leaf", "_requires_grad", "_uop", "grad")
+    __slots__ = ("__weakref__", "_bitcast_of", "_is_leaf", "_requires_grad", "_uop", "grad")
+    _bitcast_of: Tensor  # set on a bitcast to another itemsize: the tensor its assigns write through to
     _seed: int = 0x5EED
     _rng_counter: int = 0
 
@@ -270,8 +271,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         if isinstance(self.uop.device, tuple):
             return _unpickle_sharded, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.devices,
                                        _multi.shard_axis(self), self.requires_grad)  # fmt: skip
-        return _unpickle, (bytes(_realize.host_bytes(self)), self.shape, self.dtype, self.device,
-                           self.requires_grad)  # fmt: skip
+        shape = _shapes.concrete_shape(self.shape)  # a symbolic shape pickles as its value
+        return _unpickle, (bytes(_realize.host_bytes(self)), shape, self.dtype, self.device, self.requires_grad)
 
     # ---- realization and data out -----------------------------------------------------------------------
 
@@ -390,7 +391,8 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """Write `x` into this tensor's buffer (same shape, dtype, device); earlier reads keep the old value.
 
         On a view of a buffer (slice, permute, flip, reshape) the write goes into the viewed elements of the
-        buffer and is realized at once: `t[1:3].assign(Tensor([7.0, 8.0]))` changes `t`.
+        buffer and is realized at once: `t[1:3].assign(Tensor([7.0, 8.0]))` changes `t`. The same holds for
+        bitcasts, also to another itemsize: `a.bitcast(dtypes.uint16).assign(bits)` rewrites `a`'s bytes.
         """
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
@@ -406,7 +408,11 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.ASSIGN):
             base = base.src[0]
-        if base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
+        if (inner := getattr(self, "_bitcast_of", None)) is not None:
+            # a bitcast to another itemsize (its last dim scaled): the value's bits, regrouped, go to the source
+            inner.assign(x.bitcast(inner.dtype)).realize()
+            self.uop = inner.bitcast(self.dtype).uop
+        elif base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
             state = self.uop
             while state.op is Ops.RESHAPE:
                 state = state.src[0]
@@ -442,7 +448,9 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """Reinterpret the bits as `dtype`; with another itemsize the last dim scales (`float32 (2,) -> uint8 (8,)`)."""
         dt = to_dtype(dtype_arg(dtype) or dtype)
         if dt.itemsize != self.dtype.itemsize:
-            return _aliases.bitcast_resize(self, dt)
+            out = _aliases.bitcast_resize(self, dt)
+            out._bitcast_of = self  # an assign to `out` writes the bits through to this tensor
+            return out
         return self if dt is self.dtype else Tensor(self.uop.bitcast(dt))
 
     # ---- movement: see movement.py ---------------------------------------------------------------------

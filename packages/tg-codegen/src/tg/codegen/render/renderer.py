@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import Ops
@@ -47,6 +47,15 @@ class Renderer:
     native_float_dtypes: frozenset[DType] = frozenset({dtypes.float32, dtypes.float64})
     # extra renderer-specific rewrite rules run at the end of lowering
     extra_matcher: PatternMatcher | None = None
+    # most buffers one kernel may take, output included (None: no limit). The scheduler splits a kernel that would
+    # take more by storing intermediates (store rule L1); every subclass that sets it is listed in `buffer_limits`
+    max_buffers: int | None = None
+    buffer_limits: ClassVar[dict[str, int]] = {}  # device family -> max_buffers, read by the scheduler
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.max_buffers is not None and cls.device:
+            Renderer.buffer_limits[cls.device] = cls.max_buffers
 
     def supported_dtypes(self) -> set[DType]:
         """The scalar dtypes kernels for this target may use (storage and arithmetic, emulated or native)."""

@@ -26,7 +26,7 @@ from tg.codegen.schedule.disk import pm_disk_strided_copy
 from tg.codegen.schedule.kernels import build_kernels
 from tg.codegen.schedule.linear import AssignOrderError, order_kernels, replace_buffers, schedule_spec, verify_schedule
 from tg.codegen.schedule.memory import plan_memory
-from tg.codegen.schedule.policy import pm_split_reduce
+from tg.codegen.schedule.policy import pm_split_reduce, policy_key
 from tg.codegen.schedule.rangeify import Plan, numel_matches, plan_stores
 from tg.ir import Ops, UOp, graph_rewrite_map, tensor_spec, verify
 from tg.ir.helpers import SPEC
@@ -45,6 +45,12 @@ __all__ = [
 
 # every switch that changes fusion decisions is part of the cache key
 POLICY: tuple = ()
+
+
+def switches() -> tuple:
+    """The current values of every switch that changes scheduling decisions (part of each schedule-cache key, and of
+    tg.tensor's realize-plan keys)."""
+    return (*POLICY, *policy_key())
 
 
 class Schedule(NamedTuple):
@@ -112,7 +118,7 @@ def create_schedule(sink: UOp) -> Schedule:
 
 def _create_schedule(sink: UOp) -> Schedule:
     norm = Normalized(sink)
-    key = (norm.sink, POLICY)
+    key = (norm.sink, switches())
     if (template := cache_lookup(key)) is None:
         template = _schedule_template(norm.sink)
         cache_store(key, template)

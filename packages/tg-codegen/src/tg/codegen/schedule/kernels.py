@@ -114,7 +114,7 @@ class KernelBuilder:
 
     def _value(self, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
         if (buf := self.storage(node)) is not None:
-            return self.load(buf, node.shape, idx, valid)
+            return self.load(buf, self.plan.stored_shape(node), self.plan.stored_index(node, idx), valid)
         if (rule := LOWER_TENSOR_OP.get(node.op)) is None:
             raise NotImplementedError(f"the scheduler cannot build a kernel from a {node.op} node: {node!r}")
         return (yield from rule(self, node, idx, valid))
@@ -124,7 +124,7 @@ class KernelBuilder:
     def build(self, value_node: UOp) -> UOp:
         """The kernel AST storing `value_node` (shaped like the root) into the output buffer."""
         self.param(self.out_buf)
-        shape = self.root.shape
+        shape = self.plan.stored_shape(self.root)  # D1: the axes its value is constant along are not stored
         idx = tuple(as_index(0) if is_one(s) else self.new_range(s, AxisType.LOOP) for s in shape)
         loops = tuple(i for i in idx if i.op is Ops.RANGE)
         val = self.value(value_node, idx, None)

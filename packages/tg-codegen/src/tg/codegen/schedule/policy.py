@@ -14,6 +14,8 @@ Everything not stored is computed inline by the kernel that reads it. The rules 
 | R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
 | C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
 | C2 | any other candidate | keep stored |
+| L1 | an ALU op whose kernel would read more than `max_buffers - 1` buffers | store its computed sources |
+| D1 | a kept candidate (R2/R3/L1) whose value is constant along some axes | store it without them, expand on read |
 | P1 | float `REDUCE_AXIS(ADD)` or `MAX`, >= 2**14 per output, <= 255 outputs | stored partials, then their reduction |
 | P1a | a sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
 
@@ -22,7 +24,11 @@ parallel axis (THREAD on the CPU, work-items on GPUs) and keeps the final reduct
 from here: the lowering accumulates every long float sum in nested blocks (`lower/structure.py`).
 S-rules are structural (`pm_structural_stores`, one rewrite, sources first). R-rules need the indices consumers
 read at, so they run in the range walk (`rangeify.plan_stores`, consumers first). C-rules need everything below
-a candidate to be final, so they run last (sources first). Each is a single pass: nothing restarts.
+a candidate to be final, so they run after it (sources first), then L1 (sources first: the buffers each node's
+inline region reads), then D1 (sources first: the axes each value is constant along). Each is a single pass:
+nothing restarts. The buffer limit is the renderer's `max_buffers` for the kernel's device family
+(`Renderer.buffer_limits`), or `MAX_KERNEL_BUFFERS` when set (tests, or to force smaller kernels); it is part of the
+schedule cache key (`policy_key`).
 To add a rule (e.g. a split-reduce), add a row here and one matcher or predicate below; nothing else in the
 scheduler decides what is stored.
 """
@@ -33,14 +39,21 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tg.ir import GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from tg.codegen.render.renderer import Renderer
+from tg.ir import ContextVar, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 
 if TYPE_CHECKING:
     from tg.codegen.schedule.rangeify import Plan
 
 # store reasons (rule ids of the table above)
-OUTPUT, CONTIGUOUS, ASSIGN, HAZARD, COPY, COPY_SOURCE, MULTI_INDEX, BROADCAST = (
-    "S1", "S2", "S3", "H1", "S5", "S5-source", "R2", "R3")  # fmt: skip
+OUTPUT, CONTIGUOUS, ASSIGN, HAZARD, COPY, COPY_SOURCE, MULTI_INDEX, BROADCAST, BUFFER_LIMIT = (
+    "S1", "S2", "S3", "H1", "S5", "S5-source", "R2", "R3", "L1")  # fmt: skip
+# reasons whose store may drop the axes its value does not depend on (D1): no tensor observes these buffers
+SHRINKABLE = frozenset({MULTI_INDEX, BROADCAST, BUFFER_LIMIT})
+
+# L1: a kernel's buffer limit (output included) for every device; 0 uses the renderer's `max_buffers`
+MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
+MIN_KERNEL_BUFFERS = 4  # a WHERE of three buffers and its output: no split can go below this
 
 # ops whose value is free or already storage: never stored (S7)
 NEVER_STORED = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE})
@@ -102,6 +115,93 @@ def candidate_reason(x: UOp, consumers_agree: bool, under_broadcast: bool) -> st
     if under_broadcast and (x.op is Ops.REDUCE_AXIS or x.op in GroupOp.Elementwise):
         return BROADCAST  # R3: computed once per broadcast element otherwise
     return None
+
+
+# ---- L1: the buffer limit of a kernel (sources first, after the cost rule) -----------------------------------------
+
+
+def kernel_buffer_limit(device: object) -> int | None:
+    """The most buffers (output included) one kernel on `device` may take, None for no limit."""
+    limit = MAX_KERNEL_BUFFERS.value or (Renderer.buffer_limits.get(device.split(":")[0])
+                                         if isinstance(device, str) else None)  # fmt: skip
+    if limit is not None and limit < MIN_KERNEL_BUFFERS:
+        raise ValueError(f"a kernel buffer limit of {limit} is too small: at least {MIN_KERNEL_BUFFERS} are needed "
+                         "(a WHERE of three buffers and its output)")  # fmt: skip
+    return limit
+
+
+def buffer_limits_apply() -> bool:
+    """Whether any kernel may have a buffer limit (else L1 has nothing to check)."""
+    return bool(MAX_KERNEL_BUFFERS.value or Renderer.buffer_limits)
+
+
+def over_buffer_limit(x: UOp, inputs: int) -> bool:
+    """L1: an ALU op whose inline region reads `inputs` distinct buffers makes its kernel take too many."""
+    return x.op in GroupOp.ALU and (limit := kernel_buffer_limit(x.device)) is not None and inputs > limit - 1
+
+
+def policy_key() -> tuple:
+    """Every switch that changes store decisions, for the schedule cache key."""
+    return (MAX_KERNEL_BUFFERS.value, tuple(sorted(Renderer.buffer_limits.items())))
+
+
+# ---- D1: axes a value is constant along (sources first) ---------------------------------------------------------
+
+
+def _is_one(s: object) -> bool:
+    return isinstance(s, int) and s == 1
+
+
+def _bits(axes: object) -> int:
+    return sum(1 << a for a in axes)  # type: ignore[attr-defined]
+
+
+def _reshape_axes(x: UOp, dead: int) -> int:
+    """Constant axes through a RESHAPE that only adds or removes size-1 axes (else none are known)."""
+    src_axes = [a for a, s in enumerate(x.src[0].shape) if not _is_one(s)]
+    out_axes = [a for a, s in enumerate(x.shape) if not _is_one(s)]
+    if len(src_axes) != len(out_axes):
+        return 0
+    ret = 0
+    for a, o in zip(src_axes, out_axes, strict=True):
+        sa, so = x.src[0].shape[a], x.shape[o]
+        if sa is not so and sa != so:
+            return 0
+        if dead >> a & 1:
+            ret |= 1 << o
+    return ret
+
+
+def constant_axes(x: UOp, src_dead: list[int]) -> int:
+    """The axes (of size > 1, as a bit mask) along which tensor node `x`'s value does not vary, given its
+    sources' masks (D1)."""
+    op = x.op
+    if op is Ops.EXPAND:
+        ret = src_dead[0] | _bits(a for a, (s, n) in enumerate(zip(x.src[0].shape, x.shape, strict=True))
+                                  if _is_one(s) and not _is_one(n))  # fmt: skip
+    elif op in GroupOp.Elementwise:
+        ret = -1
+        for s, d in zip(x.src, src_dead, strict=True):
+            if s._shape is not None:
+                ret &= d
+                if not ret:
+                    return 0
+        ret = 0 if ret == -1 else ret
+    elif not src_dead or not src_dead[0]:  # buffers, copies, assigns, constants, or nothing constant below
+        return 0
+    elif op is Ops.RESHAPE:
+        ret = _reshape_axes(x, src_dead[0])
+    elif op is Ops.PERMUTE:
+        ret = _bits(i for i, p in enumerate(x.arg) if src_dead[0] >> p & 1)
+    elif op in (Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
+        ret = src_dead[0]
+    elif op is Ops.PAD:  # zeros come in along the padded axes
+        ret = src_dead[0] & ~_bits(a for a, p in enumerate(x.arg) if p != (0, 0))
+    elif op is Ops.REDUCE_AXIS:
+        ret = src_dead[0] & ~_bits(x.arg[1])
+    else:
+        return 0
+    return ret & ~_bits(a for a, s in enumerate(x.shape) if _is_one(s)) if ret else 0
 
 
 # ---- A3: the cost rule (sources first, once everything below is decided) ----------------------------------------

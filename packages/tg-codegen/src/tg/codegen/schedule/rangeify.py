@@ -44,6 +44,7 @@ class Plan:
         self.aliases: dict[UOp, UOp] = {}  # node -> a node that already holds its value (a buffer or a store)
         self.buffers: dict[UOp, UOp] = {}  # kept stored node -> the BUFFER its kernel writes
         self.index_memo: dict[Any, tuple[Index, UOp | None]] = {}  # movement_index memo, shared with kernels.py
+        self.dead: dict[UOp, frozenset[int]] = {}  # D1: stored node -> axes its value is constant along (not stored)
         self._next_axis = 0
 
     # ---- where values live ----------------------------------------------------------------------------------
@@ -91,6 +92,16 @@ class Plan:
                 out.append(UOp(Ops.RANGE, as_index(0).dtype, (as_index(s),), (self._next_axis, kind)))
                 self._next_axis += 1
         return tuple(out)
+
+    def stored_shape(self, node: UOp) -> tuple[sint, ...]:
+        """The shape `node` is stored in: its own, with 1 at the axes D1 dropped."""
+        dead = self.dead.get(node)
+        return node.shape if not dead else tuple(1 if a in dead else s for a, s in enumerate(node.shape))
+
+    def stored_index(self, node: UOp, idx: Index) -> Index:
+        """An index into `node` as an index into its buffer (0 at the axes D1 dropped: the value is the same)."""
+        dead = self.dead.get(node)
+        return idx if not dead else tuple(as_index(0) if a in dead else i for a, i in enumerate(idx))
 
     def assign_target(self, node: UOp) -> UOp:
         """The BUFFER an ASSIGN node writes."""
@@ -206,6 +217,58 @@ def _unstore_cheap(plan: Plan) -> None:
         seen[x] = policy.Region(frozenset({x})) if x in plan.stores else region
 
 
+def _limit_buffers(plan: Plan) -> None:
+    """L1: where an ALU op's inline region reads more buffers than its kernel may take, store its sources."""
+    if not policy.buffer_limits_apply():
+        return
+    stats.steps += len(plan.order)
+    reads: dict[UOp, frozenset[UOp]] = {}  # node -> distinct buffers its inline region reads (stores count as one)
+    empty: frozenset[UOp] = frozenset()
+    for x in plan.order:
+        if x.op in (Ops.BUFFER, Ops.BUFFER_VIEW):
+            reads[x] = frozenset({x})
+            continue
+        bufs = empty.union(*(reads.get(s, empty) for s in x.src))
+        if policy.over_buffer_limit(x, len(bufs)):
+            for s in x.src:
+                base = s
+                while base.op in GroupOp.Movement:
+                    base = base.src[0]
+                if base.op in policy.NEVER_STORED or base in plan.stores or not reads.get(base):
+                    continue
+                plan.store(base, policy.BUFFER_LIMIT, removable=True)  # a candidate: not observable
+                reads[base] = frozenset({base})
+                for m in _movement_chain(s, base):  # the views of it now read that one buffer
+                    reads[m] = reads[base]
+            bufs = empty.union(*(reads.get(s, empty) for s in x.src))
+        reads[x] = frozenset({x}) if x in plan.stores else bufs
+
+
+def _movement_chain(top: UOp, base: UOp) -> list[UOp]:
+    """The movement ops from `top` down to (not including) `base`."""
+    chain = []
+    while top is not base:
+        chain.append(top)
+        top = top.src[0]
+    return chain
+
+
+def _drop_dead_axes(plan: Plan) -> None:
+    """D1: a kept candidate whose value is constant along some axes is stored without them (read back expanded).
+    One pass, sources first; a stored value stays constant along those axes for its readers, so masks pass
+    through stores."""
+    memo: dict[UOp, int] = {}  # node -> bit mask of the axes (of size > 1) its value does not vary along (if any)
+    shrinkable = policy.SHRINKABLE
+    for x in plan.order:
+        if not x.src or x._shape is None:
+            continue
+        if not (dead := policy.constant_axes(x, [memo.get(s, 0) for s in x.src])):
+            continue
+        memo[x] = dead
+        if (st := plan.stores.get(x)) is not None and st.removable and st.reasons <= shrinkable:
+            plan.dead[x] = frozenset(a for a in range(len(x.shape)) if dead >> a & 1)
+
+
 def plan_stores(sink: UOp) -> Plan:
     """Decide every store of `sink` (rules in policy.py) and give each its buffer."""
     plan = Plan(sink)
@@ -213,6 +276,8 @@ def plan_stores(sink: UOp) -> Plan:
     graph_rewrite(sink, policy.pm_structural_stores, ctx=plan, name="structural stores")
     _range_walk(plan)
     _unstore_cheap(plan)
+    _limit_buffers(plan)
+    _drop_dead_axes(plan)
     for node in plan.order:
         if node not in plan.stores:
             continue
@@ -221,5 +286,5 @@ def plan_stores(sink: UOp) -> Plan:
         else:
             if (device := node.device) is None:
                 raise ValueError(f"cannot store a {node.op} node without a device")
-            plan.buffers[node] = UOp.new_buffer(device, buffer_size(node.shape), node.dtype)
+            plan.buffers[node] = UOp.new_buffer(device, buffer_size(plan.stored_shape(node)), node.dtype)
     return plan

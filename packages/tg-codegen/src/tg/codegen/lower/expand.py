@@ -79,6 +79,7 @@ class Expander:
         }
         self.warp_ops: dict[tuple[UOp, tuple[tuple[UOp, int], ...]], UOp] = {}
         self.lane: UOp | None = None
+        self.chunk: UOp | None = None  # the unrolled part of a vector axis wider than one native vector
         self.width = 1
         self._pick_vector_axis()
         self.deps: dict[UOp, frozenset[UOp]] = {}
@@ -136,7 +137,7 @@ class Expander:
             lane = UOp.range(w, next_id, _rtype(r), r.dtype)
             self.sink = _substitute_ranges(self.sink, {r: (chunk * w + lane, (chunk, lane))})
             self.expanded = (self.expanded - {r}) | {chunk}
-            self.lane = lane
+            self.lane, self.chunk = lane, chunk
             return
 
     # ---- expansion ------------------------------------------------------------------------------------------
@@ -255,14 +256,18 @@ class Expander:
         n = u.dtype.count
         return whole.gep(tuple(range(env[warp] * n, env[warp] * n + n)))
 
-    def _assignments(self, rngs: list[UOp]) -> list[dict[UOp, int]]:
-        rngs = sorted(rngs, key=axis_id)
+    def _assignments(self, rngs: list[UOp], chunk_last: bool = False) -> list[dict[UOp, int]]:
+        """Every combination of values of `rngs`, the first range (by id) slowest; with `chunk_last` the vector
+        chunk range is the fastest instead."""
+        rngs = sorted(rngs, key=lambda r: (chunk_last and r is self.chunk, axis_id(r)))
         return [dict(zip(rngs, vals, strict=True)) for vals in itertools.product(*(range(_size(r)) for r in rngs))]
 
     def _end(self, u: UOp, env: dict[UOp, int]) -> UOp:
         ended = [r for r in u.src[1:] if r in self.expanded]
         keep = [r for r in u.src[1:] if r not in self.expanded and r is not self.lane]
-        bodies = [self.ex(u.src[0], {**env, **a}) for a in self._assignments(ended)]
+        # the vector chunks of one tile row next to each other: a register tile's row operand (a broadcast) is
+        # then used by all its chunks at once instead of staying live across the whole tile (register spills)
+        bodies = [self.ex(u.src[0], {**env, **a}) for a in self._assignments(ended, chunk_last=True)]
         body = bodies[0] if len(bodies) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(bodies))
         return UOp(Ops.END, dtypes.void, (body, *keep), u.arg) if keep else body
 

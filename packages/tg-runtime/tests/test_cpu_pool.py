@@ -51,17 +51,18 @@ def src() -> np.ndarray:
     return np.random.default_rng(0).standard_normal(ROWS * COLS).astype(np.float32)
 
 
-@pytest.mark.parametrize("threads", [2, 3, 4])
-def test_threaded_kernel_runs_every_thread_id_on_the_c_pool(threads: int, src: np.ndarray) -> None:
-    p = get_program(add_n_kernel(), renderer(threads), [split(0, threads, AxisType.THREAD, True)])
-    assert p.threads == threads and f"{p.name}_entry(const long long* args, int core_id)" in p.src
+@pytest.mark.parametrize("threads,ids", [(2, 2), (3, 3), (2, 4), (2, 12), (4, 12)])
+def test_threaded_kernel_runs_every_thread_id_on_the_c_pool(threads: int, ids: int, src: np.ndarray) -> None:
+    """`ids` blocks on a renderer for `threads` cores (more ids than cores: the pool hands them out one by one)."""
+    p = get_program(add_n_kernel(), renderer(threads), [split(0, ids, AxisType.THREAD, True)])
+    assert p.threads == ids and f"{p.name}_entry(const long long* args, int core_id)" in p.src
     runner = CompiledRunner(p, "CPU")
     assert runner._prg._entry is not None, "a threaded kernel has an entry wrapper for the pool"
     pool = c_thread_pool()
     assert pool is not None, "the C pool builds wherever the CPU device works"
     for n in (0, 7, 100):
         np.testing.assert_array_equal(launch(runner, src, n), src.reshape(ROWS, COLS) * 2 + n)
-    assert pool.workers() >= threads - 1
+    assert pool.workers() >= 1
 
 
 def test_many_back_to_back_launches(src: np.ndarray) -> None:
@@ -76,8 +77,9 @@ def test_many_back_to_back_launches(src: np.ndarray) -> None:
 
 
 def test_python_pool_fallback_gives_the_same_result(src: np.ndarray) -> None:
-    runner = CompiledRunner(get_program(add_n_kernel(), renderer(3), [split(0, 3, AxisType.THREAD, True)]), "CPU")
+    runner = CompiledRunner(get_program(add_n_kernel(), renderer(2), [split(0, 6, AxisType.THREAD, True)]), "CPU")
     want = launch(runner, src, 5)
+    np.testing.assert_array_equal(want, src.reshape(ROWS, COLS) * 2 + 5)
     runner._prg._entry = None  # as for a kernel without an entry wrapper: the Python ThreadPool runs the ids
     np.testing.assert_array_equal(launch(runner, src, 5), want)
 

@@ -212,3 +212,12 @@ def test_beam_tile_variants_keep_results(shape: tuple[int, int, int]) -> None:
         got = run(ast, "CPU", cpu, opts, out, ins)
         np.testing.assert_allclose(got, base, rtol=1e-5, atol=1e-5, err_msg=str([str(o) for o in opts]))
         np.testing.assert_array_equal(run(ast, "PYTHON", py, opts, out, ins), got, err_msg=str([str(o) for o in opts]))
+
+
+def test_thread_ids_are_limited_per_core() -> None:
+    ast, out, ins = matmul(48, 32, 8)
+    ren = cpu_renderer(2)
+    base = run(ast, "CPU", ren, [], out, ins)
+    np.testing.assert_array_equal(run(ast, "CPU", ren, [split(0, 16, AxisType.THREAD, True)], out, ins), base)
+    with pytest.raises(KernelOptError, match=r"THREAD factor 24 > 8 x thread_max = 16"):
+        get_program(ast, ren, [split(0, 24, AxisType.THREAD, True)])

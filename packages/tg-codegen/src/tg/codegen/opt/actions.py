@@ -20,7 +20,7 @@ def candidate_opts(k: OptKernel) -> list[Opt]:
             ret += [split(i, f, AxisType.UPCAST) for f in upcasts]
             if k.renderer.has_local:  # GPUs: work-groups along each output axis
                 ret += [split(i, f, AxisType.LOCAL) for f in (2, 4, 8, 16, 32)]
-            ret += [split(i, n, AxisType.THREAD, True) for n in sorted({t, t // 2}) if n >= 2]
+            ret += [split(i, n, AxisType.THREAD, True) for n in sorted({t // 2, t, 2 * t, 4 * t}) if n >= 2]
             ret += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(k.ranges)) if axis_type(k.ranges[j]) is at]
         if at in (AxisType.REDUCE, AxisType.GROUP_REDUCE):
             ret += [split(i, f, AxisType.UNROLL) for f in (2, 4, 8)]

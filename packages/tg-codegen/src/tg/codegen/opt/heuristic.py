@@ -22,6 +22,7 @@ from tg.ir.uop import UOp
 
 THREAD_MIN_WORK = 1 << 20  # loop iterations (elements x reduce length) below which a kernel stays on one thread
 MAX_TILE_ACCUMULATORS = 24
+THREAD_BLOCKS_PER_CORE = 4  # most THREAD blocks per core the heuristic makes (the legal limit is THREAD_IDS_PER_CORE)
 
 
 def _try(k: OptKernel, opt: Opt) -> OptKernel:
@@ -208,7 +209,9 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
 
 
 def _threads(k: OptKernel, work: int) -> OptKernel:
-    """Split the outermost output axis over the renderer's threads when the kernel is big enough."""
+    """Split the outermost output axis over the renderer's threads when the kernel is big enough: into T blocks, or
+    up to THREAD_BLOCKS_PER_CORE x T while each keeps THREAD_MIN_WORK/4 iterations (the CPU pool hands the blocks
+    out one at a time, so a core taken by another process for a while does not leave the kernel waiting for it)."""
     t = getattr(k.renderer, "thread_max", 1)
     if not getattr(k.renderer, "has_threads", False) or t < 2 or work < THREAD_MIN_WORK:
         return k
@@ -216,7 +219,8 @@ def _threads(k: OptKernel, work: int) -> OptKernel:
         if axis_type(r) not in (AxisType.LOOP, AxisType.GLOBAL):
             continue
         size = _int_size(r)
-        for n in range(t, 1, -1):
+        blocks = [n * t for n in range(THREAD_BLOCKS_PER_CORE, 0, -1) if work // (n * t) >= THREAD_MIN_WORK // 4]
+        for n in [*blocks, *range(t, 1, -1)]:
             if size % n == 0 and size >= n:
                 return _try(k, split(i, n, AxisType.THREAD, True))
     return k

@@ -21,6 +21,10 @@ from tg.ir.uop import UOp
 if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
 
+# a THREAD axis may have up to this many ids per core: the CPU pool hands ids out one at a time, so more ids than
+# cores balance the work when a core is busy with another process
+THREAD_IDS_PER_CORE = 8
+
 # sort position of each axis type (tinygrad's axis_to_pos, plus THREAD beside GLOBAL)
 AXIS_POS = {AxisType.LOOP: -1, AxisType.GLOBAL: 0, AxisType.THREAD: 0, AxisType.WARP: 1, AxisType.LOCAL: 2,
             AxisType.GROUP_REDUCE: 2, AxisType.UPCAST: 3, AxisType.REDUCE: 4, AxisType.UNROLL: 5,
@@ -196,8 +200,8 @@ class OptKernel:
         if target is AxisType.THREAD:
             if not getattr(ren, "has_threads", False):
                 raise self.fail(opt, f"{type(ren).__name__} has no threads")
-            if f > (tmax := getattr(ren, "thread_max", 1)):
-                raise self.fail(opt, f"THREAD factor {f} > thread_max {tmax}")
+            if f > (tmax := getattr(ren, "thread_max", 1) * THREAD_IDS_PER_CORE):
+                raise self.fail(opt, f"THREAD factor {f} > {THREAD_IDS_PER_CORE} x thread_max = {tmax}")
             if not top:
                 raise self.fail(opt, "THREAD needs top=True (each thread owns a contiguous block)")
             if any(t is AxisType.THREAD for _, t, _ in self.axes()):

@@ -126,24 +126,28 @@ class ThreadPool:
 
     def _worker(self, q: queue.SimpleQueue[Any]) -> None:
         while True:
-            fxn, args, t = q.get()
+            fxn, args, ids, t = q.get()
             try:
-                fxn(*args, t)
+                for i in ids:
+                    fxn(*args, i)
             finally:
                 self._done.put(t)
 
-    def run(self, fxn: Any, args: list[Any], n: int) -> None:
+    def run(self, fxn: Any, args: list[Any], n: int, threads: int | None = None) -> None:
+        """``fxn(*args, i)`` for every i in [0, n), on min(n, threads) threads (default n), ids strided over them."""
+        used = n if threads is None else max(1, min(n, threads))
         with self._lock:  # one kernel at a time per pool
-            while len(self._queues) < n - 1:
+            while len(self._queues) < used - 1:
                 q: queue.SimpleQueue[Any] = queue.SimpleQueue()
                 threading.Thread(target=self._worker, args=(q,), daemon=True, name="tg-cpu-worker").start()
                 self._queues.append(q)
-            for t in range(1, n):
-                self._queues[t - 1].put((fxn, args, t))
+            for t in range(1, used):
+                self._queues[t - 1].put((fxn, args, range(t, n, used), t))
             try:
-                fxn(*args, 0)
+                for i in range(0, n, used):
+                    fxn(*args, i)
             finally:
-                for _ in range(n - 1):
+                for _ in range(used - 1):
                     self._done.get()
 
 
@@ -152,21 +156,23 @@ class CThreadPool:
     costs about a microsecond and involves no Python (measured: the Python pool's queue hand-off cost ~100 us per
     launch, more than a 256^3 matmul kernel takes on one core).
 
-    ``run(entry, args, n)`` calls the kernel's entry wrapper ``entry(args, t)`` for t in [0, n) and returns once all
-    are done; `args` are the buffer addresses then the variable values.
+    ``run(entry, args, n, threads)`` calls the kernel's entry wrapper ``entry(args, t)`` once for every t in [0, n) on
+    up to `threads` OS threads (the caller is one) and returns once all are done; `args` are the buffer addresses then
+    the variable values. Ids are handed out one at a time, so a kernel split into more ids than cores keeps every
+    core busy even when another process takes one of them for a while.
     """
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
         self._run = lib.tg_pool_run
-        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self._run.restype = ctypes.c_int
         self._lock = threading.Lock()
 
-    def run(self, entry: int, args: list[int], n: int) -> None:
+    def run(self, entry: int, args: list[int], n: int, threads: int) -> None:
         arr = (ctypes.c_longlong * max(len(args), 1))(*args)
         with self._lock:  # one kernel at a time (the C side has one job slot)
-            self._run(entry, arr, n)
+            self._run(entry, arr, n, threads)
 
     def workers(self) -> int:
         """Worker threads started so far (they live as long as the process)."""
@@ -175,6 +181,16 @@ class CThreadPool:
 
 _pool = ThreadPool()
 _c_pool: CThreadPool | None = None
+_os_thread_count: list[int] = []
+
+
+def _os_threads() -> int:
+    """OS threads a kernel's thread ids run on: `cpu_count()` (read once)."""
+    if not _os_thread_count:
+        _os_thread_count.append(cpu_count())
+    return _os_thread_count[0]
+
+
 _c_pool_state = {"tried": False}
 _c_pool_lock = threading.Lock()
 
@@ -234,9 +250,9 @@ class CPUProgram(Program):
         start = time.perf_counter() if wait else 0.0
         if threads > 1:
             if self._entry is not None and (pool := c_thread_pool()) is not None:
-                pool.run(self._entry, args, threads)
+                pool.run(self._entry, args, threads, _os_threads())
             else:
-                _pool.run(self.fxn, args, threads)
+                _pool.run(self.fxn, args, threads, _os_threads())
         else:
             self.fxn(*args)
         return time.perf_counter() - start if wait else None

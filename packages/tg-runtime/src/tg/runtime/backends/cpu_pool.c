@@ -1,15 +1,18 @@
-/* tg's persistent CPU thread pool: runs thread ids 0..n-1 of a kernel, id 0 on the calling thread.
+/* tg's persistent CPU thread pool: runs the thread ids 0..n-1 of a kernel on up to `threads` OS threads, the
+ * calling thread included.
  *
  * Compiled once by the CPU device's C compiler (cached on disk) and loaded with ctypes, which releases the GIL
  * for the whole call. A kernel is called through its entry wrapper `void <name>_entry(const long long* args,
  * int core_id)` (rendered by ClangRenderer), so one pool serves every kernel.
  *
- * Launch: the caller publishes the job and bumps a generation counter; workers spin on the counter (with a pause
+ * A launch publishes the job and starts a new generation in `state`; workers spin on it (with a pause
  * instruction) for TG_SPIN_NS after their last job, then sleep on a condition variable. Spinning makes
- * back-to-back launches cost about a microsecond; sleeping keeps an idle process from burning a core. The caller
- * waits for the workers by spinning too (its own share of the work takes as long as theirs), yielding the core
- * if a worker was descheduled. One job runs at a time (the Python side holds a lock around tg_pool_run).
- * After fork() the child has no workers: an atfork handler resets the pool, and workers are created again.
+ * back-to-back launches cost about a microsecond; sleeping keeps an idle process from burning a core.
+ * Ids are handed out one at a time from an atomic counter, and a worker only takes part if it joins the job
+ * before the caller has handed out every id: so when another process holds a core, the caller (and the other
+ * workers) run the ids that core would have run, and nobody waits for a worker that is not scheduled.
+ * One job runs at a time (the Python side holds a lock around tg_pool_run). After fork() the child has no
+ * workers: an atfork handler resets the pool, and workers are created again.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -20,11 +23,16 @@
 
 typedef void (*tg_entry)(const long long *args, int core_id);
 
+/* state = generation << 32 | CLOSED | workers inside the current job; changed atomically */
+#define ST_GEN(s) ((unsigned)((s) >> 32))
+#define ST_CLOSED (1ULL << 31)
+#define ST_COUNT(s) ((s) & 0x7fffffffULL)
+static unsigned long long state;
+
 static tg_entry job_fn;
 static const long long *job_args;
-static int job_threads;
-static unsigned generation;   /* bumped once per job (atomics below) */
-static int pending;           /* workers that have not finished the current job */
+static int job_ids;  /* ids of the current job */
+static int job_next; /* the next id to hand out (atomic) */
 static int nworkers, sleepers;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -45,26 +53,41 @@ static long long now_ns(void) {
   return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static inline unsigned current_generation(void) { return ST_GEN(__atomic_load_n(&state, __ATOMIC_ACQUIRE)); }
+
+static void run_ids(void) {
+  int t;
+  while ((t = __atomic_fetch_add(&job_next, 1, __ATOMIC_ACQ_REL)) < job_ids) job_fn(job_args, t);
+}
+
 static void *worker(void *arg) {
   int id = (int)(long)arg;
   unsigned seen = start_generation[id]; /* not the current value: the first job may already be published */
   for (;;) {
     long long spin_start = now_ns();
-    unsigned spins = 0, g;
-    while ((g = __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) == seen) {
+    unsigned spins = 0;
+    while (current_generation() == seen) {
       cpu_relax();
       if ((++spins & 255) == 0 && now_ns() - spin_start > TG_SPIN_NS) {
         pthread_mutex_lock(&mu);
         sleepers++;
-        while ((g = __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) == seen) pthread_cond_wait(&wake, &mu);
+        while (current_generation() == seen) pthread_cond_wait(&wake, &mu);
         sleepers--;
         pthread_mutex_unlock(&mu);
         break;
       }
     }
-    seen = g;
-    if (id < job_threads) job_fn(job_args, id);
-    __atomic_fetch_sub(&pending, 1, __ATOMIC_ACQ_REL);
+    /* join the newest job unless it is closed (every id handed out: nothing left to do) */
+    unsigned long long s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    for (;;) {
+      if (s & ST_CLOSED) break;
+      if (__atomic_compare_exchange_n(&state, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        run_ids();
+        __atomic_fetch_sub(&state, 1, __ATOMIC_ACQ_REL);
+        break;
+      }
+    }
+    seen = ST_GEN(s);
   }
   return 0;
 }
@@ -73,7 +96,7 @@ static void reset_after_fork(void) {
   /* the child process has only the thread that forked: forget the workers, re-create the locks */
   nworkers = 0;
   sleepers = 0;
-  pending = 0;
+  __atomic_store_n(&state, (unsigned long long)current_generation() << 32, __ATOMIC_RELEASE);
   pthread_mutex_init(&mu, 0);
   pthread_cond_init(&wake, 0);
 }
@@ -89,7 +112,7 @@ static int ensure_workers(int n) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    start_generation[nworkers + 1] = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    start_generation[nworkers + 1] = current_generation();
     int err = pthread_create(&t, &attr, worker, (void *)(long)(nworkers + 1));
     pthread_attr_destroy(&attr);
     if (err) break;
@@ -98,31 +121,31 @@ static int ensure_workers(int n) {
   return nworkers;
 }
 
-/* Run fn(args, t) for t in [0, n): returns the number of threads used (fewer if workers could not start:
- * then the caller runs the missing ids itself, so the result is the same). */
-int tg_pool_run(tg_entry fn, const long long *args, int n) {
-  int workers = n > 1 ? ensure_workers(n) : 0;
-  int used = workers + 1 < n ? workers + 1 : n;
-  if (used > 1) {
-    job_fn = fn;
-    job_args = args;
-    job_threads = used;
-    __atomic_store_n(&pending, workers, __ATOMIC_RELEASE);
-    __atomic_fetch_add(&generation, 1, __ATOMIC_RELEASE);
+/* Run fn(args, t) once for every t in [0, n) on up to `threads` threads (the caller is one of them); returns the
+ * number of workers the job was offered to. */
+int tg_pool_run(tg_entry fn, const long long *args, int n, int threads) {
+  if (threads > n) threads = n;
+  int workers = threads > 1 ? ensure_workers(threads) : 0;
+  job_fn = fn;
+  job_args = args;
+  job_ids = n;
+  __atomic_store_n(&job_next, 0, __ATOMIC_RELEASE);
+  if (workers) { /* a new generation, open, nobody inside yet */
+    __atomic_store_n(&state, (unsigned long long)(current_generation() + 1) << 32, __ATOMIC_RELEASE);
     pthread_mutex_lock(&mu);
     if (sleepers) pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&mu);
   }
-  fn(args, 0);
-  for (int t = used; t < n; t++) fn(args, t); /* ids no worker could take */
-  if (used > 1) {
+  run_ids();
+  if (workers) { /* close the job, then wait for the workers that joined it to finish their ids */
+    __atomic_fetch_or(&state, ST_CLOSED, __ATOMIC_ACQ_REL);
     unsigned spins = 0;
-    while (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) {
+    while (ST_COUNT(__atomic_load_n(&state, __ATOMIC_ACQUIRE)) > 0) {
       cpu_relax();
-      if ((++spins & 1023) == 0) sched_yield(); /* a descheduled worker: give the core away */
+      if ((++spins & 1023) == 0) sched_yield(); /* a descheduled worker holds an id: give the core away */
     }
   }
-  return used;
+  return workers;
 }
 
 /* Workers currently started (for tests). */

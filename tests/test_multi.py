@@ -10,6 +10,7 @@ from tg.ir.helpers import Context
 from tg.runtime import engine
 from tg.runtime.engine import BufferCopy
 from tg.tensor import Device, Tensor
+from tg.tensor.multi import shard_axis
 
 
 def devices(n: int) -> tuple[str, ...]:
@@ -60,8 +61,6 @@ def test_shard_round_trip_and_layout(n: int) -> None:
 
 
 def test_shard_errors() -> None:
-    with pytest.raises(ValueError, match=r"shape \(3, 2\) axis 0 has 3 elements, not divisible by 2 devices"):
-        Tensor(arr(3, 2)).shard(devices(2), axis=0)
     with pytest.raises(ValueError, match="devices must be distinct"):
         Tensor(arr(2)).shard(("CPU", "CPU"), axis=0)
     with pytest.raises(
@@ -247,3 +246,89 @@ def test_data_parallel_with_nn_optim_and_losses_read_after_step(optimizer: str) 
     single, multi = run(None), run(devices(2))
     np.testing.assert_allclose(multi[0], single[0], atol=1e-6)
     np.testing.assert_allclose(multi[1], single[1], atol=1e-6)
+
+
+# ---- uneven shards: ceil-size chunks, the last ones shorter or empty -------------------------------------------
+
+UNEVEN = [(5, 2), (7, 3), (4, 3), (9, 4), (1, 2)]  # (axis length, devices): 3+2, 3+3+1, 2+2+0, 3+3+3+0, 1+0
+
+
+@pytest.mark.parametrize(("size", "n"), UNEVEN)
+def test_uneven_shard_layout_and_round_trip(size: int, n: int) -> None:
+    a = arr(size, 3)
+    t = Tensor(a).shard(devices(n), axis=0).realize()
+    assert t.shape == (size, 3) and t.devices == devices(n)
+    chunk = -(-size // n)
+    multi = t.uop.src[0]
+    assert multi.op is Ops.MULTI and multi.arg == 0
+    for i, shard in enumerate(multi.src):  # device i holds rows [i*chunk, (i+1)*chunk) (padded past the end)
+        real = a[i * chunk : (i + 1) * chunk]
+        np.testing.assert_array_equal(Tensor(shard).numpy()[: len(real)], real)
+        assert shard.shape == (chunk, 3) and shard.device == devices(n)[i]
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(t.to("CPU:1").numpy(), a)
+    np.testing.assert_array_equal(t.to(devices(n)).numpy(), a)
+    np.testing.assert_array_equal(Tensor(a).shard(devices(n), axis=1).numpy(), a)  # 3 columns over n devices
+
+
+@pytest.mark.parametrize(("size", "n"), UNEVEN)
+def test_uneven_elementwise_and_reductions(size: int, n: int) -> None:
+    a, b = arr(size, 4), arr(size, 4) * -0.5
+    ta, tb = Tensor(a).shard(devices(n), axis=0), Tensor(b).shard(devices(n), axis=0)
+    rb = Tensor(b).shard(devices(n))
+    np.testing.assert_allclose((ta * tb + 1).numpy(), a * b + 1)
+    np.testing.assert_allclose((ta - rb).exp().numpy(), np.exp(a - b), rtol=1e-6)  # replicated source sliced
+    # reductions over the sharded axis skip the padding (exp(0) = 1 there would change a sum, 0 a max)
+    np.testing.assert_allclose(ta.exp().sum(0).numpy(), np.exp(a).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(ta.sum().numpy(), a.sum())
+    np.testing.assert_allclose((-ta.abs() - 1).max(0).numpy(), (-np.abs(a) - 1).max(0))
+    np.testing.assert_allclose((ta * 0 + 2).prod(0).numpy(), np.full(4, 2.0**size), rtol=1e-6)
+    np.testing.assert_allclose(ta.sum(1).numpy(), a.sum(1))  # not over the sharded axis: stays sharded
+    np.testing.assert_allclose(ta.mean(0).numpy(), a.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(ta.softmax(1).numpy(), np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize(("size", "n"), UNEVEN)
+def test_uneven_matmul_movement_and_cat(size: int, n: int) -> None:
+    a, w = arr(size, 3), arr(3, 5) / 10
+    ta = Tensor(a).shard(devices(n), axis=0)
+    np.testing.assert_allclose((ta @ Tensor(w).shard(devices(n))).numpy(), a @ w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose((ta.T @ ta).numpy(), a.T @ a, rtol=1e-5)  # the uneven axis is K: an allreduce
+    x, y = arr(2, size) / 7, arr(size, 4) / 9  # K uneven on both sides: partial products, then an allreduce
+    tx, ty = Tensor(x).shard(devices(n), axis=1), Tensor(y).shard(devices(n), axis=0)
+    np.testing.assert_allclose((tx @ ty).numpy(), x @ y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ta.T.numpy(), a.T)
+    np.testing.assert_array_equal(ta[:, 1:].numpy(), a[:, 1:])
+    np.testing.assert_array_equal(ta.reshape(size, 3, 1).numpy(), a.reshape(size, 3, 1))
+    np.testing.assert_array_equal(ta.reshape(3 * size).numpy(), a.reshape(-1))
+    np.testing.assert_array_equal(ta.flip(0).numpy(), a[::-1])
+    b = arr(size, 3) + 100
+    tb = Tensor(b).shard(devices(n), axis=0)
+    np.testing.assert_array_equal(ta.cat(tb, dim=1).numpy(), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(ta.cat(tb, dim=0).numpy(), np.concatenate([a, b], 0))
+    even = Tensor(arr(2 * n, 3)).shard(devices(n), axis=0)
+    np.testing.assert_array_equal(ta.cat(even, dim=0).numpy(), np.concatenate([a, arr(2 * n, 3)], 0))
+    np.testing.assert_array_equal(Tensor.stack(ta, tb).numpy(), np.stack([a, b]))
+
+
+def test_uneven_shards_stay_sharded_without_copies() -> None:
+    a, w = arr(7, 3), arr(3, 5) / 10
+    ta = Tensor(a).shard(devices(3), axis=0).realize()
+    tw = Tensor(w).shard(devices(3)).realize()
+    for make, expected in ((lambda: ta * 2 + 1, a * 2 + 1), (lambda: ta.sum(1), a.sum(1)), (lambda: ta @ tw, a @ w)):
+        out = make()
+        copies, _ = copies_while(out.realize)
+        assert copies == 0 and shard_axis(out) == 0
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+    copies, _ = copies_while(ta.sum(0).realize)  # over the uneven axis: one naive allreduce, n(n-1) copies
+    assert copies == 6
+
+
+def test_assign_into_uneven_shards_writes_them_in_place() -> None:
+    a = arr(7, 3)
+    t = Tensor(a).shard(devices(3), axis=0).realize()
+    shards = [engine.buffer_for(s) for s in t.uop.src[0].src]
+    t.assign(t * 2)
+    t.assign(t + Tensor(a).shard(devices(3)))  # a replicated value is cut into the same uneven slices
+    np.testing.assert_array_equal(t.numpy(), a * 3)
+    assert [engine.buffer_for(s) for s in t.uop.src[0].src] == shards

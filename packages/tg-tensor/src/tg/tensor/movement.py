@@ -329,6 +329,13 @@ def view_base(target: UOp) -> UOp:
     return target
 
 
+def storage_base(target: UOp) -> UOp:
+    """The node under the movement ops and pending assigns of `target` (a BUFFER or MULTI when it is storage)."""
+    while target.op in _VIEWS or target.op is Ops.ASSIGN:
+        target = target.src[0]
+    return target
+
+
 def assign_into_view(target: UOp, value: UOp) -> UOp:
     """`target` (movement ops over a BUFFER or a pending ASSIGN of one) after writing `value` into the elements
     it views: `value` and a mask of the written positions are mapped back through each movement op, the whole

@@ -2,6 +2,7 @@
 
 A sharded tensor's graph is `MULTI(shard_0, ..., shard_n-1, arg=axis)` (see `tg.codegen.schedule.multi`): shard i
 lives on device i and holds the i-th equal slice on `axis` (`axis=None`: every device holds the whole tensor).
+Uneven shards are ceil-size slices of the tensor padded to n slices, shown through a SHRINK of the MULTI.
 Every Tensor op works on the logical tensor; at realize, the ops run per device with the copies (all-gather,
 allreduce) the op needs.
 """
@@ -28,7 +29,9 @@ def _check_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def shard(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
-    """Split this tensor over `devices` on `axis` (equal slices), or replicate it (`axis=None`).
+    """Split this tensor over `devices` on `axis`, or replicate it (`axis=None`). When the axis length is not a
+    multiple of the device count, device i gets the i-th slice of ceil(length / n) elements (the last ones are
+    shorter or empty): 5 over 2 devices is 3 + 2, 4 over 3 is 2 + 2 + 0.
 
     >>> Tensor([1.0, 2.0, 3.0, 4.0]).shard(("CPU", "CPU:1"), axis=0).sum().item()
     10.0
@@ -47,14 +50,15 @@ def shard(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Te
         return Tensor(UOp(Ops.MULTI, self.dtype, tuple(src.to(d).uop for d in devs), None))
     ax = canonical_axis(axis, self.ndim)
     size, n = int(self.shape[ax]), len(devs)
-    if size % n:
-        raise ValueError(f"shard: shape {self.shape} axis {ax} has {size} elements, not divisible by {n} devices")
-    chunk = size // n
+    chunk = -(-size // n)  # uneven: ceil-size chunks, the last ones padded (the padding is never shown)
+    if chunk * n != size:
+        src = src.pad(tuple((0, chunk * n - size) if j == ax else (0, 0) for j in range(self.ndim)))
     pieces = []
     for i, d in enumerate(devs):
-        arg = tuple((i * chunk, (i + 1) * chunk) if j == ax else (0, int(s)) for j, s in enumerate(self.shape))
+        arg = tuple((i * chunk, (i + 1) * chunk) if j == ax else (0, int(s)) for j, s in enumerate(src.shape))
         pieces.append(src.shrink(arg).to(d).uop)  # only device i's part is copied
-    return Tensor(UOp(Ops.MULTI, self.dtype, tuple(pieces), ax))
+    out = Tensor(UOp(Ops.MULTI, self.dtype, tuple(pieces), ax))
+    return out if chunk * n == size else out.shrink(tuple((0, size) if j == ax else None for j in range(self.ndim)))
 
 
 def shard_(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Tensor:

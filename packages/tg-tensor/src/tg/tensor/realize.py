@@ -233,7 +233,10 @@ def _private_copy(t: Tensor) -> UOp:
 
 
 def is_realized(uop: UOp) -> bool:
-    """Whether `uop` needs no computation: a buffer reshaped, or a MULTI of such buffers (a realized sharded tensor)."""
+    """Whether `uop` needs no computation: a buffer reshaped, or a MULTI of such buffers (a realized sharded tensor,
+    shown through a SHRINK when its shards are uneven)."""
+    if uop.op is Ops.SHRINK and uop.src[0].op is Ops.MULTI:
+        uop = uop.src[0]
     if uop.op is Ops.MULTI:
         return all(buffer_of(s) is not None for s in uop.src)
     return buffer_of(uop) is not None
@@ -402,7 +405,8 @@ def _realize_sharded(sink: UOp) -> dict[UOp, UOp]:
     run_linear(linear, var_vals)
     for root, v in multi_values.items():
         if isinstance(v, Sharded):
-            becomes[root] = UOp(Ops.MULTI, root.dtype, tuple(becomes.get(s, s) for s in v.shards), v.axis)
+            shards = tuple(becomes.get(s, s) for s in v.shards)
+            becomes[root] = type(v)(shards, v.axis, v.valid).to_uop()  # uneven shards: a SHRINK of the MULTI
         else:
             becomes[root] = becomes.get(v, v)
     return becomes

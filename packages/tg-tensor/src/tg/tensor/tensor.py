@@ -419,6 +419,12 @@ class Tensor(_DTypeShortcuts, TensorMethods):
             self.uop = self.uop.assign(x.uop)
             if base.op is Ops.BUFFER:  # views of the buffer alias it: they see the new value, as in PyTorch
                 _realize.repoint_views(state, self.uop, self)
+        elif self.uop.op is Ops.SHRINK and _movement.storage_base(self.uop.src[0]).op is Ops.MULTI:
+            # uneven shards (a prefix of padded shards): the value, padded the same way, is written into the
+            # shards at once (as for other views: the tensor stays a view of its storage)
+            padded = Tensor(self.uop.src[0])
+            padded.assign(x.pad(tuple((0, int(p) - int(s)) for p, s in zip(padded.shape, self.shape, strict=True))))
+            self.uop = padded.realize().uop.shrink(self.uop.arg)
         elif self.uop.op is Ops.BITCAST and self.uop.src[0].dtype.itemsize == self.dtype.itemsize:
             # a bitcast view: write the value's bits through to the viewed tensor, at once
             inner = Tensor(self.uop.src[0])

@@ -2,9 +2,13 @@
 
 A sharded tensor is ``MULTI(shard_0, ..., shard_n-1, arg=axis)``: shard i is an ordinary graph on device i holding
 the i-th equal slice of the logical tensor on ``axis``; ``axis=None`` means replicated (every device holds it all).
-Constants on a device tuple are replicated. ``push_multi`` rewrites a graph whose leaves include MULTI nodes into
-one whose MULTI nodes sit only at the top: each op becomes one op per device (the rules below, by op group), with
-the data movement the op needs made explicit as COPYs:
+Constants on a device tuple are replicated. Uneven shards (an axis length that is not a multiple of n) are the
+tensor padded to n ceil-size slices, shown through a SHRINK of the MULTI: ``Sharded.valid`` keeps the real length,
+reductions over the axis skip the padding and gathers drop it.
+
+``push_multi`` rewrites a graph whose leaves include MULTI nodes into one whose MULTI nodes sit only at the top:
+each op becomes one op per device (the rules below, by op group), with the data movement the op needs made
+explicit as COPYs:
 
 - elementwise ops run per shard once every source is on the first sharded source's axis (a replicated source is
   sliced locally, a source sharded on another axis is resharded: all-gather, then sliced);
@@ -34,10 +38,15 @@ __all__ = ["ALLREDUCE", "RING_ALLREDUCE_THRESHOLD", "Sharded", "allreduce", "pus
 
 @dataclass(frozen=True)
 class Sharded:
-    """A logical tensor as one graph per device; `axis` is the sharded axis (None: each graph holds everything)."""
+    """A logical tensor as one graph per device; `axis` is the sharded axis (None: each graph holds everything).
+
+    Uneven shards (`valid` set): the shards have the same size c on `axis` (ceil(valid / n)) and hold the logical
+    tensor padded to c * n there; shard i's first `clamp(valid - i * c, 0, c)` elements are real, the rest padding
+    that no result ever shows (reductions over `axis` skip it, gathers drop it)."""
 
     shards: tuple[UOp, ...]
     axis: int | None
+    valid: int | None = None
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -47,16 +56,27 @@ class Sharded:
     def n(self) -> int:
         return len(self.shards)
 
+    @property
+    def chunk(self) -> int:
+        """The shards' size on the sharded axis."""
+        assert self.axis is not None
+        return int(self.shards[0].shape[self.axis])
+
+    def valid_in(self, i: int) -> int:
+        """How many elements of shard i on the sharded axis are real (not padding)."""
+        return self.chunk if self.valid is None else max(0, min(self.chunk, self.valid - i * self.chunk))
+
     def to_uop(self) -> UOp:
-        return UOp(Ops.MULTI, self.shards[0].dtype, self.shards, self.axis)
+        multi = UOp(Ops.MULTI, self.shards[0].dtype, self.shards, self.axis)
+        if self.valid is None:
+            return multi
+        assert self.axis is not None
+        return multi.shrink(
+            tuple((0, self.valid) if i == self.axis else (0, int(s)) for i, s in enumerate(multi.shape))
+        )
 
 
 # ---- data movement between shards ------------------------------------------------------------------------------
-
-
-def _bounds(size: int, n: int, i: int) -> tuple[int, int]:
-    chunk = size // n
-    return i * chunk, (i + 1) * chunk
 
 
 def _concat(pieces: Sequence[UOp], axis: int) -> UOp:
@@ -78,35 +98,56 @@ def _to_device(u: UOp, device: str) -> UOp:
     return u if u.device == device else u.copy_to_device(device)
 
 
+def _real_part(x: Sharded, i: int) -> UOp | None:
+    """Shard i without its padding (None when it holds none of the tensor)."""
+    s, v = x.shards[i], x.valid_in(i)
+    if v == x.chunk:
+        return s
+    if v == 0:
+        return None
+    assert x.axis is not None
+    return s.shrink(tuple((0, v) if j == x.axis else (0, int(d)) for j, d in enumerate(s.shape)))
+
+
+def _gather_to(x: Sharded, device: str) -> UOp:
+    """The whole logical tensor of a sharded `x` on one device (the real parts of the shards, concatenated)."""
+    assert x.axis is not None
+    parts = [p for i in range(x.n) if (p := _real_part(x, i)) is not None]
+    return _concat([_to_device(p, device) for p in parts], x.axis)
+
+
 def all_gather(x: Sharded) -> Sharded:
     """Every device gets the whole tensor (n(n-1) shard copies); a replicated input is returned as is."""
     if x.axis is None:
         return x
-    axis = x.axis
-    return Sharded(tuple(_concat([_to_device(s, d) for s in x.shards], axis) for d in x.devices), None)
+    return Sharded(tuple(_gather_to(x, d) for d in x.devices), None)
 
 
-def _slice_local(x: Sharded, axis: int) -> Sharded:
-    """A replicated tensor cut to each device's own slice on `axis` (no copies)."""
+def _slice_local(x: Sharded, axis: int, valid: int | None = None) -> Sharded:
+    """A replicated tensor cut to each device's own slice on `axis` (no copies); with `valid` (the axis length),
+    into ceil-size slices of the tensor padded to n slices."""
     assert x.axis is None
     shape = x.shards[0].shape
     size = int(shape[axis])
-    if size % x.n:
+    if valid is None and size % x.n:
         raise ValueError(f"cannot shard shape {tuple(shape)} on axis {axis} over {x.n} devices: {size} % {x.n} != 0")
+    chunk = -(-size // x.n)
     out = []
     for i, s in enumerate(x.shards):
-        arg = [(0, int(d)) for d in shape]
-        arg[axis] = _bounds(size, x.n, i)
+        if chunk * x.n != size:
+            s = s.pad(tuple((0, chunk * x.n - size) if j == axis else (0, 0) for j in range(len(shape))))
+        arg = [(0, int(d)) for d in s.shape]
+        arg[axis] = (i * chunk, (i + 1) * chunk)
         out.append(s.shrink(tuple(arg)))
-    return Sharded(tuple(out), axis)
+    return Sharded(tuple(out), axis, None if chunk * x.n == size else size)
 
 
-def reshard(x: Sharded, axis: int | None) -> Sharded:
-    """`x` with its shards on `axis` (None: replicated)."""
-    if x.axis == axis:
+def reshard(x: Sharded, axis: int | None, valid: int | None = None) -> Sharded:
+    """`x` with its shards on `axis` (None: replicated); `valid`: uneven shards of that axis length."""
+    if x.axis == axis and x.valid == valid:
         return x
     gathered = all_gather(x)
-    return gathered if axis is None else _slice_local(gathered, axis)
+    return gathered if axis is None else _slice_local(gathered, axis, valid)
 
 
 # ---- allreduce -----------------------------------------------------------------------------------------------
@@ -195,25 +236,37 @@ def _as_sharded(v: Value, like: Sharded) -> Sharded:
 
 def _elementwise(u: UOp, srcs: list[Value]) -> Sharded:
     sharded = [s for s in srcs if isinstance(s, Sharded)]
-    axis = next((s.axis for s in sharded if s.axis is not None), None)
-    parts = [reshard(_as_sharded(s, sharded[0]), axis) for s in srcs]
+    first = next((s for s in sharded if s.axis is not None), None)
+    axis, valid = (None, None) if first is None else (first.axis, first.valid)
+    parts = [reshard(_as_sharded(s, sharded[0]), axis, valid) for s in srcs]
     n = sharded[0].n
-    return Sharded(tuple(u.replace(src=tuple(p.shards[i] for p in parts)) for i in range(n)), axis)
+    return Sharded(tuple(u.replace(src=tuple(p.shards[i] for p in parts)) for i in range(n)), axis, valid)
 
 
-def _per_shard(u: UOp, x: Sharded, arg: object, axis: int | None) -> Sharded:
-    return Sharded(tuple(u.replace(src=(s, *u.src[1:]), arg=arg) for s in x.shards), axis)
+def _per_shard(u: UOp, x: Sharded, arg: object, axis: int | None, valid: int | None = None) -> Sharded:
+    return Sharded(tuple(u.replace(src=(s, *u.src[1:]), arg=arg) for s in x.shards), axis, valid)
 
 
-def _shard_shape(shape: tuple, axis: int | None, n: int) -> tuple:
-    return tuple(int(s) // n if i == axis else s for i, s in enumerate(shape))
+def _shard_shape(shape: tuple, axis: int | None, chunk: int) -> tuple:
+    return tuple(chunk if i == axis else s for i, s in enumerate(shape))
+
+
+# what a reduction of no elements gives (the shards that hold only padding contribute it)
+_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 
 
 def _reduce(u: UOp, x: Sharded) -> Sharded:
     op, axes = u.arg
     if x.axis is None or x.axis not in axes:
-        return _per_shard(u, x, u.arg, x.axis)
-    partial = [s.r(op, axes) for s in x.shards]
+        return _per_shard(u, x, u.arg, x.axis, x.valid)
+    partial = []
+    for i, s in enumerate(x.shards):
+        if (real := _real_part(x, i)) is not None:
+            partial.append(real.r(op, axes))
+        else:
+            shape = tuple(1 if j in axes else d for j, d in enumerate(s.shape))
+            ident = _IDENTITY.get(op, s.dtype.min)
+            partial.append(UOp.full(shape, ident, s.dtype, str(s.device)))
     return Sharded(allreduce(op, partial), None)
 
 
@@ -223,17 +276,25 @@ def _reshape(u: UOp, x: Sharded) -> Sharded:
     old, new, n = [int(s) for s in u.src[0].shape], [int(s) for s in u.arg], x.n
     prefix = math.prod(old[: x.axis])
     for j in range(len(new)):
-        if math.prod(new[:j]) == prefix and new[j] % n == 0 and new[j] >= n:
-            return _per_shard(u, x, _shard_shape(tuple(new), j, n), j)
+        if math.prod(new[:j]) != prefix:
+            continue
+        if x.valid is None and new[j] % n == 0 and new[j] >= n:
+            return _per_shard(u, x, _shard_shape(tuple(new), j, new[j] // n), j)
+        if x.valid is not None and new[j] == old[x.axis]:  # uneven shards: the sharded dim itself must stay
+            return _per_shard(u, x, _shard_shape(tuple(new), j, x.chunk), j, x.valid)
     return _per_shard(u, all_gather(x), u.arg, None)
 
 
 def _permute(u: UOp, x: Sharded) -> Sharded:
-    return _per_shard(u, x, u.arg, None if x.axis is None else u.arg.index(x.axis))
+    return _per_shard(u, x, u.arg, None if x.axis is None else u.arg.index(x.axis), x.valid)
 
 
 def _expand(u: UOp, x: Sharded) -> Sharded:
-    return _per_shard(u, x, _shard_shape(u.arg, x.axis, x.n), x.axis)
+    if x.axis is not None and u.arg[x.axis] != u.src[0].shape[x.axis]:  # broadcasting the sharded axis itself
+        x = all_gather(x)  # (a length-1 axis over several devices: uneven shards)
+    if x.axis is None:
+        return _per_shard(u, x, u.arg, None)
+    return _per_shard(u, x, _shard_shape(u.arg, x.axis, x.chunk), x.axis, x.valid)
 
 
 def _pad_shrink_flip(u: UOp, x: Sharded) -> Sharded:
@@ -241,17 +302,19 @@ def _pad_shrink_flip(u: UOp, x: Sharded) -> Sharded:
     if a is None:
         return _per_shard(u, x, u.arg, None)
     size = int(u.src[0].shape[a])
-    touches = (
-        (u.op is Ops.PAD and tuple(u.arg[a]) != (0, 0))
-        or (u.op is Ops.SHRINK and tuple(u.arg[a]) != (0, size))
-        or (u.op is Ops.FLIP and u.arg[a])
-    )
+    if u.op is Ops.SHRINK and u.arg[a][0] == 0 and 0 < int(u.arg[a][1]) <= size:
+        # a prefix on the sharded axis (the whole axis included): the shards stay where they are, more of them
+        # is padding (uneven shards)
+        keep = int(u.arg[a][1])
+        arg = tuple((0, x.chunk) if i == a else b for i, b in enumerate(u.arg))
+        valid = None if keep == x.chunk * x.n else keep
+        if all(tuple(b) == (0, int(d)) for b, d in zip(arg, x.shards[0].shape, strict=True)):
+            return Sharded(x.shards, a, valid)  # nothing cut off inside the shards: they are the result as they are
+        return _per_shard(u, x, arg, a, valid)
+    touches = (u.op is Ops.PAD and tuple(u.arg[a]) != (0, 0)) or u.op is Ops.SHRINK or (u.op is Ops.FLIP and u.arg[a])
     if touches:
         return _per_shard(u, all_gather(x), u.arg, None)
-    if u.op is Ops.SHRINK:
-        arg = tuple((0, size // x.n) if i == a else b for i, b in enumerate(u.arg))
-        return _per_shard(u, x, arg, a)
-    return _per_shard(u, x, u.arg, a)
+    return _per_shard(u, x, u.arg, a, x.valid)
 
 
 def _copy(u: UOp, x: Sharded) -> Value:
@@ -262,16 +325,16 @@ def _copy(u: UOp, x: Sharded) -> Value:
         raise ValueError(f"copy between device tuples {x.devices} -> {target}: gather to one device first")
     if x.axis is None:
         return _to_device(x.shards[0], target)
-    return _concat([_to_device(s, target) for s in x.shards], x.axis)
+    return _gather_to(x, target)
 
 
 def _assign(u: UOp, srcs: list[Value]) -> Sharded:
     target, value = srcs[0], srcs[1]
     if not isinstance(target, Sharded):
         raise ValueError(f"assign of a sharded value into a tensor on {target.device}: shard the target first")
-    v = reshard(_as_sharded(value, target), target.axis)
+    v = reshard(_as_sharded(value, target), target.axis, target.valid)
     return Sharded(tuple(u.replace(src=(t, s, *u.src[2:])) for t, s in zip(target.shards, v.shards, strict=True)),
-                   target.axis)  # fmt: skip
+                   target.axis, target.valid)  # fmt: skip
 
 
 _RULES: dict[Ops, Callable[[UOp, Sharded], Value]] = {
@@ -285,9 +348,9 @@ _RULES: dict[Ops, Callable[[UOp, Sharded], Value]] = {
     Ops.FLIP: _pad_shrink_flip,
     Ops.COPY: _copy,
     # markers: per shard, the axis unchanged
-    Ops.CONTIGUOUS: lambda u, x: _per_shard(u, x, u.arg, x.axis),
-    Ops.CONTIGUOUS_BACKWARD: lambda u, x: _per_shard(u, x, u.arg, x.axis),
-    Ops.DETACH: lambda u, x: _per_shard(u, x, u.arg, x.axis),
+    Ops.CONTIGUOUS: lambda u, x: _per_shard(u, x, u.arg, x.axis, x.valid),
+    Ops.CONTIGUOUS_BACKWARD: lambda u, x: _per_shard(u, x, u.arg, x.axis, x.valid),
+    Ops.DETACH: lambda u, x: _per_shard(u, x, u.arg, x.axis, x.valid),
 }
 
 
@@ -307,7 +370,8 @@ def push_multi(roots: Sequence[UOp]) -> dict[UOp, Value]:
             done[u] = Sharded(tuple(u.replace(src=(UOp(Ops.DEVICE, arg=d),)) for d in u.src[0].arg), None)
         elif u.op is Ops.MSELECT and isinstance(srcs[0], Sharded):
             if isinstance(u.arg, tuple):  # (i, axis): shard i after resharding to `axis`
-                done[u] = reshard(srcs[0], u.arg[1]).shards[u.arg[0]]
+                valid = srcs[0].valid if srcs[0].axis == u.arg[1] else None
+                done[u] = reshard(srcs[0], u.arg[1], valid).shards[u.arg[0]]
             else:
                 done[u] = srcs[0].shards[int(u.arg)]
         elif not any(isinstance(s, Sharded) for s in srcs):

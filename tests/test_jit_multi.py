@@ -71,3 +71,30 @@ def test_sharded_outputs_and_pickled_jit() -> None:
     loaded = pickle.loads(pickle.dumps(f))
     out = loaded(Tensor(np.full((4, 2), 5, np.float32)).shard(DEVS, axis=0))
     np.testing.assert_array_equal(out.numpy(), np.full((4, 2), 11))
+
+
+def test_jit_with_uneven_sharded_inputs_and_outputs() -> None:
+    # 7 rows over 3 devices (3 + 3 + 1): inputs and outputs are uneven sharded tensors, replays take new ones
+    devs = ("CPU", "CPU:1", "CPU:2")
+    rng = np.random.default_rng(4)
+    w_np = rng.standard_normal((3, 5)).astype(np.float32)
+    w = Tensor(w_np).shard(devs).realize()
+    runs = 0
+
+    @TinyJit
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        nonlocal runs
+        runs += 1
+        return (x @ w).relu().realize(), x.sum(0).realize()
+
+    for i in range(5):
+        x_np = rng.standard_normal((7, 3)).astype(np.float32)
+        x = Tensor(x_np).shard(devs, axis=0).realize()
+        calls = stats.calls
+        rows, total = f(x)
+        if i >= 2:
+            assert stats.calls == calls, "a replay must not schedule"
+        assert rows.shape == (7, 5) and rows.device == devs
+        np.testing.assert_allclose(rows.numpy(), np.maximum(x_np @ w_np, 0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(total.numpy(), x_np.sum(0), rtol=1e-5, atol=1e-6)
+    assert runs == 2

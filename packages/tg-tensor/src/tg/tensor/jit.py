@@ -53,11 +53,14 @@ def _flatten(value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: 
         if isinstance(value.uop.device, tuple):  # sharded: each shard is an input (slot) of its own
             if not _realize.is_realized(value.uop):
                 value.realize()
-            if value.uop.op is not Ops.MULTI:
+            multi, shrink = value.uop, None
+            if multi.op is Ops.SHRINK and multi.src[0].op is Ops.MULTI:  # uneven shards: a prefix of padded shards
+                multi, shrink = multi.src[0], multi.arg
+            if multi.op is not Ops.MULTI:
                 raise JitError(f"{path}: a tensor on devices {value.uop.device} that is not sharded data")
-            for i, shard in enumerate(value.uop.src):
+            for i, shard in enumerate(multi.src):
                 tensors.append((f"{path}<shard {i}>", Tensor(shard)))
-            return ("multi", value.uop.arg, len(value.uop.src))
+            return ("multi", multi.arg, len(multi.src), shrink)
         tensors.append((path, value))
         return "T"
     if isinstance(value, UOp):
@@ -218,7 +221,7 @@ def _held_by_a_tensor(buffer: UOp) -> bool:
 class _Output:
     """How to rebuild one returned tensor at replay: over a produced slot, an input's base, or a fixed weight."""
 
-    __slots__ = ("axis", "kind", "parts", "reshape_to", "slot", "symbolic", "template", "weight_uop")
+    __slots__ = ("axis", "kind", "parts", "reshape_to", "shrink", "slot", "symbolic", "template", "weight_uop")
 
     def __init__(
         self,
@@ -228,9 +231,10 @@ class _Output:
         weight_uop: UOp | None,
         parts: list[_Output] | None = None,
         axis: int | None = None,
+        shrink: tuple | None = None,
     ) -> None:
         self.kind, self.slot, self.template, self.weight_uop = kind, slot, template, weight_uop
-        self.parts, self.axis = parts or [], axis
+        self.parts, self.axis, self.shrink = parts or [], axis, shrink  # shrink: uneven shards' logical extent
         self.symbolic = template is not None and has_symbolic(template.shape)
         if self.symbolic:  # kept unbound: each replay binds this call's values
             assert template is not None
@@ -413,6 +417,8 @@ class TinyJit(Generic[ReturnType]):
             return isinstance(num := u.src[0].arg, int) and 0 <= num < start_unique
 
         def classify(uop: UOp) -> _Output:
+            if uop.op is Ops.SHRINK and uop.src[0].op is Ops.MULTI:  # uneven shards
+                return _Output("multi", -1, None, None, [classify(s) for s in uop.src[0].src], uop.src[0].arg, uop.arg)
             if uop.op is Ops.MULTI:  # a sharded result: each shard on its own
                 return _Output("multi", -1, None, None, [classify(s) for s in uop.src], uop.arg)
             base = view_base(uop)
@@ -638,7 +644,8 @@ class TinyJit(Generic[ReturnType]):
                 return out.rebuild(bases[out.slot], bound)
             if out.kind == "multi":
                 shards = tuple(build(p) for p in out.parts)
-                return UOp(Ops.MULTI, shards[0].dtype, shards, out.axis)
+                multi = UOp(Ops.MULTI, shards[0].dtype, shards, out.axis)
+                return multi if out.shrink is None else multi.shrink(out.shrink)
             assert out.weight_uop is not None
             return out.weight_uop
 
@@ -765,6 +772,6 @@ def _realize_returned(ret: Any, name: str) -> None:
     if todo:
         Tensor.realize(*todo)
         for t in todo:  # a returned view is stored as its own buffer so that replays can hand it out
-            if _realize.buffer_of(t.uop) is None:
+            if _realize.buffer_of(t.uop) is None and not (isinstance(t.device, tuple) and _realize.is_realized(t.uop)):
                 t.uop = t.uop.contiguous()
                 t.realize()

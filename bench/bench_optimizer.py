@@ -1,13 +1,15 @@
 """Kernel speed: tg's optimised CPU kernels next to numpy, torch and tinygrad, measured in the same run.
 
-Cases (GFLOP/s or GB/s, higher is better; the ratio columns divide tg by the others, measured interleaved):
+Cases (GFLOP/s or GB/s, higher is better; the ratio columns divide tg by the others, measured in
+alternating blocks, see `interleaved`):
 - matmul N^3 fp32 for N in 256, 512, 1000, 1024 (and 2048 unless --quick): the targets are >= 0.5x numpy;
 - sum of 1M / 16M / 64M fp32 (GB/s of input read), and the same-size copy bandwidth (numpy copy, read+write):
   the target is tg sum >= 0.9x copy bandwidth;
 - elementwise a*b+c on 16M fp32 (GB/s moved);
 - eager op cost: `x = (x + 1).realize()` on 16 floats (us per op; target < 50 us);
 - compile latency: softmax over a new batch size each time (ms per new shape);
-- BEAM (with --beam N): wall time of the search for a 1024 matmul (empty BEAM cache) and the GFLOP/s it finds.
+- BEAM (with --beam N): wall time of the search for a 1024 matmul (empty BEAM cache), the GFLOP/s of its pick and
+  of the heuristic kernel in the same run, and the search's own final timings of both.
 
 numpy uses OpenBLAS with its own kernel choice: the script drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE from its own
 environment before importing numpy (benchmark process only; tests and CI never change them) unless --keep-blas-env.

@@ -229,7 +229,7 @@ def print_table(rows: list[Row]) -> None:
         if "heuristic" in r:
             extra += f", heuristic kernel {r['heuristic']:.1f} {r['unit']} ({r['tg'] / r['heuristic']:.2f}x)"
         if "search_best_ms" in r:
-            extra += f", search's own timing {r['search_best_ms']:.2f} vs {r['search_heuristic_ms']:.2f} ms"
+            extra += f", search's own timing {r['search_best_ms']:.3g} vs {r['search_heuristic_ms']:.3g} ms"
         print(f"{r['case']:36s} {r['unit']:9s} {vals}  {ratios}{extra}")
 
 

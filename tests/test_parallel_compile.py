@@ -62,13 +62,19 @@ def test_parallel_compile_error_carries_compiler_log(monkeypatch: pytest.MonkeyP
     real = type(compiler).compile
     broken = "tg_test_broken_kernel"
 
+    compiled: list[str] = []
+
     def compile_broken(self: object, src: str) -> bytes:
+        compiled.append(src)
         return real(self, f"#error {broken}\n{src}" if "41" in src else src)  # type: ignore[arg-type]
 
     monkeypatch.setattr(type(compiler), "compile", compile_broken)
+    monkeypatch.setattr(engine, "method_cache", {})  # every kernel of the softmax is new
     with Context(CACHELEVEL=0), pytest.raises(CompileError, match=broken) as info:
         Tensor.ones(41, 41, device="CPU").contiguous().softmax(-1).realize()
     assert "--- source ---" in str(info.value)
+    # raised from the parallel compile: every kernel was compiled once, the failing ones were not compiled again
+    assert len(compiled) >= 2 and len(compiled) == len(set(compiled))
 
 
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int16])

@@ -252,9 +252,10 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 
 def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
     """Compile the new kernels of a schedule together: code generation one after another, then the compiler runs
-    (C compiler processes, NVRTC calls) in parallel threads; the runners land in ``method_cache``. Anything odd
-    (one new kernel, an item that is not a kernel, a failing compile) is left to ``lower_schedule_item``, which
-    compiles it alone and reports errors."""
+    (C compiler processes, NVRTC calls) in parallel threads; the runners land in ``method_cache``. A kernel that
+    fails to compile raises its ``CompileError`` (the compiler's log and the numbered source) from here, once the
+    other compiles have finished and been stored; it is not compiled a second time. Items that are not kernels
+    (or whose buffers name no single device) are left to ``lower_schedule_item``."""
     if len(items) < 2:  # nothing to overlap (and eager single ops stay cheap)
         return
     new: dict[tuple[str, UOp], None] = {}
@@ -275,18 +276,19 @@ def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
     from tg.codegen.program import get_program
     from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
 
-    try:
-        progs = [(dev, ast, get_program(ast, Device[dev].renderer)) for dev, ast in new]
-    except Exception:
-        return
+    progs = [(dev, ast, get_program(ast, Device[dev].renderer)) for dev, ast in new]
+    failed: BaseException | None = None
     with ThreadPoolExecutor(max(1, min(len(progs), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(Device[dev].compiler.compile_cached, p.src) for dev, _, p in progs]
         for (dev, ast, p), fut in zip(progs, futures, strict=True):
             try:
                 lib = fut.result()
-            except Exception:
+            except Exception as e:  # the first failure is raised once every compile is done
+                failed = failed or e
                 continue
             method_cache[_runner_key(dev, ast)] = CompiledRunner(p, dev, lib)
+    if failed is not None:
+        raise failed
 
 
 def lower_schedule_item(item: ScheduleItemLike | UOp) -> ExecItem:

@@ -162,13 +162,13 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         v = self.simplify()
         if v.op is Ops.CONST:
             return bool(v.arg)
-        raise TypeError(f"symbolic {self.op} has no truth value: {v.render()}")
+        raise TypeError(f"symbolic {self.op} has no truth value: {v.render()}{_symbolic_hint(v)}")
 
     def __int__(self) -> int:
         v = self.simplify()
         if v.op is Ops.CONST:
             return int(v.arg)
-        raise TypeError(f"symbolic {self.op} is not a concrete int: {v.render()}")
+        raise TypeError(f"symbolic {self.op} is not a concrete int: {v.render()}{_symbolic_hint(v)}")
 
     def __index__(self) -> int:
         return self.__int__()
@@ -177,7 +177,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         v = self.simplify()
         if v.op is Ops.CONST:
             return float(v.arg)
-        raise TypeError(f"symbolic {self.op} is not a concrete float: {v.render()}")
+        raise TypeError(f"symbolic {self.op} is not a concrete float: {v.render()}{_symbolic_hint(v)}")
 
     def replace(self, **kwargs: Any) -> UOp:
         """A copy with some of op/dtype/src/arg/tag changed (returns self if nothing changes)."""
@@ -580,6 +580,15 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         from tg.ir.printer import pretty_print
 
         return pretty_print(self)
+
+
+def _symbolic_hint(v: UOp) -> str:
+    """What a failed concrete conversion of a symbolic int means to a user of symbolic shapes."""
+    names = sorted({f"{u.arg[0]} in [{u.arg[1]}, {u.arg[2]}]" for u in v.toposort() if u.op is Ops.DEFINE_VAR})
+    if not names:
+        return ""
+    return (f" (it depends on the Variable {', '.join(names)}: this operation needs a concrete size; symbolic dims "
+            "work in slices, shrink/pad/reshape/permute/expand, elementwise ops, reductions and matmul)")  # fmt: skip
 
 
 def _same_shape(a: tuple[sint, ...], b: tuple[sint, ...]) -> bool:

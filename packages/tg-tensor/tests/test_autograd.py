@@ -124,6 +124,20 @@ def test_gradient_through_realized_intermediate(device):
     np.testing.assert_allclose(w.grad.numpy(), 8 * w.numpy())
 
 
+def test_gradient_after_realizing_a_sibling_that_shares_intermediates(device):
+    """Realizing `key` first rewrites `value`'s graph around the shared stored intermediates; realizing `value`
+    next must still keep the graph its gradient flows through (it once gave all-zero gradients)."""
+    x = Tensor(np.arange(8, dtype=np.float32), device=device, requires_grad=True)
+    key, value = (Tensor(np.arange(8, dtype=np.int32), device=device) * 1).contiguous(), x
+    for _ in range(2):
+        take = key.flip(0) < key
+        key, value = take.where(key.flip(0), key).contiguous(), take.where(value.flip(0), value).contiguous()
+    key.numpy()
+    value.numpy()
+    (g,) = value.sum().gradient(x)
+    np.testing.assert_array_equal(g.numpy(), [2, 2, 2, 2, 0, 0, 0, 0])
+
+
 def test_equal_constant_leaves_get_separate_grads(device):
     a = Tensor.zeros(3, device=device, requires_grad=True)
     b = Tensor.zeros(3, device=device, requires_grad=True)

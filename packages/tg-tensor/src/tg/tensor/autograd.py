@@ -162,7 +162,9 @@ def note_realized(becomes: dict[UOp, UOp]) -> None:
     if not _tracked:
         return
     for old, new in becomes.items():
-        if old.__dict__.get(_MEMO):
+        # reaches_grad, not the memo alone: a graph rebuilt by an earlier realize's substitute (a lazy tensor that
+        # shared nodes with what was realized) holds new nodes nobody has asked about yet
+        if reaches_grad(old):
             mark(new, True)
             if old.op is not Ops.ASSIGN and new is not old:  # an ASSIGN wrote an existing leaf's buffer
                 _origins.setdefault(new, old)

@@ -4,7 +4,11 @@ advanced (int tensors/lists of any int dtype, bool masks) as one-hot selections 
 
 Advanced indices broadcast together and follow numpy's placement rule: adjacent ones put the broadcast dims where
 they stand, separated ones put them first. Out-of-range tensor indices are not checked per element (they select
-nothing, giving 0); a bool mask realizes to find its count (the result's shape depends on the data).
+nothing); a bool mask realizes to find its count (the result's shape depends on the data).
+
+Index values are range-checked like torch (advanced indices in [-n, n), gather/scatter indices in [0, n)): values
+already on hand are checked at once, computed ones in the schedule that realizes the result (`tg.tensor.bounds`);
+either way an out-of-range index raises `IndexOutOfRange` (an IndexError) naming the value and the dim size.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import UOp, dtypes
+from tg.tensor import bounds
 from tg.tensor.data import is_int, is_numpy
 from tg.tensor.shapes import broadcast_shape, canonical_axis, is_symbolic, simplify_dim
 
@@ -258,41 +263,48 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
 # ---- advanced indexing ---------------------------------------------------------------------------------------
 
 
-def _plan(self: Tensor, items: list[Any]) -> tuple[Tensor, list[int], list[Tensor], bool, int]:
+_Pending = list[tuple["Tensor", int, int]]  # (index tensor, size of its dim, that dim of the indexed tensor)
+
+
+def _plan(self: Tensor, items: list[Any], op: str) -> tuple[Tensor, list[int], list[Tensor], int, _Pending]:
     """Apply the basic part of an index and describe the advanced part: (view, advanced dims of the view, their
-    index tensors broadcast together and wrapped, whether they stay in place, their position in the result)."""
+    index tensors broadcast together and wrapped, their position in the result, the range checks that must wait
+    for the selection: see `tg.tensor.bounds`)."""
     from tg.tensor.tensor import Tensor
 
     # with any tensor index, ints are 0-d index tensors too (numpy's rule; it matters for the placement)
     items = [Tensor(int(it), device=self.device, dtype=dtypes.int32) if is_int(it) else it for it in items]
     basic = [slice(None) if isinstance(it, Tensor) else it for it in items]
     view = _basic_get(self, tuple(basic))
-    adv_dims, adv_items, positions, out_dim = [], [], [], 0
+    adv_dims, adv_items, positions, self_dims, out_dim = [], [], [], [], 0
     for pos, it in enumerate(items):
-        if it is None:
-            out_dim += 1
-        elif isinstance(it, Tensor):
+        if isinstance(it, Tensor):
             adv_dims.append(out_dim)
             adv_items.append(it)
             positions.append(pos)
-            out_dim += 1
-        else:
-            out_dim += 1
+            self_dims.append(sum(1 for x in items[:pos] if x is not None))
+        out_dim += 1
     shape = broadcast_shape(*[t.shape for t in adv_items])
-    idx = []
-    for t, d in zip(adv_items, adv_dims, strict=True):
+    idx, pending = [], []
+    for t, d, sd in zip(adv_items, adv_dims, self_dims, strict=True):
         n = view.shape[d]
+        if not bounds.check_now(t, n, op=op, dim=sd, negative_ok=True):
+            if op == "setitem":  # an eager write: know the indices are good before anything is written
+                bounds.check_now(t.realize(), n, op=op, dim=sd, negative_ok=True)
+            else:
+                pending.append((t, n, sd))
         t = t.cast(dtypes.int32) if t.dtype.itemsize < 4 or dtypes.is_unsigned(t.dtype) else t
         idx.append(
             (t < 0).where(t + n, t)._broadcast_to(shape) if not dtypes.is_unsigned(t.dtype) else t._broadcast_to(shape)
         )
     adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
     rest_before = sum(1 for d in range(view.ndim) if d not in adv_dims and d < adv_dims[0])
-    return view, adv_dims, idx, adjacent, rest_before if adjacent else 0
+    return view, adv_dims, idx, rest_before if adjacent else 0, pending
 
 
-def _selection(view: Tensor, adv_dims: list[int], idx: list[Tensor]) -> Tensor:
-    """bool (B..., n1, ..., nk): True where broadcast index position b selects element (i1, ..., ik)."""
+def _selection(view: Tensor, adv_dims: list[int], idx: list[Tensor], pending: _Pending, op: str) -> Tensor:
+    """bool (B..., n1, ..., nk): True where broadcast index position b selects element (i1, ..., ik); index
+    range checks in `pending` run when it is realized."""
     from tg.tensor.tensor import Tensor
 
     k, nb = len(adv_dims), idx[0].ndim
@@ -303,14 +315,16 @@ def _selection(view: Tensor, adv_dims: list[int], idx: list[Tensor]) -> Tensor:
         onehot = onehot.reshape(*t.shape, *[n if i == j else 1 for i in range(k)])
         mask = onehot if mask is None else mask & onehot
     assert mask is not None and mask.ndim == nb + k
+    for t, n, sd in pending:
+        bounds.defer(t, n, op=op, dim=sd, negative_ok=True, selection=mask)
     return mask
 
 
 def _advanced_get(self: Tensor, items: list[Any]) -> Tensor:
-    view, adv_dims, idx, _, at = _plan(self, items)
+    view, adv_dims, idx, at, pending = _plan(self, items, "index")
     rest = [d for d in range(view.ndim) if d not in adv_dims]
     k, shape_b = len(adv_dims), idx[0].shape
-    mask = _selection(view, adv_dims, idx)  # (B..., n1..nk)
+    mask = _selection(view, adv_dims, idx, pending, "index")  # (B..., n1..nk)
     moved = view.permute(*rest, *adv_dims)  # (R..., n1..nk)
     moved = moved.reshape(*[view.shape[d] for d in rest], *[1] * len(shape_b), *[view.shape[d] for d in adv_dims])
     zero = False if view.dtype is dtypes.bool else 0
@@ -329,7 +343,7 @@ def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor
     """(basic view, its new contents) for `self[items] = value`; with repeated indices the last write wins."""
     from tg.tensor.tensor import Tensor
 
-    view, adv_dims, idx, _, at = _plan(self, items)
+    view, adv_dims, idx, at, pending = _plan(self, items, "setitem")
     rest = [d for d in range(view.ndim) if d not in adv_dims]
     k, shape_b = len(adv_dims), idx[0].shape
     nr, nb = len(rest), len(shape_b)
@@ -342,7 +356,7 @@ def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor
         )
     v = v.reshape((1,) * (len(result_shape) - v.ndim) + v.shape)._broadcast_to(tuple(result_shape))
     v = v.permute(*range(at), *range(at + nb, nr + nb), *range(at, at + nb))  # (R..., B...)
-    mask = _selection(view, adv_dims, idx)  # (B..., n1..nk)
+    mask = _selection(view, adv_dims, idx, pending, "setitem")  # (B..., n1..nk)
     # which broadcast position writes each element: the last one that selects it (1-based, 0 = untouched)
     order = Tensor.arange(1, math.prod(shape_b) + 1, device=self.device, dtype=dtypes.int32).reshape(*shape_b, *[1] * k)
     last = mask.where(order, 0).max(tuple(range(nb))) if nb else mask.cast(dtypes.int32)  # (n1..nk)
@@ -413,6 +427,7 @@ def _onehot_along(self: Tensor, dim: int, index: Tensor, op: str) -> tuple[int, 
     x = x.shrink([(0, s) for s in ix.shape[:-1]] + [None])
     n = self.shape[d]
     onehot = ix.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=ix.dtype)
+    bounds.check_index(index, n, op=op, dim=d, negative_ok=False, selection=onehot)
     return d, x, onehot
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import GroupOp, Ops, UOp
-from tg.tensor import plans
+from tg.tensor import bounds, plans
 from tg.tensor.autograd import note_realized
 from tg.tensor.data import to_numpy_dtype
 from tg.tensor.shapes import concrete_shape, has_symbolic
@@ -351,6 +351,9 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 return realize_tensors(todo)
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
             st = plans.Structure(sink)
+    sink, index_checks = bounds.add_checks(sink, st.order)  # deferred index range checks ride along
+    if index_checks:
+        st = plans.Structure(sink)
     if st.sharded:
         becomes = _realize_sharded(sink)
     else:  # a stored plan when this structure ran before, else the scheduler
@@ -358,6 +361,8 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     for root, inlined in called.items():
         if inlined in becomes:
             becomes[root] = becomes[inlined]
+    if index_checks:
+        bounds.verify(index_checks, becomes)  # raises before any tensor takes an out-of-range result
     note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
     affected = [(r, ts) for r in index.affected(becomes) if (ts := index.tensors(r)) and not is_realized(r)]
     if not affected:

@@ -2,8 +2,9 @@
 
 A scan along a dim of size n is a masked reduce over a lower-triangular (n, n) mask, which fuses into one kernel;
 above `_BLOCK` elements it runs per block plus a scan of the block totals, so the work grows as n*sqrt(n).
-Sorting ranks every element by counting smaller ones (stable for ties) and places it with a one-hot select;
-both are O(n^2) per row, fine for the sizes sort/topk see in models (vocabularies, beams), and differentiable.
+Sorting orders integer keys (floats by their bits, torch's NaN placement) with the position as tie-break: short
+rows rank every element by counting the ones before it (one kernel, O(n^2)), longer rows run a bitonic sorting
+network (O(n log^2 n)); values stay differentiable.
 """
 
 from __future__ import annotations
@@ -111,10 +112,94 @@ def logcumsumexp(self: Tensor, axis: int | None = None, *, dim: int | None = Non
     return cumsum((x - m).exp(), a).log() + m
 
 
+# sorting: small rows compare all pairs in one kernel, longer ones run a bitonic network (n log^2 n work)
+_SORT_ALL_PAIRS_MAX = 64
+
+
+def _sort_keys(x: Tensor, descending: bool) -> Tensor:
+    """Integer keys whose ascending order is the wanted order of `x` (torch's: -0 equals 0, NaN above +inf, so
+    NaNs go last ascending and first descending): floats by their bits with the negative half mirrored."""
+    if x.dtype is dtypes.bool:
+        key = x.cast(dtypes.int32)
+    elif dtypes.is_float(x.dtype):
+        f = x.cast(dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
+        f = (f == 0).where(0.0, f)  # -0 sorts as +0 (ties keep their order)
+        f = f.isnan().where(float("nan"), f)  # one positive NaN: above +inf
+        bits_dt = dtypes.int64 if f.dtype is dtypes.float64 else dtypes.int32
+        bits = f.bitcast(bits_dt)
+        key = bits ^ ((bits >> (bits_dt.itemsize * 8 - 1)) & bits_dt.max)
+    else:
+        key = x
+    return ~key if descending else key
+
+
+def _sort_all_pairs(x: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
+    """Rank each element by counting the ones before it (ties by position), place it with a one-hot select."""
+    from tg.tensor.tensor import Tensor
+
+    n = x.shape[-1]
+    idx = Tensor.arange(n, device=x.device, dtype=dtypes.int32)
+    a, b = key.unsqueeze(-1), key.unsqueeze(-2)  # a: element i (rows), b: element j (cols)
+    before = (b < a) | ((b == a) & (idx.reshape(1, n) < idx.reshape(n, 1)))
+    rank = before.sum(-1, dtype=dtypes.int32)  # (..., n): where element i goes
+    place = rank.unsqueeze(-1) == idx  # (..., i, k): element i lands at position k
+    zero = False if x.dtype is dtypes.bool else 0
+    picked = place.where(x.unsqueeze(-1), zero)
+    values = picked.max(-2) if x.dtype is dtypes.bool else picked.sum(-2, dtype=x.dtype)
+    return values, place.where(idx.reshape(n, 1), 0).sum(-2, dtype=dtypes.int32)
+
+
+def _sort_bitonic(x: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
+    """Bitonic sorting network over the last dim padded to a power of two P: log2(P) merge stages of compare-
+    exchange steps. Each step is one elementwise pass in which element i looks at its partner i ^ j (a flipped
+    view) and keeps the smaller or the larger of the two.
+    Elements carry (key, position), all distinct, so ties keep their order; padding sorts last. The values ride
+    along through `where`s, so their gradient flows back to where each value came from."""
+    from tg.tensor.tensor import Tensor
+
+    n, batch = x.shape[-1], x.shape[:-1]
+    size = 1 << (n - 1).bit_length()
+    pad = [(0, 0)] * len(batch) + [(0, size - n)]
+    pos = Tensor.arange(size, device=x.device, dtype=dtypes.int64)
+    key = key.pad(pad, value=key.dtype.max)
+    # keys of 64 bits (or uint32): (key, position) as two lanes, else one int64 packing key above position
+    wide = key.dtype.itemsize > 4 or (key.dtype.itemsize == 4 and dtypes.is_unsigned(key.dtype))
+    if wide:
+        lanes = [key, pos._broadcast_to((*batch, size)), x.pad(pad)]
+    else:
+        lanes = [(key.cast(dtypes.int64) << 32) | pos, x.pad(pad)]
+
+    def exchange(lanes: list[Tensor], j: int, keeps_min: Tensor) -> list[Tensor]:
+        """Each element against its partner i ^ j: keep the smaller where `keeps_min`, else the larger."""
+        other = [t.reshape(*batch, size // (2 * j), 2, j).flip(-2).reshape(*batch, size) for t in lanes]
+        partner_first = other[0] < lanes[0]
+        if wide:
+            partner_first = partner_first | ((other[0] == lanes[0]) & (other[1] < lanes[1]))
+        take = keeps_min.where(partner_first, partner_first.logical_not())
+        return [take.where(o, t).contiguous() for t, o in zip(lanes, other, strict=True)]
+
+    block = 2
+    while block <= size:
+        # block k sorts ascending where bit k of the position is clear, descending elsewhere; k is read from a
+        # buffer, so the pass for partner distance j is one kernel shared by every stage (log2(P) kernels)
+        k = Tensor([block], device=x.device, dtype=dtypes.int64).reshape(())
+        ascending = (pos & k) == 0
+        step = block // 2
+        while step >= 1:  # element i against i ^ step
+            lanes = exchange(lanes, step, ((pos & step) == 0) == ascending)
+            step //= 2
+        block *= 2
+    positions = lanes[1] if wide else (lanes[0] & 0xFFFFFFFF)
+    keep = [(0, s) for s in batch] + [(0, n)]
+    return lanes[-1].shrink(keep), positions.shrink(keep).cast(dtypes.int32)
+
+
 def sort(
     self: Tensor, dim: int = -1, descending: bool = False, *, axis: int | None = None, stable: bool = True
 ) -> tuple[Tensor, Tensor]:
-    """(values, indices) sorted along `dim`; ties keep their order (stable). Indices are int32."""
+    """(values, indices) sorted along `dim`, as torch's `sort(stable=True)`: ties keep their order, NaNs go last
+    (first when descending), -0 equals 0. Indices are int32. Rows longer than 64 run a bitonic sorting network
+    (O(n log^2 n) work, log^2 n passes); the values are differentiable."""
     from tg.tensor.tensor import Tensor
 
     d = canonical_axis(pick("sort", "dim", None if dim == -1 and axis is not None else dim, "axis", axis, -1),
@@ -122,17 +207,10 @@ def sort(
     if self.ndim == 0:
         return self, Tensor.zeros((), dtype=dtypes.int32, device=self.device)
     x = self.transpose(d, -1)
-    n = x.shape[-1]
-    a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a: element i (rows), b: element j (cols)
-    before = (b > a) if descending else (b < a)
-    idx = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
-    earlier_tie = (b == a) & (idx.reshape(1, n) < idx.reshape(n, 1))
-    rank = (before | earlier_tie).sum(-1, dtype=dtypes.int32)  # (..., n): where element i goes
-    place = rank.unsqueeze(-1) == idx  # (..., i, k): element i lands at position k
-    zero = False if self.dtype is dtypes.bool else 0
-    picked = place.where(x.unsqueeze(-1), zero)
-    values = picked.max(-2) if self.dtype is dtypes.bool else picked.sum(-2, dtype=self.dtype)
-    indices = place.where(idx.reshape(n, 1), 0).sum(-2, dtype=dtypes.int32)
+    if x.shape[-1] <= 1:
+        return self, Tensor.zeros(self.shape, dtype=dtypes.int32, device=self.device)
+    key = _sort_keys(x, descending)
+    values, indices = (_sort_all_pairs if x.shape[-1] <= _SORT_ALL_PAIRS_MAX else _sort_bitonic)(x, key)
     return values.transpose(d, -1), indices.transpose(d, -1)
 
 

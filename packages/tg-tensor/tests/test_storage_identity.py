@@ -13,7 +13,7 @@ def test_two_contiguous_zeros_are_two_buffers() -> None:
     b = Tensor.zeros(4).contiguous()
     a.realize()
     b.realize()
-    a.add_(1)  # in place (tg's `a += 1` rebinds `a`)
+    a += 1  # in place, as torch
     np.testing.assert_array_equal(a.numpy(), np.ones(4, np.float32))
     np.testing.assert_array_equal(b.numpy(), np.zeros(4, np.float32))
 

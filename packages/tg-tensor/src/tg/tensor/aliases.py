@@ -1,8 +1,9 @@
 """PyTorch habits on top of the tinygrad API: `size()`, `dim()`, `clone()`, `cpu()`, comparison and logical methods,
 bitwise methods, `*_as` helpers, `fmod`/`div(rounding_mode=)`, and the in-place `_` methods (attached in tensor.py).
 
-In-place methods are `self.assign(result)` and return self. On a leaf that requires grad they raise while grad
-mode is on, as torch does (an optimizer step runs under `no_grad()`).
+In-place methods and augmented assignment (`a += b`, ... `a @= b`) are `self.assign(result)` and return self.
+On a leaf that requires grad they raise while grad mode is on, as torch does (an optimizer step runs under
+`no_grad()`); a result that cannot be cast to self's dtype kind (float into int) or broadcast to self's shape raises.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import dtypes
-from tg.tensor.shapes import canonical_axis
+from tg.ir import DType, dtypes
+from tg.tensor.shapes import broadcast_shape, canonical_axis
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -177,24 +178,42 @@ def fmod(self: Tensor, x: Any) -> Tensor:
 # ---- in-place methods ---------------------------------------------------------------------------------------------
 
 
-def _inplace(self: Tensor, op: str, value: Tensor) -> Tensor:
+def _inplace(self: Tensor, op: str, value: Tensor, *, same_kind: bool = False) -> Tensor:
+    """Write `value` into self (torch's in-place rules): not on a leaf that requires grad while grad mode is on,
+    `value` must broadcast to self's shape, and with `same_kind` (arithmetic) its dtype must cast to self's
+    without leaving its kind (no float into int, no number into bool)."""
     from tg.tensor.autograd import is_grad_enabled
 
     if self.requires_grad and self.is_leaf and is_grad_enabled():
         raise RuntimeError(
             f"{op}: a leaf tensor that requires grad is being used in an in-place operation; wrap it in no_grad()"
         )
+    if same_kind and not _casts_within_kind(value.dtype, self.dtype):
+        raise RuntimeError(
+            f"{op}: result type {value.dtype.name} can't be cast to the desired output type {self.dtype.name}"
+        )
     if value.shape != self.shape:
-        value = value.expand(self.shape) if value.ndim <= self.ndim else value
+        if broadcast_shape(value.shape, self.shape) != self.shape:
+            raise RuntimeError(f"{op}: output with shape {self.shape} doesn't match the broadcast shape {value.shape}")
+        value = value._broadcast_to(self.shape)
     return self.assign(value.cast(self.dtype))
 
 
-def _binary_inplace(name: str, fn: Callable[[Tensor, Any], Tensor]) -> Callable[..., Tensor]:
+def _casts_within_kind(src: DType, dst: DType) -> bool:
+    """torch's `canCast`: a float result cannot go into an int tensor, nor a non-bool result into a bool one."""
+    if dtypes.is_float(src) and not dtypes.is_float(dst):
+        return False
+    return not (dst is dtypes.bool and src is not dtypes.bool)
+
+
+def _binary_inplace(name: str, fn: Callable[[Tensor, Any], Tensor], shown: str = "") -> Callable[..., Tensor]:
+    """An in-place method `name` computing `fn(self, x)`; errors name it as the user wrote it (`shown`)."""
+
     def method(self: Tensor, x: Any) -> Tensor:
-        return _inplace(self, name, fn(self, x))
+        return _inplace(self, shown or name, fn(self, x), same_kind=True)
 
     method.__name__ = name
-    method.__doc__ = f"In-place {name.rstrip('_')}: self = self {name.rstrip('_')} x; returns self."
+    method.__doc__ = f"In-place `{shown or name}`: self = self {shown.rstrip('=') or name.strip('_')} x; returns self."
     return method
 
 
@@ -203,6 +222,21 @@ sub_ = _binary_inplace("sub_", lambda a, b: a - b)
 mul_ = _binary_inplace("mul_", lambda a, b: a * b)
 div_ = _binary_inplace("div_", lambda a, b: a / b)
 pow_ = _binary_inplace("pow_", lambda a, b: a**b)
+# augmented assignment writes in place like torch (`a += b` changes a's storage: views and other references
+# see it); the leaf / dtype / broadcast rules are those of the `_` methods
+__iadd__ = _binary_inplace("__iadd__", lambda a, b: a + b, "+=")
+__isub__ = _binary_inplace("__isub__", lambda a, b: a - b, "-=")
+__imul__ = _binary_inplace("__imul__", lambda a, b: a * b, "*=")
+__itruediv__ = _binary_inplace("__itruediv__", lambda a, b: a / b, "/=")
+__ifloordiv__ = _binary_inplace("__ifloordiv__", lambda a, b: a // b, "//=")
+__imod__ = _binary_inplace("__imod__", lambda a, b: a % b, "%=")
+__ipow__ = _binary_inplace("__ipow__", lambda a, b: a**b, "**=")
+__imatmul__ = _binary_inplace("__imatmul__", lambda a, b: a @ b, "@=")
+__iand__ = _binary_inplace("__iand__", lambda a, b: a & b, "&=")
+__ior__ = _binary_inplace("__ior__", lambda a, b: a | b, "|=")
+__ixor__ = _binary_inplace("__ixor__", lambda a, b: a ^ b, "^=")
+__ilshift__ = _binary_inplace("__ilshift__", lambda a, b: a << b, "<<=")
+__irshift__ = _binary_inplace("__irshift__", lambda a, b: a >> b, ">>=")
 
 
 def zero_(self: Tensor) -> Tensor:

@@ -276,3 +276,81 @@ def test_tiny_model_loss_falls() -> None:
         losses.append(loss.item())
     assert losses[-1] < 0.6 * losses[0], losses
     assert model.bn.num_batches_tracked.item() == 8  # running stats realized with each step
+
+
+FUSED_CASES = {
+    "sgd": lambda p, f: optim.SGD(p, lr=0.01, fused=f),
+    "sgd_momentum_nesterov_wd": lambda p, f: optim.SGD(
+        p, lr=0.01, momentum=0.9, weight_decay=0.1, nesterov=True, fused=f
+    ),
+    "sgd_dampening_classic": lambda p, f: optim.SGD(p, lr=0.01, momentum=0.8, dampening=0.3, classic=True, fused=f),
+    "lars": lambda p, f: optim.LARS(p, lr=0.1, fused=f),
+    "adam": lambda p, f: optim.Adam(p, lr=0.01, weight_decay=0.05, fused=f),
+    "adamw": lambda p, f: optim.AdamW(p, lr=0.01, fused=f),
+    "lamb": lambda p, f: optim.LAMB(p, lr=0.01, weight_decay=0.01, fused=f),
+}
+
+
+def _train_three_params(make: Callable[[list[Tensor], bool], optim.Optimizer], fused: bool) -> list[np.ndarray]:
+    rng = np.random.default_rng(5)
+    shapes = [(4, 3), (7,), (2, 2, 2)]
+    params = [Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in shapes]
+    targets = [Tensor(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+    opt = make(params, fused)
+    assert opt.fused is fused
+    for _ in range(4):
+        opt.zero_grad()
+        pairs = enumerate(zip(params, targets, strict=True))
+        loss = sum(((((p - t) ** 3) / 3 + p.square()) * (i + 1)).sum() for i, (p, t) in pairs)
+        assert isinstance(loss, Tensor)
+        loss.backward()
+        opt.step()
+    return [p.numpy() for p in params]
+
+
+@pytest.mark.parametrize("name", list(FUSED_CASES))
+def test_fused_step_matches_unfused(name: str) -> None:
+    """fused=True: one flat update for all parameters (one state buffer per kind), same values as per parameter;
+    LARS/LAMB trust ratios stay per parameter."""
+    fused = _train_three_params(FUSED_CASES[name], True)
+    plain = _train_three_params(FUSED_CASES[name], False)
+    for a, b in zip(fused, plain, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+
+
+def test_fused_state_is_one_flat_buffer_and_context_default() -> None:
+    from tg.tensor import Context
+
+    params = [Tensor.ones(3, 2, requires_grad=True), Tensor.ones(5, requires_grad=True)]
+    with Context(FUSE_OPTIM=1):
+        opt = optim.Adam(params)
+    assert opt.fused and [t.shape for t in opt.state["m"]] == [(11,)]
+    assert not optim.Adam(params).fused
+
+
+def test_fused_errors() -> None:
+    with pytest.raises(ValueError, match=r"one dtype and device, got .*half on CPU"):
+        optim.SGD([Tensor.ones(2, requires_grad=True), Tensor.ones(2, dtype="half", requires_grad=True)], fused=True)
+    with pytest.raises(ValueError, match=r"Muon .* fused=True is not supported"):
+        optim.Muon([Tensor.ones(2, 2, requires_grad=True)], fused=True)
+    a, b = Tensor.ones(2, requires_grad=True), Tensor.ones(2, requires_grad=True)
+    opt = optim.SGD([a, b], fused=True)
+    (a * 2).sum().backward()
+    with pytest.raises(RuntimeError, match=r"parameters \[1\] have no gradient"):
+        opt.step()
+
+
+def test_fused_step_runs_fewer_kernels() -> None:
+    counts = {}
+    for fused in (False, True):
+        params = [Tensor.ones(3 + i, 2, requires_grad=True) for i in range(8)]
+        opt = optim.Adam(params, fused=fused)
+        for _ in range(2):  # the second step is the steady state
+            opt.zero_grad()
+            loss = sum((p * p).sum() for p in params)
+            assert isinstance(loss, Tensor)
+            loss.backward()
+            before = GlobalCounters.kernel_count
+            opt.step()
+        counts[fused] = GlobalCounters.kernel_count - before
+    assert counts[True] < counts[False], counts

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tg.ir import DType, dtypes
 from tg.tensor.args import dtype_arg
@@ -153,11 +153,34 @@ def conv_transpose2d(
     return conv2d(x, w, bias, groups=groups, dilation=dils)
 
 
+class _PoolPlan(NamedTuple):
+    """A pool's windows per spatial dim: kernel, stride, dilation, the explicit padding pairs and the extra right
+    padding ceil_mode adds."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dils: tuple[int, ...]
+    pads: list[tuple[int, int]]
+    extra: list[int]
+
+    @property
+    def full(self) -> list[tuple[int, int]]:
+        """Explicit padding plus the ceil_mode extra, per spatial dim."""
+        return [(b, a + e) for (b, a), e in zip(self.pads, self.extra, strict=True)]
+
+    def windows(self, x: Tensor, fill: float) -> Tensor:
+        """x padded with `fill` and cut into windows: (..., out_1..out_n, k_1..k_n); reduce the last n dims."""
+        n, full = len(self.kernel), self.full
+        if any(p != (0, 0) for p in full):
+            x = x.pad([(0, 0)] * (x.ndim - n) + full, value=fill)
+        return x._windows(self.kernel, self.strides, self.dils)
+
+
 def _pool_setup(
     op: str, x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple, padding: Any,
     ceil_mode: bool,
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[tuple[int, int]], list[int]]:  # fmt: skip
-    """Kernel, stride, dilation, explicit padding pairs and the extra right padding ceil_mode adds, per dim."""
+) -> _PoolPlan:  # fmt: skip
+    """The windows of a pool over the last len(kernel_size) dims of x (validated, in the user's terms)."""
     n = (
         1
         if isinstance(kernel_size, int) and x.ndim < 4
@@ -182,7 +205,7 @@ def _pool_setup(
         if ceil_mode and (out - 1) * s >= size + pb:  # the last window must start inside the input
             out -= 1
         extra.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + pb + pa)))
-    return kernel, strides, dils, pads, extra
+    return _PoolPlan(kernel, strides, dils, pads, extra)
 
 
 def max_pool2d(
@@ -196,14 +219,9 @@ def max_pool2d(
 ) -> Any:
     """Max over windows of the last len(kernel_size) dims (default 2x2, stride = kernel); padding is -inf.
     With `return_indices`, also the flat spatial index of each maximum (for max_unpool2d), as torch."""
-    kernel, strides, dils, pads, extra = _pool_setup(
-        "max_pool2d", self, kernel_size, stride, dilation, padding, ceil_mode
-    )
-    n = len(kernel)
-    lowest = float("-inf") if dtypes.is_float(self.dtype) else self.dtype.min
-    full = [(b, a + e) for (b, a), e in zip(pads, extra, strict=True)]
-    x = self.pad([(0, 0)] * (self.ndim - n) + full, value=lowest) if any(p != (0, 0) for p in full) else self
-    w = x._windows(kernel, strides, dils)
+    plan = _pool_setup("max_pool2d", self, kernel_size, stride, dilation, padding, ceil_mode)
+    n = len(plan.kernel)
+    w = plan.windows(self, float("-inf") if dtypes.is_float(self.dtype) else self.dtype.min)
     axes = tuple(range(w.ndim - n, w.ndim))
     values = w.max(axes)
     if not return_indices:
@@ -212,8 +230,8 @@ def max_pool2d(
     from tg.tensor.tensor import Tensor
 
     sizes = self.shape[-n:]
-    flat = Tensor.arange(math.prod(sizes), device=self.device).reshape(*sizes).pad(full, value=-1)
-    idx_w = flat._windows(kernel, strides, dils).reshape(*[1] * (self.ndim - n), *values.shape[-n:], -1)
+    flat = Tensor.arange(math.prod(sizes), device=self.device).reshape(*sizes)
+    idx_w = plan.windows(flat, -1).reshape(*[1] * (self.ndim - n), *values.shape[-n:], -1)
     first = w.reshape(*w.shape[:-n], -1).argmax(-1, keepdim=True)
     picked = (first == Tensor.arange(idx_w.shape[-1], device=self.device)).where(idx_w, 0).sum(-1)
     return values, picked
@@ -232,21 +250,16 @@ def avg_pool2d(
     the extra padding of `ceil_mode` never does."""
     from tg.tensor.tensor import Tensor
 
-    kernel, strides, dils, pads, extra = _pool_setup(
-        "avg_pool2d", self, kernel_size, stride, dilation, padding, ceil_mode
-    )
-    n = len(kernel)
-    lead = [(0, 0)] * (self.ndim - n)
-    full = [(b, a + e) for (b, a), e in zip(pads, extra, strict=True)]
+    plan = _pool_setup("avg_pool2d", self, kernel_size, stride, dilation, padding, ceil_mode)
+    n = len(plan.kernel)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
-    axes = tuple(range(self.ndim, self.ndim + n))
-    total = x.pad(lead + full)._windows(kernel, strides, dils).sum(axes)
-    if not any(extra) and (count_include_pad or not any(p != (0, 0) for p in pads)):
-        return total / math.prod(kernel)
+    total = plan.windows(x, 0.0).sum(tuple(range(self.ndim, self.ndim + n)))
+    if not any(plan.extra) and (count_include_pad or not any(p != (0, 0) for p in plan.pads)):
+        return total / math.prod(plan.kernel)
     ones = Tensor.ones(*self.shape[-n:], dtype=x.dtype, device=self.device)
-    counted = ones.pad(pads, value=1.0) if count_include_pad else ones.pad(pads)
-    counts = counted.pad([(0, e) for e in extra])._windows(kernel, strides, dils).sum(tuple(range(n, 2 * n)))
-    return total / counts
+    counted = ones.pad(plan.pads, value=1.0) if count_include_pad else ones.pad(plan.pads)
+    counts = counted.pad([(0, e) for e in plan.extra])._windows(plan.kernel, plan.strides, plan.dils)
+    return total / counts.sum(tuple(range(n, 2 * n)))
 
 
 def max_unpool2d(

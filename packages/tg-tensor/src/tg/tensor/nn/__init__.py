@@ -90,10 +90,33 @@ class Linear:
         return out if self.bias is None else out + self.bias
 
 
+def _conv_weights(
+    dims: int,
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int | Sequence[int],
+    groups: int,
+    bias: bool,
+    transposed: bool,
+) -> tuple[tuple[int, ...], Tensor, Tensor | None]:
+    """(kernel size, weight, bias) of a convolution, as torch makes them: weight (out, in/groups, *k), transposed
+    (in, out/groups, *k); weight and bias from U(-b, b) with b = 1/sqrt(fan_in), fan_in = weight dim 1 * prod(k)."""
+    if in_channels % groups or out_channels % groups:
+        raise ValueError(
+            f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}"
+        )
+    kernel = (kernel_size,) * dims if isinstance(kernel_size, int) else tuple(kernel_size)
+    first, second = (in_channels, out_channels // groups) if transposed else (out_channels, in_channels // groups)
+    bound = kaiming_bound(second * math.prod(kernel))
+    weight = uniform_param(first, second, *kernel, bound=bound)
+    return kernel, weight, uniform_param(out_channels, bound=bound) if bias else None
+
+
 class _ConvNd:
+    dims = 2  # spatial dims of the kernel (a subclass sets it)
+
     def __init__(
         self,
-        dims: int,
         in_channels: int,
         out_channels: int,
         kernel_size: int | Sequence[int],
@@ -103,15 +126,10 @@ class _ConvNd:
         groups: int = 1,
         bias: bool = True,
     ) -> None:
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}"
-            )
-        self.kernel_size = (kernel_size,) * dims if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.kernel_size, self.weight, self.bias = _conv_weights(
+            self.dims, in_channels, out_channels, kernel_size, groups, bias, transposed=False
+        )
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        bound = kaiming_bound(in_channels // groups * math.prod(self.kernel_size))
-        self.weight = uniform_param(out_channels, in_channels // groups, *self.kernel_size, bound=bound)
-        self.bias = uniform_param(out_channels, bound=bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv2d(
@@ -122,21 +140,20 @@ class _ConvNd:
 class Conv1d(_ConvNd):
     """1-d convolution over (N, C, L) inputs; weight (out, in/groups, k) (torch init and keys)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], **kwargs: Any) -> None:
-        super().__init__(1, in_channels, out_channels, kernel_size, **kwargs)
+    dims = 1
 
 
 class Conv2d(_ConvNd):
     """2-d convolution over (N, C, H, W) inputs; padding int, tuple, 'same' or 'valid' (torch init and keys)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], **kwargs: Any) -> None:
-        super().__init__(2, in_channels, out_channels, kernel_size, **kwargs)
+    dims = 2
 
 
 class _ConvTransposeNd:
+    dims = 2  # spatial dims of the kernel (a subclass sets it)
+
     def __init__(
         self,
-        dims: int,
         in_channels: int,
         out_channels: int,
         kernel_size: int | Sequence[int],
@@ -147,16 +164,11 @@ class _ConvTransposeNd:
         groups: int = 1,
         bias: bool = True,
     ) -> None:
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups={groups}"
-            )
-        self.kernel_size = (kernel_size,) * dims if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.kernel_size, self.weight, self.bias = _conv_weights(
+            self.dims, in_channels, out_channels, kernel_size, groups, bias, transposed=True
+        )
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
-        bound = kaiming_bound(out_channels // groups * math.prod(self.kernel_size))  # torch: fan_in of weight dim 1
-        self.weight = uniform_param(in_channels, out_channels // groups, *self.kernel_size, bound=bound)
-        self.bias = uniform_param(out_channels, bound=bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv_transpose2d(
@@ -173,15 +185,13 @@ class _ConvTransposeNd:
 class ConvTranspose1d(_ConvTransposeNd):
     """1-d transposed convolution; weight (in, out/groups, k) (torch init and keys)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], **kwargs: Any) -> None:
-        super().__init__(1, in_channels, out_channels, kernel_size, **kwargs)
+    dims = 1
 
 
 class ConvTranspose2d(_ConvTransposeNd):
     """2-d transposed convolution; weight (in, out/groups, kh, kw) (torch init and keys)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], **kwargs: Any) -> None:
-        super().__init__(2, in_channels, out_channels, kernel_size, **kwargs)
+    dims = 2
 
 
 def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:

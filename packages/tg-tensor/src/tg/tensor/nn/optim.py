@@ -5,23 +5,34 @@ state tensor (momenta, moments, step counters) and `step()` realizes them togeth
 gradients and BatchNorm's running statistics in one schedule, so the scheduler can fuse gradients into the update
 kernels. The learning rate is a tensor: changing `opt.lr` changes no kernel. Update rules are torch's (formulas in
 specs/tensor-api.md 4.2); `state_dict()`/`load_state_dict()` save and restore everything needed to resume exactly.
+
+`fused=True` (tinygrad's flag; default from the `FUSE_OPTIM` context variable) runs the update on one flat tensor:
+parameters and gradients are concatenated, every state (momenta, moments) is one flat buffer, the update is one set
+of kernels over all of it, and each parameter takes its slice back. Results equal the unfused path (the trust-ratio
+norms of LARS/LAMB stay per parameter). It needs one dtype and device for all parameters and a gradient for each.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
-from tg.ir import DType, dtypes
+from tg.ir import ContextVar, DType, dtypes
 from tg.tensor.autograd import no_grad
 from tg.tensor.tensor import Tensor
 
-__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerGroup", "newton_schulz"]
+__all__ = [
+    "FUSE_OPTIM", "LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerGroup", "newton_schulz",
+]  # fmt: skip
+
+# default of every optimizer's `fused=` (tinygrad's FUSE_OPTIM): `Context(FUSE_OPTIM=1)` or the environment
+FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
 
 
-def _state(like: Tensor, dtype: DType | None = None, fill: float = 0.0) -> Tensor:
-    """A zero-filled state tensor beside `like` with storage of its own (moments in >= float32)."""
-    dt = dtype or (dtypes.float32 if like.dtype in (dtypes.float16, dtypes.bfloat16) else like.dtype)
-    return Tensor.full(like.shape, fill, dtype=dt, device=like.device).contiguous().realize()
+def _state(shape: tuple[int, ...], like: DType, device: str) -> Tensor:
+    """A zero-filled state tensor with storage of its own (moments of half parameters in float32)."""
+    dt = dtypes.float32 if like in (dtypes.float16, dtypes.bfloat16) else like
+    return Tensor.zeros(*shape, dtype=dt, device=device).contiguous().realize()
 
 
 def _scalar(value: float, device: str, dtype: DType = dtypes.float32) -> Tensor:
@@ -32,7 +43,9 @@ class Optimizer:
     """Base class: splits `params` into trainable parameters (float tensors whose `requires_grad` is True, or unset
     and then turned on) and buffers (everything else: realized with each step, never updated)."""
 
-    def __init__(self, params: Iterable[Tensor], lr: float, device: str | None = None) -> None:
+    def __init__(
+        self, params: Iterable[Tensor], lr: float, device: str | None = None, fused: bool | None = None
+    ) -> None:
         unique: dict[int, Tensor] = {}
         for t in params:
             if not isinstance(t, Tensor):
@@ -48,7 +61,30 @@ class Optimizer:
         self.device = device or self.params[0].device
         self._lr = _scalar(float(lr), self.device)
         self.step_count = _scalar(0, self.device, dtypes.int32)
-        self.state: dict[str, list[Tensor]] = {}  # per-parameter state, by name, in `params` order
+        self.state: dict[str, list[Tensor]] = {}  # per-parameter state, by name, in `params` order (fused: one)
+        self.fused = bool(FUSE_OPTIM.value) if fused is None else bool(fused)
+        if self.fused:
+            kinds = {(t.dtype, t.device) for t in self.params}
+            if len(kinds) > 1:
+                found = ", ".join(f"{dt.name} on {dev}" for dt, dev in sorted(kinds, key=str))
+                raise ValueError(f"fused=True needs all parameters of one dtype and device, got {found}")
+            # where each parameter's elements start and end in the flat tensor
+            self._offsets = list(itertools.accumulate((t.numel() for t in self.params), initial=0))
+
+    def _new_state(self) -> list[Tensor]:
+        """Zeroed state beside every parameter, or one flat state for all when fused."""
+        if self.fused:
+            p = self.params[0]
+            return [_state((self._offsets[-1],), p.dtype, p.device)]
+        return [_state(t.shape, t.dtype, t.device) for t in self.params]
+
+    def _norm(self, x: Tensor) -> Tensor:
+        """The L2 norm of a parameter-shaped `x` (trust ratios); fused: each parameter's own norm, repeated over
+        its slice of the flat tensor."""
+        if not self.fused:
+            return x.square().sum().sqrt()
+        spans = itertools.pairwise(self._offsets)
+        return Tensor.cat(*[x[a:b].square().sum().sqrt().reshape(1).expand(b - a) for a, b in spans])
 
     @property
     def lr(self) -> Tensor:
@@ -77,13 +113,26 @@ class Optimizer:
         with no_grad():
             self.step_count.assign(self.step_count + 1)
             extra = self._step_shared()
+            if self.fused:
+                self._fused_update()
             for i, t in enumerate(self.params):
-                if t.grad is not None:
+                if t.grad is not None and not self.fused:
                     new = self._update(i, t, t.grad.detach().cast(t.dtype), self.step_count)
                     t.assign(new.cast(t.dtype))
         grads = [t.grad for t in self.params if t.grad is not None]
         state = [s for values in self.state.values() for s in values]
         return [self.step_count, *extra, *state, *self.params, *self.buffers, *grads]
+
+    def _fused_update(self) -> None:
+        """One update over the concatenation of all parameters and gradients, split back into the parameters."""
+        if missing := [i for i, t in enumerate(self.params) if t.grad is None]:
+            raise RuntimeError(f"fused optimizer step: parameters {missing} have no gradient (use fused=False)")
+        dt = self.params[0].dtype
+        flat_w = Tensor.cat(*[t.detach().flatten() for t in self.params])
+        flat_g = Tensor.cat(*[t.grad.detach().cast(dt).flatten() for t in self.params if t.grad is not None])
+        new = self._update(0, flat_w, flat_g.contiguous(), self.step_count).cast(dt).contiguous()
+        for t, (a, b) in zip(self.params, itertools.pairwise(self._offsets), strict=True):
+            t.assign(new[a:b].reshape(t.shape))
 
     def step(self, *extra: Tensor) -> None:
         """Apply one update: realizes the forward pass, gradients, updates and `extra` tensors (e.g. the loss) in
@@ -130,14 +179,16 @@ class SGD(Optimizer):
         weight_decay: float = 0.0,
         nesterov: bool = False,
         classic: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr)
+        super().__init__(params, lr, device, fused)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov momentum needs momentum > 0 and dampening 0")
         self.momentum, self.dampening, self.weight_decay = momentum, dampening, weight_decay
         self.nesterov, self.classic = nesterov, classic
         if momentum:
-            self.state["momentum"] = [_state(t) for t in self.params]
+            self.state["momentum"] = self._new_state()
 
     def _direction(self, w: Tensor, g: Tensor) -> Tensor:
         return g + self.weight_decay * w if self.weight_decay else g
@@ -168,12 +219,14 @@ class LARS(SGD):
         nesterov: bool = False,
         classic: bool = True,
         tcoef: float = 0.001,
+        device: str | None = None,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr, momentum, 0.0, weight_decay, nesterov, classic)
+        super().__init__(params, lr, momentum, 0.0, weight_decay, nesterov, classic, device, fused)
         self.tcoef = tcoef
 
     def _direction(self, w: Tensor, g: Tensor) -> Tensor:
-        w_norm, g_norm = w.square().sum().sqrt(), g.square().sum().sqrt()
+        w_norm, g_norm = self._norm(w), self._norm(g)
         ratio = ((w_norm > 0) & (g_norm > 0)).where(self.tcoef * w_norm / (g_norm + self.weight_decay * w_norm), 1.0)
         return (g + self.weight_decay * w) * ratio
 
@@ -194,13 +247,15 @@ class LAMB(Optimizer):
         adam: bool = False,
         decoupled: bool = True,
         betas: tuple[float, float] | None = None,
+        device: str | None = None,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr)
+        super().__init__(params, lr, device, fused)
         self.b1, self.b2 = betas if betas is not None else (b1, b2)
         self.eps, self.weight_decay, self.adam, self.decoupled = eps, weight_decay, adam, decoupled
         self.b1_t, self.b2_t = _scalar(1.0, self.device), _scalar(1.0, self.device)
-        self.state["m"] = [_state(t) for t in self.params]
-        self.state["v"] = [_state(t) for t in self.params]
+        self.state["m"] = self._new_state()
+        self.state["v"] = self._new_state()
 
     def _named_state(self) -> dict[str, Tensor]:
         return {**super()._named_state(), "b1_t": self.b1_t, "b2_t": self.b2_t}
@@ -222,7 +277,7 @@ class LAMB(Optimizer):
         if self.weight_decay and self.decoupled:
             update = update + self.weight_decay * wf
         if not self.adam:
-            w_norm, u_norm = wf.square().sum().sqrt(), update.square().sum().sqrt()
+            w_norm, u_norm = self._norm(wf), self._norm(update)
             update = update * ((w_norm > 0) & (u_norm > 0)).where(w_norm / u_norm, 1.0)
         return wf - self.lr * update
 
@@ -235,10 +290,12 @@ def Adam(
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     betas: tuple[float, float] | None = None,
+    device: str | None = None,
+    fused: bool | None = None,
 ) -> LAMB:
     """Adam (torch): moments `m, v` with bias correction, `w -= lr*m̂/(sqrt(v̂) + eps)`; `weight_decay` is L2
     added to the gradient."""
-    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=False, betas=betas)
+    return LAMB(params, lr, b1, b2, eps, weight_decay, True, False, betas, device, fused)
 
 
 def AdamW(
@@ -249,9 +306,11 @@ def AdamW(
     eps: float = 1e-8,
     weight_decay: float = 0.01,
     betas: tuple[float, float] | None = None,
+    device: str | None = None,
+    fused: bool | None = None,
 ) -> LAMB:
     """AdamW (torch): Adam with decoupled weight decay, `w -= lr*(m̂/(sqrt(v̂) + eps) + wd*w)`."""
-    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True, betas=betas)
+    return LAMB(params, lr, b1, b2, eps, weight_decay, True, True, betas, device, fused)
 
 
 def newton_schulz(
@@ -294,15 +353,19 @@ class Muon(Optimizer):
         nesterov: bool = True,
         eps: float = 1e-7,
         torch_compatible: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr)
+        if fused:
+            raise ValueError("Muon orthogonalises each matrix on its own: fused=True is not supported")
+        super().__init__(params, lr, device, False)
         flat = [t.shape for t in self.params if t.ndim < 2]
         if flat:
             raise ValueError(f"Muon updates matrices only, got parameters of shapes {flat}; use AdamW for those")
         self.momentum, self.weight_decay, self.ns_steps = momentum, weight_decay, ns_steps
         self.ns_coefficients, self.nesterov, self.eps = ns_coefficients, nesterov, eps
         self.torch_compatible = torch_compatible
-        self.state["momentum"] = [_state(t) for t in self.params]
+        self.state["momentum"] = self._new_state()
 
     def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
         buf = self.state["momentum"][i]

@@ -11,6 +11,7 @@ import pytest
 
 from tg.codegen.linearize import linearize
 from tg.codegen.lower import lower_kernel
+from tg.codegen.opt import Opt, OptOps
 from tg.codegen.program import get_program
 from tg.codegen.render.cstyle import ClangRenderer
 from tg.codegen.render.python import PythonRenderer, decode_program
@@ -187,3 +188,20 @@ def test_unrenderable_op_names_it() -> None:
     prog = linearize(lower_kernel(unary_kernel(f32, f32, lambda x: x * x), ClangRenderer()).replace(arg="k"))
     with pytest.raises(NotImplementedError, match=r"can't render Ops\.MUL"):
         NoMul().render(prog)
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler on PATH")
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.int32])
+def test_vector_max_is_one_helper_call_that_compiles(dt: DType, tmp_path: Path) -> None:
+    # a vectorised max (relu, maximum, max-reduce lanes) stays a vector op: a compare mask and a bitwise blend
+    r = UOp.range(64, 0)
+    val = UOp.param(1, dt, 64).index(r).load().alu(Ops.MAX, UOp.param(2, dt, 64).index(r).load())
+    ast = UOp.sink(UOp.param(0, dt, 64).index(r).store(val).end(r))
+    src = get_program(ast, ClangRenderer(vector_bytes=16), [Opt(OptOps.SPLIT, 0, (4, AxisType.UPCAST))]).src
+    name = "f32" if dt == dtypes.float32 else "i32"
+    assert f"tg_max_tg_{name}x4(" in src and "?" not in src.split("void E_")[1]  # no lane-by-lane select
+    (tmp_path / "k.c").write_text(src)
+    assert CC is not None
+    res = subprocess.run([CC, "-std=gnu11", "-Wall", "-Werror", "-fsyntax-only", str(tmp_path / "k.c")],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr + src

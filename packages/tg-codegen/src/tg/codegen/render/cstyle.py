@@ -586,6 +586,18 @@ def _strip(s: str) -> str:
 # C names of vector element types: vector typedefs are tg_<name>x<lanes> (never float16, a half type in tg)
 _VECTOR_NAMES = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.int32: "i32", dtypes.uint32: "u32",
                  dtypes.int64: "i64", dtypes.uint64: "u64"}  # fmt: skip
+# vector MAX with the scalar rule (floats: a NaN in a wins, then b's NaN through the compare): a compare mask and a
+# bitwise blend (vector ?: is not C for gcc); both compilers turn it into compare + blend instructions
+_VECTOR_MAX = (
+    "static inline {t} tg_max_{t}({t} a, {t} b) {{ __typeof__(a > b) m = {mask}; "
+    "return ({t})(((__typeof__(m))a & m) | ((__typeof__(m))b & ~m)); }}"
+)
+
+
+def _render_max(a: str, b: str, dt: DType) -> str:
+    if dt.count > 1:
+        return f"tg_max_tg_{_VECTOR_NAMES[dt.scalar()]}x{dt.count}({a},{b})"
+    return CStyleLanguage.code_for_op[Ops.MAX](a, b, dt)
 
 
 class ClangRenderer(CStyleLanguage):
@@ -605,7 +617,8 @@ class ClangRenderer(CStyleLanguage):
     local_max = None
 
     # MULACC is a fused multiply-add (one rounding), as the PYTHON device computes it
-    code_for_op = {**CStyleLanguage.code_for_op, Ops.MULACC: lambda a, b, c, dt: _render_fma(a, b, c, dt)}
+    code_for_op = {**CStyleLanguage.code_for_op, Ops.MULACC: lambda a, b, c, dt: _render_fma(a, b, c, dt),
+                   Ops.MAX: _render_max}  # fmt: skip
 
     def __init__(self, vector_bytes: int = 0, threads: int = 1, fma: bool = False) -> None:
         if vector_bytes not in (0, 16, 32, 64):
@@ -615,7 +628,7 @@ class ClangRenderer(CStyleLanguage):
         self.vector_bytes, self.thread_max, self.has_threads = vector_bytes, threads, threads > 1
         self.has_fma = bool(fma)
         self.vector_registers = 32 if vector_bytes == 64 else 16 if vector_bytes else 0
-        ops = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG} | ({Ops.MULACC} if fma else set())
+        ops = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX} | ({Ops.MULACC} if fma else set())
         self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
 
     def vector_type(self, dt: DType) -> str:
@@ -631,6 +644,7 @@ class ClangRenderer(CStyleLanguage):
                        f"aligned({dt.scalar().itemsize})));")  # fmt: skip
             if dtypes.is_float(dt):  # a*b+c contracted to one fused instruction, only inside this helper
                 ret.append(_VECTOR_FMA.format(t=t))
+            ret.append(_VECTOR_MAX.format(t=t, mask="(a >= b) | (a != a)" if dtypes.is_float(dt) else "a > b"))
         return ret
 
     def render_entry(self, name: str, params: list[UOp], variables: list[UOp]) -> str:

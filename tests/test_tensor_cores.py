@@ -127,3 +127,14 @@ def test_cuda_heuristic_puts_half_matmuls_on_tensor_cores() -> None:
     assert not any(
         o.op is OptOps.TC for o in get_program(_matmul(64, 64, 64, dtypes.float32), CUDARenderer()).applied_opts
     )
+
+
+def test_beam_actions_include_tensor_cores_where_they_apply() -> None:
+    from tg.codegen.opt.actions import legal_children
+
+    k = OptKernel(_matmul(64, 64, 64), CUDARenderer("sm_90"))
+    assert any(child.applied == (Opt(OptOps.TC, 2),) for child in legal_children(k))
+    later = k.apply(split(0, 2, AxisType.UPCAST))  # TC comes first or not at all
+    assert not any(o.op is OptOps.TC for child in legal_children(later) for o in child.applied)
+    assert not any(o.op is OptOps.TC for child in legal_children(OptKernel(_matmul(64, 64, 64), OpenCLRenderer()))
+                   for o in child.applied)  # fmt: skip

@@ -1,6 +1,7 @@
 """The opts BEAM search tries (shared/specs/optimizer.md §7), filtered to the ones legal on a kernel.
 
-On GPU renderers (`has_local`) the list also splits output axes into LOCAL work-groups of 2..32."""
+On GPU renderers (`has_local`) the list also splits output axes into LOCAL work-groups of 2..32, and on renderers
+with tensor cores it puts each reduce axis on them (`TC`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def candidate_opts(k: OptKernel) -> list[Opt]:
             ret += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(k.ranges)) if axis_type(k.ranges[j]) is at]
         if at in (AxisType.REDUCE, AxisType.GROUP_REDUCE):
             ret += [split(i, f, AxisType.UNROLL) for f in (2, 4, 8)]
+        if at is AxisType.REDUCE and k.renderer.tensor_cores:  # legal only as the first opt (tensor_cores.py)
+            ret.append(Opt(OptOps.TC, i))
         if at is AxisType.REDUCE:
             ret += [split(i, f, AxisType.GROUP_REDUCE) for f in sorted({w, 2 * w, 4 * w, 8 * w}) if f >= 2]
         if at in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE) and w > 1:

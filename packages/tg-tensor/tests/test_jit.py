@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tg.codegen.schedule import stats
+from tg.codegen.schedule.memory import PLANNABLE_DEVICES
 from tg.ir import Ops
 from tg.ir.helpers import Context, GlobalCounters
 from tg.tensor import Device, JitError, Tensor, TinyJit, dtypes
@@ -83,7 +84,9 @@ def test_the_capture_is_the_schedule_with_slots_as_params_and_one_memory_plan() 
     args = [a for call in program.linear.src for a in call.src[1:]]
     assert sorted({a.arg[0] for a in args if a.op is Ops.PARAM}) == [0, 1]  # the input, the output
     arenas = {a.src[0] for a in args if a.op is Ops.BUFFER_VIEW}
-    assert len(arenas) == 1  # 6 intermediates (the realized h included: it died) in one planned arena
+    # 6 intermediates (the realized h included: it died) in one planned arena, on devices whose buffers are planned
+    plannable = Device.DEFAULT.split(":")[0] in PLANNABLE_DEVICES
+    assert len(arenas) == (1 if plannable else 0)
     assert {b.size for b in program.fixed.values()} >= {16}  # the weight, held by the program
     expected = 2.0
     for _ in range(4):

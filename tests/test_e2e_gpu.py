@@ -1,7 +1,9 @@
 """GPU-style kernels on OpenCL (PoCL runs them on the CPU) give the same results as the CPU device.
 
 Skipped where no OpenCL device opens. Work-item ids, merged launch dimensions, default and explicit work-groups
-(LOCAL ranges) are compared bit for bit against the CPU device running the same kernel AST as loops.
+(LOCAL ranges) are compared bit for bit against the CPU device running the same kernel AST as loops; float4
+accesses, padded (gated) odd sizes, half conversions, the GPU matmul heuristic and BEAM are checked too. `_run`
+puts sentinel elements after every buffer: a store past the end fails the test.
 """
 
 from __future__ import annotations

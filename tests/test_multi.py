@@ -332,3 +332,31 @@ def test_assign_into_uneven_shards_writes_them_in_place() -> None:
     t.assign(t + Tensor(a).shard(devices(3)))  # a replicated value is cut into the same uneven slices
     np.testing.assert_array_equal(t.numpy(), a * 3)
     assert [engine.buffer_for(s) for s in t.uop.src[0].src] == shards
+
+
+@pytest.mark.parametrize("rows", [8, 7])
+def test_function_with_sharded_arguments_values_and_gradients(rows: int) -> None:
+    from tg.tensor import function
+
+    def loss_fn(x: Tensor, y: Tensor, w: Tensor) -> Tensor:
+        return ((x @ w).relu() - y).square().mean()
+
+    traced = function(loss_fn)
+    rng = np.random.default_rng(5)
+    for f in (loss_fn, traced, traced):
+        x_np, y_np = (
+            rng.standard_normal((rows, 4)).astype(np.float32),
+            rng.standard_normal((rows, 3)).astype(np.float32),
+        )
+        w_np = rng.standard_normal((4, 3)).astype(np.float32)
+        x, y = Tensor(x_np).shard(devices(2), axis=0), Tensor(y_np).shard(devices(2), axis=0)
+        w = Tensor(w_np).shard(devices(2)).realize()
+        w.requires_grad = True
+        loss = f(x, y, w)
+        np.testing.assert_allclose(loss.numpy(), ((np.maximum(x_np @ w_np, 0) - y_np) ** 2).mean(), rtol=1e-5)
+        (g,) = loss.gradient(w)
+        assert g.device == devices(2)
+        h = np.maximum(x_np @ w_np, 0)
+        expected = x_np.T @ ((2 * (h - y_np) / (rows * 3)) * (x_np @ w_np > 0))
+        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-4, atol=1e-6)
+    assert traced.trace_count == 1  # one trace served both sharded calls

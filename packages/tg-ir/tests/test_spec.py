@@ -76,3 +76,19 @@ def test_kernel_spec_accepts_float_mod_but_not_float_idiv() -> None:
     bad = UOp.sink(out.index(i).store(UOp(Ops.IDIV, dtypes.float32, (x, x.const_like(0.5)))).end(i))
     with pytest.raises(SpecError, match=r"Ops\.IDIV"):
         verify(bad, kernel_spec)
+
+
+def test_function_call_nodes_follow_the_tensor_spec() -> None:
+    # FUNCTION(TUPLE(body outputs), *args) with one parameter per argument; GETTUPLE(call, i) has output i's shape
+    param = UOp.new_buffer("CPU", 6, dtypes.float32).reshape((2, 3))
+    body = UOp(Ops.TUPLE, dtypes.void, (param.alu(Ops.ADD, param), param.r(Ops.ADD, (1,))))
+    arg = UOp.new_buffer("CPU", 6, dtypes.float32).reshape((2, 3))
+    call = UOp(Ops.FUNCTION, dtypes.void, (body, arg), ("f", (param,)))
+    outs = [UOp(Ops.GETTUPLE, dtypes.float32, (call,), i) for i in range(2)]
+    assert [o.shape for o in outs] == [(2, 3), (2, 1)] and outs[0].device == "CPU"
+    assert verify(UOp.sink(*outs), tensor_spec)
+    bad_arity = UOp(Ops.FUNCTION, dtypes.void, (body, arg, arg), ("f", (param,)))
+    with pytest.raises(SpecError):
+        verify(UOp.sink(UOp(Ops.GETTUPLE, dtypes.float32, (bad_arity,), 0)), tensor_spec)
+    with pytest.raises(SpecError):  # output 1 is float32, not int32
+        verify(UOp.sink(UOp(Ops.GETTUPLE, dtypes.int32, (call,), 1)), tensor_spec)

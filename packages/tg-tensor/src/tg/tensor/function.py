@@ -13,7 +13,7 @@ node). Assigns to arguments inside the body are applied to the caller's tensors 
 Limits: reading data (`numpy()`, `item()`) or calling `realize()` inside the body raises; tensors the body reads
 that are not arguments (closure weights) raise unless `allow_implicit=True`, which binds them in place (an
 `assign` to them is seen by later calls; rebinding the Python name is not; no gradient flows to them through the
-call); sharded tensors cannot be arguments yet.
+call). Sharded arguments get a sharded placeholder (one per device, same axis and uneven length).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from tg.ir import Ops, UOp, dtypes
 from tg.ir.helpers import getenv
+from tg.tensor import autograd as _autograd
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
 from tg.tensor.jit import _flatten, _flatten_return, _settings, _unflatten_return
@@ -43,11 +44,42 @@ _trace_ids = itertools.count()
 def _placeholder(trace: int, i: int, t: Tensor) -> UOp:
     """Parameter `i` of trace `trace`: a BUFFER that never holds memory (its UNIQUE is a tuple, never a counter
     value), distinct per trace so that a call inside another function's body is never confused with it."""
+    if isinstance(t.device, tuple):  # sharded: one placeholder per device, laid out as the argument's shards
+        return _sharded_placeholder(trace, i, t)
+    return _buffer_placeholder(("param", trace, i), t.shape, t.dtype, t.device)
+
+
+def _buffer_placeholder(unique: tuple, shape: tuple, dtype: Any, device: str) -> UOp:
     numel = 1
-    for s in t.shape:
+    for s in shape:
         numel *= int(s)
-    unique = UOp(Ops.UNIQUE, arg=("param", trace, i))
-    return UOp(Ops.BUFFER, t.dtype, (unique, UOp(Ops.DEVICE, arg=t.device)), numel).reshape(t.shape)
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=unique), UOp(Ops.DEVICE, arg=device)), numel).reshape(shape)
+
+
+def _sharding(t: Tensor) -> tuple[int | None, int | None] | None:
+    """(sharded axis, real length of an uneven axis) of a tensor on several devices; None on one device."""
+    if not isinstance(t.device, tuple):
+        return None
+    from tg.codegen.schedule.multi import Sharded, push_multi
+
+    value = push_multi([t.uop])[t.uop]
+    return (value.axis, value.valid) if isinstance(value, Sharded) else (None, None)
+
+
+def _sharded_placeholder(trace: int, i: int, t: Tensor) -> UOp:
+    sharding = _sharding(t)
+    assert sharding is not None and isinstance(t.device, tuple)
+    axis, valid = sharding
+    n = len(t.device)
+    shape = list(t.shape)
+    if axis is not None:
+        shape[axis] = -(-int(shape[axis]) // n)
+    shards = tuple(_buffer_placeholder(("param", trace, i, d), tuple(shape), t.dtype, dev)
+                   for d, dev in enumerate(t.device))  # fmt: skip
+    multi = UOp(Ops.MULTI, t.dtype, shards, axis)
+    if valid is None:
+        return multi
+    return multi.shrink(tuple((0, valid) if j == axis else (0, int(s)) for j, s in enumerate(multi.shape)))
 
 
 def _base_buffer(uop: UOp) -> UOp | None:
@@ -96,9 +128,9 @@ class Function(Generic[R]):
         tensors: list[tuple[str, Tensor]] = []
         statics: list[tuple[str, Any]] = []
         structure = (
-            _flatten(tuple(args), "args", tensors, statics),
+            _flatten(tuple(args), "args", tensors, statics, split=False),
             tuple(sorted(kwargs)),
-            tuple(_flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics) for k in sorted(kwargs)),
+            tuple(_flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics, split=False) for k in sorted(kwargs)),
         )
         for path, value in statics:
             try:
@@ -114,7 +146,7 @@ class Function(Generic[R]):
         alias = tuple(first.setdefault(k, i) for i, k in enumerate(alias_keys))
         key = (
             structure,
-            tuple((t.shape, t.dtype, t.device) for _, t in tensors),
+            tuple((t.shape, t.dtype, t.device, _sharding(t)) for _, t in tensors),
             alias,
             tuple((p, type(v), v) for p, v in statics),
             _settings(),
@@ -130,14 +162,13 @@ class Function(Generic[R]):
         return self._bind(trace, tensors, alias)
 
     def _trace(self, args: tuple, kwargs: dict, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> _Trace:
-        if any(isinstance(t.device, tuple) for _, t in tensors):
-            raise NotImplementedError(f"@function {self.name}: sharded tensors cannot be arguments yet")
         trace_id = next(_trace_ids)
         placeholders = [_placeholder(trace_id, i, t) for i, (_, t) in enumerate(tensors)]
         stand_ins = [Tensor(placeholders[alias[i]]) for i in range(len(tensors))]
         for st, (_, t) in zip(stand_ins, tensors, strict=True):
-            if t.requires_grad:
-                st.requires_grad = True
+            if t.requires_grad:  # tracked like the argument (not a grad leaf: placeholders get no .grad)
+                _autograd.mark(st.uop, True)
+                st._requires_grad = True
         replace = {id(t): st for (_, t), st in zip(tensors, stand_ins, strict=True)}
         start_unique = UOp.unique().arg  # buffers made before the trace have smaller UNIQUE numbers
         rng_start, outer_log = Tensor._rng_counter, _random.rng_log

@@ -47,10 +47,13 @@ def _jit_error() -> type[JitError]:
 _VALUE_TYPES = (type(None), bool, int, float, str, bytes, DType, Enum)
 
 
-def _flatten(value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: list[tuple[str, Any]]) -> Any:
-    """A structure key for `value`; Tensors found are appended to `tensors`, other leaves to `statics`."""
+def _flatten(
+    value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: list[tuple[str, Any]], split: bool = True
+) -> Any:
+    """A structure key for `value`; Tensors found are appended to `tensors`, other leaves to `statics` (`split`:
+    a sharded tensor is one entry per shard)."""
     if isinstance(value, Tensor):
-        if isinstance(value.uop.device, tuple):  # sharded: each shard is an input (slot) of its own
+        if split and isinstance(value.uop.device, tuple):  # sharded: each shard is an input (slot) of its own
             if not _realize.is_realized(value.uop):
                 value.realize()
             multi, shrink = value.uop, None
@@ -70,10 +73,10 @@ def _flatten(value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: 
         return "V"
     if isinstance(value, (list, tuple)) and not _is_value(value):
         kind = type(value).__name__
-        return (kind, tuple(_flatten(v, f"{path}[{i}]", tensors, statics) for i, v in enumerate(value)))
+        return (kind, tuple(_flatten(v, f"{path}[{i}]", tensors, statics, split) for i, v in enumerate(value)))
     if isinstance(value, dict) and not _is_value(value):
         keys = sorted(value, key=repr)
-        return ("dict", tuple(keys), tuple(_flatten(value[k], f"{path}[{k!r}]", tensors, statics) for k in keys))
+        return ("dict", tuple(keys), tuple(_flatten(value[k], f"{path}[{k!r}]", tensors, statics, split) for k in keys))
     statics.append((path, value))
     return "S"
 

@@ -221,3 +221,13 @@ def test_thread_ids_are_limited_per_core() -> None:
     np.testing.assert_array_equal(run(ast, "CPU", ren, [split(0, 16, AxisType.THREAD, True)], out, ins), base)
     with pytest.raises(KernelOptError, match=r"THREAD factor 24 > 8 x thread_max = 16"):
         get_program(ast, ren, [split(0, 24, AxisType.THREAD, True)])
+
+
+def test_heuristic_threads_an_axis_no_multiple_of_the_cores_divides() -> None:
+    """125 row blocks (a 1000-row matmul with 8-row tiles) on 2 cores: 5 thread blocks, not one thread."""
+    ast, out, (a, b) = matmul(1000, 40, 40)
+    ren = cpu_renderer(2)
+    opts = list(apply_opts(ast, ren)[1])
+    assert split(0, 5, AxisType.THREAD, True) in opts, [str(o) for o in opts]
+    got = run(ast, "CPU", ren, opts, out, [a, b]).reshape(1000, 40)
+    np.testing.assert_allclose(got, a.reshape(1000, 40) @ b.reshape(40, 40), rtol=1e-4, atol=1e-4)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tg.codegen.lower.expand import VECTOR_DTYPES, affine
 from tg.codegen.lower.structure import axis_id
 from tg.codegen.opt.gpu_heuristic import gpu_opts
-from tg.codegen.opt.kernel import OptKernel, axis_type, range_size, vector_lanes
+from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, axis_type, range_size, vector_lanes
 from tg.codegen.opt.opts import KernelOptError, Opt, split
 from tg.ir.ops import AxisType, Ops
 from tg.ir.uop import UOp
@@ -211,16 +211,18 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
 def _threads(k: OptKernel, work: int) -> OptKernel:
     """Split the outermost output axis over the renderer's threads when the kernel is big enough: into T blocks, or
     up to THREAD_BLOCKS_PER_CORE x T while each keeps THREAD_MIN_WORK/4 iterations (the CPU pool hands the blocks
-    out one at a time, so a core taken by another process for a while does not leave the kernel waiting for it)."""
+    out one at a time, so a core taken by another process for a while does not leave the kernel waiting for it).
+    An axis that no multiple of T divides gets another block count above T (125 row blocks of a 1000^3 matmul: 5)."""
     t = getattr(k.renderer, "thread_max", 1)
     if not getattr(k.renderer, "has_threads", False) or t < 2 or work < THREAD_MIN_WORK:
         return k
+    big = [n for n in range(THREAD_IDS_PER_CORE * t, t, -1) if work // n >= THREAD_MIN_WORK // 4]
+    multiples = [n for n in big if n % t == 0 and n <= THREAD_BLOCKS_PER_CORE * t]
     for i, r in enumerate(k.ranges):
         if axis_type(r) not in (AxisType.LOOP, AxisType.GLOBAL):
             continue
         size = _int_size(r)
-        blocks = [n * t for n in range(THREAD_BLOCKS_PER_CORE, 0, -1) if work // (n * t) >= THREAD_MIN_WORK // 4]
-        for n in [*blocks, *range(t, 1, -1)]:
+        for n in [*multiples, t, *(n for n in big if n not in multiples), *range(t - 1, 1, -1)]:
             if size % n == 0 and size >= n:
                 return _try(k, split(i, n, AxisType.THREAD, True))
     return k

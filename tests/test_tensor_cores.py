@@ -4,6 +4,8 @@ tables; illegal uses raise KernelOptError naming the reason. (CUDA compilation: 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,20 @@ def test_beam_actions_include_tensor_cores_where_they_apply() -> None:
     assert not any(o.op is OptOps.TC for child in legal_children(later) for o in child.applied)
     assert not any(o.op is OptOps.TC for child in legal_children(OptKernel(_matmul(64, 64, 64), OpenCLRenderer()))
                    for o in child.applied)  # fmt: skip
+
+
+def test_tc_batched_matmul_keeps_the_batch_axis_as_a_grid_axis() -> None:
+    nb, m, n, k = 3, 32, 8, 16
+    bb, i, j, r = UOp.range(nb, 3), UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    a = UOp.param(1, dtypes.float16, nb * m * k).index(bb * m * k + i * k + r).load()
+    b = UOp.param(2, dtypes.float16, nb * k * n).index(bb * k * n + r * n + j).load()
+    red = (a * b).cast(dtypes.float32).reduce(r, arg=Ops.ADD)
+    ast = UOp.sink(UOp.param(0, dtypes.float32, nb * m * n).index(bb * m * n + i * n + j).store(red).end(bb, i, j))
+    tc = Opt(OptOps.TC, [t for _, t, _ in OptKernel(ast, Device["PYTHON"].renderer).axes()].index(AxisType.REDUCE))
+    rng = np.random.default_rng(2)
+    x, y = rng.integers(-4, 5, (nb, m, k)).astype(np.float16), rng.integers(-4, 5, (nb, k, n)).astype(np.float16)
+    got = _run_python(ast, [tc], x.reshape(nb * m, k), y.reshape(nb * k, n))  # flat buffers: shapes only size them
+    np.testing.assert_array_equal(got.reshape(nb, m, n), x.astype(np.float32) @ y.astype(np.float32))
+    p = get_program(ast, CUDARenderer(), [tc])
+    assert p.global_size is not None and math.prod(p.global_size) == nb * (m // 16) * (n // 8)  # type: ignore[arg-type]
+    assert p.local_size is not None and p.local_size[0] == 32

@@ -116,6 +116,7 @@ def test_shape_is_the_bound_variable_and_realized_results_read_at_its_value() ->
     b = a[:, :v]
     assert b.shape[0] == 3 and b.shape[1] is v
     assert isinstance(b.numel(), UOp)
+    assert b.max_shape == (3, 10) and b.max_numel() == 30 and Tensor(A).max_shape == (3, 10)
     c = (b + 1).contiguous().realize()
     assert c.shape[1] is v  # realized: still the bound variable, not its unbound DEFINE_VAR
     assert c.uop.op is Ops.RESHAPE  # the leading part of a buffer of the maximum size

@@ -202,6 +202,15 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """Number of dimensions."""
         return len(self.uop.shape)
 
+    @property
+    def max_shape(self) -> tuple[int, ...]:
+        """The shape with every symbolic dim at its Variables' maximum (the size of the buffer behind it)."""
+        return tuple(int(s.vmax) if isinstance(s, UOp) else s for s in self.shape)
+
+    def max_numel(self) -> int:
+        """Number of elements of `max_shape`."""
+        return math.prod(self.max_shape)
+
     def numel(self) -> int:
         """Number of elements (a symbolic int when a dim is symbolic)."""
         n = math.prod(self.shape)

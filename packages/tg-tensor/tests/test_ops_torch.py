@@ -3,7 +3,7 @@
 
 Each case gives input generators, a tg function and a torch function taking the same inputs (translating argument
 names where they differ). The test compares the forward value and, for float inputs, the gradient of
-sum(out * r) for a random r (all ones would hide transposition bugs).
+sum(out * r) for a random r (all ones would hide transposition bugs), in float32 and (slow) in float16.
 """
 
 from collections.abc import Callable
@@ -228,3 +228,65 @@ def test_second_derivatives_match_torch(name, tg_fn, torch_fn, device):
     (pgg,) = torch.autograd.grad((pg * pg).sum(), px)
     np.testing.assert_allclose(g.numpy(), pg.detach().numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(gg.numpy(), pgg.numpy(), rtol=1e-3, atol=1e-4)
+
+
+# ---- float16 forward and backward over the whole op table --------------------------------------------------------
+
+# ops whose half result is not comparable at half tolerance for a reason that is not a bug
+HALF_SKIP = {
+    "max_pool2d_indices": "indices (integers) depend on ties that rounding to half creates",
+    "sort_desc_indices": "indices of values made equal by rounding to half",
+    "argmax": "ties made by rounding to half",
+    "argmin_keepdim": "ties made by rounding to half",
+    "max_unpool2d": "indices of ties made by rounding to half",
+}
+
+
+def _close(ours: np.ndarray, ref: np.ndarray, rtol: float, what: str) -> None:
+    """Equal NaN/inf positions; finite values within rtol of the reference's scale (a gradient summed over many
+    half terms is judged against its largest magnitude, as half rounding is relative to the operands)."""
+    ours, ref = ours.astype(np.float64), ref.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref), err_msg=f"{what}: NaN positions")
+    finite = np.isfinite(ref)
+    np.testing.assert_array_equal(
+        ours[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)], err_msg=f"{what}: infinities"
+    )
+    scale = max(float(np.abs(ref[finite]).max(initial=0.0)), 1.0)
+    np.testing.assert_allclose(ours[finite], ref[finite], rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,gens,tg_fn,torch_fn", CASES, ids=[c[0] for c in CASES])
+def test_float16_forward_and_backward_match_torch(name, gens, tg_fn, torch_fn, device):
+    if name in HALF_SKIP:
+        pytest.skip(HALF_SKIP[name])
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    arrays = [g(rng) for g in gens]
+    halves = [a.astype(np.float16) if a.dtype == np.float32 else a for a in arrays]
+    ours = [Tensor(a, device=device, requires_grad=True if a.dtype == np.float16 else None) for a in halves]
+    theirs = [
+        torch.tensor(a.astype(np.float32) if a.dtype == np.float16 else a, requires_grad=a.dtype == np.float16)
+        for a in halves
+    ]
+    out, ref = tg_fn(*ours), torch_fn(*theirs)
+    if ref.dtype.is_floating_point:
+        assert out.dtype.name == "half", f"{name}: half inputs gave {out.dtype.name}"
+    _close(
+        out.numpy(),
+        ref.detach().float().numpy() if ref.dtype.is_floating_point else ref.numpy(),
+        2e-2,
+        f"{name} forward",
+    )
+    if not out.requires_grad:
+        return
+    r = rng.standard_normal(ref.shape).astype(np.float16)
+    (out * Tensor(r, device=device)).sum().backward()
+    (ref * torch.tensor(r.astype(np.float32))).sum().backward()
+    for i, (t, p) in enumerate(zip(ours, theirs, strict=True)):
+        if p.grad is None:
+            continue
+        if t.grad is None:
+            assert not p.grad.any(), f"{name}: input {i} got no gradient"
+            continue
+        assert t.grad.dtype.name == "half", f"{name}: gradient {i} is {t.grad.dtype.name}"
+        _close(t.grad.numpy(), p.grad.numpy(), 3e-2, f"{name} grad {i}")

@@ -25,6 +25,11 @@ def _f(x: Tensor) -> Tensor:
     return x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
 
 
+# composites whose half intermediates would round several times or overflow (x * 6, e^x): computed in float32 and
+# rounded once, as torch does
+_in_float32 = _transcendental._in_float32
+
+
 def relu(self: Tensor) -> Tensor:
     """max(x, 0), with gradient 0 at 0 and NaN passed through (torch)."""
     return (self <= 0).where(self.zeros_like(), self)
@@ -42,21 +47,21 @@ def leaky_relu(self: Tensor, neg_slope: float = 0.01, *, negative_slope: float |
 
 
 def _expm1_neg(x: Tensor) -> Tensor:
-    """exp(x) - 1 for x <= 0 (masked to 0 elsewhere, so the unused branch never overflows)."""
-    safe = (x < 0).where(x, 0.0)
+    """exp(x) - 1 for x <= 0 (masked to 0 for x > 0, so the unused branch never overflows; NaN passes)."""
+    safe = (x > 0).where(0.0, x)
     return safe.expm1()
 
 
+@_in_float32
 def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-    """x for x > 0, alpha * (exp(x) - 1) otherwise."""
-    x = _f(self)
-    return (x > 0).where(x, alpha * _expm1_neg(x))
+    """x for x > 0, alpha * (exp(x) - 1) otherwise (NaN stays NaN)."""
+    return (self > 0).where(self, alpha * _expm1_neg(self))
 
 
+@_in_float32
 def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
-    x = _f(self)
-    return (x > 0).where(x, alpha * _expm1_neg(x / alpha))
+    return (self > 0).where(self, alpha * _expm1_neg(self / alpha))
 
 
 def selu(self: Tensor, alpha: float = _SELU_ALPHA, gamma: float = _SELU_SCALE) -> Tensor:
@@ -95,9 +100,10 @@ def quick_gelu(self: Tensor) -> Tensor:
     return self * (_f(self) * 1.702).sigmoid()
 
 
+@_in_float32
 def gelu(self: Tensor, approximate: str = "none") -> Tensor:
     """Gaussian error linear unit; torch's default `'none'` uses erf, `'tanh'` the tanh approximation."""
-    x = _f(self)
+    x = self
     if approximate == "tanh":
         return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
     if approximate != "none":
@@ -110,15 +116,16 @@ def softsign(self: Tensor) -> Tensor:
     return self / (1 + self.abs())
 
 
+@_in_float32
 def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """clip(alpha x + beta, 0, 1)."""
-    return (alpha * _f(self) + beta).clip(0, 1)
+    return (alpha * self + beta).clip(0, 1)
 
 
+@_in_float32
 def hardswish(self: Tensor) -> Tensor:
-    """x * clip(x + 3, 0, 6) / 6."""
-    x = _f(self)
-    return x * (x + 3).clip(0, 6) * (1 / 6)
+    """x * (clip(x + 3, 0, 6) / 6): the factor is at most 1, so nothing overflows for finite x."""
+    return self * ((self + 3).clip(0, 6) * (1 / 6))
 
 
 def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
@@ -134,40 +141,63 @@ def log10(self: Tensor) -> Tensor:
     return _f(self).log2() * (1 / math.log2(10))
 
 
+# above this |x|, e^-|x| is below half an ulp of e^|x| (float32 and float64 alike for the formulas below)
+_HYPERBOLIC_BIG = 20.0
+
+
+def _half_exp(a: Tensor) -> Tensor:
+    """e^a / 2 for a >= 0 as (e^(a/2) / 2) * e^(a/2): finite wherever the result is (e^a alone overflows first)."""
+    h = (a * 0.5).exp()
+    return (h * 0.5) * h
+
+
+@_in_float32
 def sinh(self: Tensor) -> Tensor:
-    """(e^x - e^-x) / 2."""
-    x = _f(self)
-    return (x.exp() - (-x).exp()) * 0.5
+    """(e^x - e^-x) / 2 as sign(x) (u + u/(u+1)) / 2 with u = expm1(|x|): no cancellation near 0 (sinh(1e-30) is
+    1e-30), no overflow before the result overflows."""
+    a = self.abs()
+    small = a.minimum(_HYPERBOLIC_BIG)
+    u = small.expm1()
+    mag = (a < _HYPERBOLIC_BIG).where((u + u / (u + 1)) * 0.5, _half_exp(a.maximum(_HYPERBOLIC_BIG)))
+    return (self < 0).where(-mag, mag)
 
 
+@_in_float32
 def cosh(self: Tensor) -> Tensor:
-    """(e^x + e^-x) / 2."""
-    x = _f(self)
-    return (x.exp() + (-x).exp()) * 0.5
+    """(e^x + e^-x) / 2, without overflow before the result overflows."""
+    a = self.abs()
+    e = a.minimum(_HYPERBOLIC_BIG).exp()
+    return (a < _HYPERBOLIC_BIG).where((e + 1 / e) * 0.5, _half_exp(a.maximum(_HYPERBOLIC_BIG)))
 
 
+@_in_float32
 def asinh(self: Tensor) -> Tensor:
-    """sign(x) * log(|x| + sqrt(x^2 + 1))."""
-    x = _f(self)
-    a = x.abs()
-    return x.sign() * (a + (a * a + 1).sqrt()).log()
+    """sign(x) * log1p(|x| + x^2 / (1 + sqrt(1 + x^2))): exact for tiny x; log(|x|) + log(2) above 1e18 (x^2
+    would overflow)."""
+    a = self.abs()
+    moderate = a.minimum(1e18)
+    sq = moderate * moderate
+    mag = (a < 1e18).where((moderate + sq / (1 + (1 + sq).sqrt())).log1p(), a.maximum(1e18).log() + math.log(2))
+    return (self < 0).where(-mag, mag)
 
 
+@_in_float32
 def acosh(self: Tensor) -> Tensor:
     """log(x + sqrt(x^2 - 1)) for x >= 1."""
-    x = _f(self)
+    x = self
     return (x + (x * x - 1).sqrt()).log()
 
 
+@_in_float32
 def atanh(self: Tensor) -> Tensor:
-    """log((1 + x) / (1 - x)) / 2."""
-    x = _f(self)
-    return ((1 + x) / (1 - x)).log() * 0.5
+    """log((1 + x) / (1 - x)) / 2 as log1p(2x / (1 - x)) / 2: no cancellation near 0."""
+    return (2 * self / (1 - self)).log1p() * 0.5
 
 
+@_in_float32
 def atan(self: Tensor) -> Tensor:
     """Arc tangent: range-reduced to |x| <= tan(pi/8) and a minimax polynomial (float32 accuracy)."""
-    x = _f(self)
+    x = self
     a = x.abs()
     big = a > 2.414213562373095  # tan(3pi/8)
     mid = (a > 0.4142135623730950) & big.logical_not()  # tan(pi/8)
@@ -179,9 +209,10 @@ def atan(self: Tensor) -> Tensor:
     return x.sign() * (base + poly)
 
 
+@_in_float32
 def asin(self: Tensor) -> Tensor:
     """Arc sine as atan(x / sqrt(1 - x^2)) (NaN outside [-1, 1])."""
-    x = _f(self)
+    x = self
     inside = x.abs() < 1
     safe = inside.where(x, 0.0)
     ret = atan(safe / (1 - safe * safe).sqrt())
@@ -189,6 +220,7 @@ def asin(self: Tensor) -> Tensor:
     return inside.where(ret, edge)
 
 
+@_in_float32
 def acos(self: Tensor) -> Tensor:
     """Arc cosine as pi/2 - asin(x)."""
     return math.pi / 2 - asin(self)

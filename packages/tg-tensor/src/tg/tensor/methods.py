@@ -13,6 +13,7 @@ from tg.tensor import autograd as _autograd
 from tg.tensor import creation as _creation
 from tg.tensor import indexing as _indexing
 from tg.tensor import linalg as _linalg
+from tg.tensor import matrix as _matrix
 from tg.tensor import movement as _movement
 from tg.tensor import nnops as _nn
 from tg.tensor import random as _random
@@ -213,6 +214,8 @@ class TensorMethods:
 
     # einsum and resampling (linalg.py)
     einsum = staticmethod(_linalg.einsum)
+    qr = _matrix.qr
+    newton_schulz = _matrix.newton_schulz
     interpolate = _linalg.interpolate
 
     # scans and sorting (scan.py)

@@ -87,7 +87,9 @@ def prod(
 ) -> Tensor:
     """Product over `axis`/`dim`."""
     axis, kd = _opts("prod", axis, dim, keepdim, keepdims)
-    return _reduce(self.cast(dtype_arg(dtype) or sum_acc_dtype(self.dtype)), Ops.MUL, axis, kd)
+    ret = _reduce(self.cast(dtype_arg(dtype) or sum_acc_dtype(self.dtype)), Ops.MUL, axis, kd)
+    # half inputs multiply in float32 but keep their dtype, as sum
+    return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) and self.dtype.itemsize < 4 else ret
 
 
 def max(
@@ -316,11 +318,19 @@ def logsumexp(
 ) -> Tensor:
     """log(sum(exp(x))) along `axis`/`dim`, shifted by the (detached) max: -inf for all -inf, inf with an inf."""
     axis, kd = _opts("logsumexp", axis, dim, keepdim, keepdims)
-    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+    x, out = _exp_dtype(self)
     m = max(x.detach(), axis, keepdim=True)
     shift = (m.abs() == float("inf")).where(0.0, m)  # all -inf stays -inf, an inf stays inf (no inf - inf)
-    ret = sum((x - shift).exp(), axis, keepdim=True).log() + shift
+    ret = (sum((x - shift).exp(), axis, keepdim=True).log() + shift).cast(out)
     return ret if kd else ret.reshape(tuple(s for i, s in enumerate(ret.shape) if i not in _axes(x, axis)))
+
+
+def _exp_dtype(x: Tensor) -> tuple[Tensor, DType]:
+    """(x in the dtype the exp-sum ops compute in, their result dtype): half/bfloat16 compute in float32 and round
+    once at the end (torch's accumulate type), ints give the default float."""
+    if not dtypes.is_float(x.dtype):
+        return x.cast(dtypes.default_float), dtypes.default_float
+    return (x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x), x.dtype
 
 
 def _softmax_axis(op: str, axis: int | None, dim: int | None) -> int:
@@ -335,10 +345,9 @@ def softmax(
 ) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) along `axis`/`dim` (default -1); the max is detached."""
     ax = _softmax_axis("softmax", axis, dim)
-    x = self.cast(dtype) if dtype is not None else self
-    x = x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+    x, out = _exp_dtype(self.cast(dtype) if dtype is not None else self)
     e = (x - max(x.detach(), ax, keepdim=True)).exp()
-    return e / sum(e, ax, keepdim=True)
+    return (e / sum(e, ax, keepdim=True)).cast(out)
 
 
 def log_softmax(
@@ -346,10 +355,9 @@ def log_softmax(
 ) -> Tensor:
     """(x - max) - log(sum(exp(x - max))) along `axis`/`dim` (default -1); the max is detached."""
     ax = _softmax_axis("log_softmax", axis, dim)
-    x = self.cast(dtype) if dtype is not None else self
-    x = x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+    x, out = _exp_dtype(self.cast(dtype) if dtype is not None else self)
     m = x - max(x.detach(), ax, keepdim=True)
-    return m - sum(m.exp(), ax, keepdim=True).log()
+    return (m - sum(m.exp(), ax, keepdim=True).log()).cast(out)
 
 
 def softmin(

@@ -104,12 +104,13 @@ def cummin(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> 
 def logcumsumexp(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
     """log(cumsum(exp(x))) along `axis`/`dim`, shifted by the (detached) max of the dim."""
     a = _axis("logcumsumexp", self, axis, dim)
-    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+    out = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
+    x = self.cast(dtypes.float32) if dtypes.is_float(out) and out.itemsize < 4 else self.cast(out)  # half: in float32
     if x.ndim == 0:
-        return x
+        return x.cast(out)
     m = x.detach().max(a, keepdim=True)
     m = (m.abs() == float("inf")).where(0.0, m)
-    return cumsum((x - m).exp(), a).log() + m
+    return (cumsum((x - m).exp(), a).log() + m).cast(out)
 
 
 # sorting: small rows compare all pairs in one kernel, longer ones run a bitonic network (n log^2 n work)

@@ -7,6 +7,7 @@ indexing in `indexing.py`, random numbers in `random.py` (they are attached to t
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -712,6 +713,10 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """Clamp into [min_, max_] (torch's `min=`/`max=` keywords too): `t.clip(0, 1)`, `t.clip(max=6)`; NaN stays
         NaN (PyTorch)."""
         min_, max_ = pick("clip", "min_", min_, "min", min), pick("clip", "max_", max_, "max", max)
+        if dtypes.is_int(self.dtype):  # an int bound outside the dtype's range clamps nothing beyond it (torch)
+            lo, hi = self.dtype.min, self.dtype.max
+            min_, max_ = (v if not isinstance(v, int) or isinstance(v, bool) else builtins.min(builtins.max(v, lo), hi)
+                          for v in (min_, max_))  # fmt: skip
         x = self
         if min_ is not None:
             x = x.maximum(min_)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from tg.ir import ContextVar, DType, dtypes
 from tg.tensor.autograd import no_grad
+from tg.tensor.matrix import newton_schulz  # re-exported: Muon's iteration, also `Tensor.newton_schulz`
 from tg.tensor.tensor import Tensor
 
 __all__ = [
@@ -311,28 +312,6 @@ def AdamW(
 ) -> LAMB:
     """AdamW (torch): Adam with decoupled weight decay, `w -= lr*(m̂/(sqrt(v̂) + eps) + wd*w)`."""
     return LAMB(params, lr, b1, b2, eps, weight_decay, True, True, betas, device, fused)
-
-
-def newton_schulz(
-    g: Tensor,
-    steps: int = 5,
-    coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
-    eps: float = 1e-7,
-    clamp_norm: bool = False,
-) -> Tensor:
-    """Approximate orthogonalisation of a matrix (Muon): `X = G/(|G|_F + eps)` (`max(|G|_F, eps)` with
-    `clamp_norm`), then `steps` times `X = a*X + b*(X Xᵀ) X + c*(X Xᵀ)² X`, on the transpose when rows > cols."""
-    if g.ndim != 2:
-        raise ValueError(f"newton_schulz needs a matrix, got shape {g.shape}")
-    a, b, c = coefficients
-    tall = g.shape[0] > g.shape[1]
-    x = g.transpose(0, 1) if tall else g
-    norm = x.square().sum().sqrt()
-    x = x / (norm.maximum(eps) if clamp_norm else norm + eps)
-    for _ in range(steps):
-        gram = x @ x.transpose(0, 1)
-        x = a * x + (b * gram + c * (gram @ gram)) @ x
-    return x.transpose(0, 1) if tall else x
 
 
 class Muon(Optimizer):

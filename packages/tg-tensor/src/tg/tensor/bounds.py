@@ -15,7 +15,8 @@ common case of a computed index:
   which stay lazy. The check runs once per selection: after it passed it is dropped.
 
 Limits (documented): a TinyJit replay runs captured kernels without the Python realize path, so deferred checks are
-verified on the traced calls only; writes made by pending `assign`s in the failing schedule have already happened.
+verified on the traced calls only; inside a `@function` body (traced once, values unknown) indices are not checked;
+writes made by pending `assign`s in the failing schedule have already happened.
 """
 
 from __future__ import annotations

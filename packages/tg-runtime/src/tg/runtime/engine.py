@@ -117,7 +117,7 @@ class CompiledRunner(Runner):
 
     def __call__(self, bufs: Sequence[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         try:
-            vals = tuple(var_vals[name] for name in self.var_names)
+            vals = tuple(var_vals[name] for name in self.var_names) if self.var_names else ()
         except KeyError as e:
             raise ValueError(f"kernel {self.p.name} needs a value for variable {e.args[0]!r}; got {var_vals}") from None
         p = self.p

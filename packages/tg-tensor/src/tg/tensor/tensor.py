@@ -117,7 +117,7 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ) -> None:
-        dt = _to_dtype(dtype)
+        dt = None if dtype is None else _to_dtype(dtype)
         self._requires_grad: bool | None = None
         self._is_leaf = True
         self.grad: Tensor | None = None

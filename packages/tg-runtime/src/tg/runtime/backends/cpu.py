@@ -114,9 +114,9 @@ def cpu_count() -> int:
 class ThreadPool:
     """Persistent worker threads that run the thread ids of a kernel (ctypes releases the GIL during the call).
 
-    ``run(fxn, args, n)`` calls ``fxn(*args, t)`` for t in [0, n): t = 0 on the calling thread, the others on
-    workers created at first use and kept for the life of the process (no thread creation per launch). This is the
-    fallback for kernels without an entry wrapper; threaded kernels normally run on the C pool (`CThreadPool`).
+    ``run(fxn, args, n, threads)`` calls ``fxn(*args, t)`` for t in [0, n), the ids strided over the calling thread
+    and workers created at first use and kept for the life of the process (no thread creation per launch). This is
+    the fallback for kernels without an entry wrapper; threaded kernels normally run on the C pool (`CThreadPool`).
     """
 
     def __init__(self) -> None:

@@ -198,3 +198,16 @@ def test_captured_program_pickles_with_binaries_and_buffer_contents() -> None:
     loaded_weight.copyout(memoryview(data))
     assert values(out2) == [6.0, 7.0] and list(struct.unpack("2f", data)) == [5.0, 6.0]
     assert values(weight) == [1.0, 2.0]
+
+
+def test_an_upload_updated_in_place_is_restored_before_each_replay() -> None:
+    x = upload([1.0, 1.0])
+    acc = upload([5.0, 5.0])
+    linear, _, (out,) = schedule(affine(acc.assign(acc.alu(Ops.ADD, x)), 2, 0).contiguous())
+    assert values(out) == [12.0, 12.0]
+    program = CapturedProgram(linear, [x, out], initial={acc: struct.pack("2f", 5.0, 5.0)})
+    assert program.linear.src[0].src[0].op is Ops.COPY  # the restore runs first
+    for _ in range(3):
+        out2 = upload([0.0, 0.0])
+        program.replay([buffer_for(upload([2.0, 3.0])), buffer_for(out2)])
+        assert values(out2) == [14.0, 16.0]

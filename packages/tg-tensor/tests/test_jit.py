@@ -549,3 +549,15 @@ def test_symbolic_input_errors_name_the_variable_and_shape() -> None:
         f(x[:3])
     with pytest.raises(JitError, match="different view of its buffer"):
         f(x[1 : v.bind(3) + 1])
+
+
+def test_a_tensor_made_in_the_body_and_updated_in_place_starts_fresh_each_replay(jit_mode: int) -> None:
+    # the upload is read, then written by a kept kernel: a replay must not start from the previous replay's values
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        t = Tensor([1.0, 2.0])
+        t.assign(t + x)
+        return (t * 2).realize()
+
+    for i in range(5):
+        assert f(realized([float(i), float(i)])).tolist() == [2.0 + 2 * i, 4.0 + 2 * i]

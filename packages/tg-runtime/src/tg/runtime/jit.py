@@ -68,7 +68,9 @@ class CapturedProgram:
     ``self.linear`` is the program: slot arguments are ``PARAM(slot)`` (views of a slot: ``BUFFER_VIEW(PARAM)``),
     fixed buffers are BUFFER uops the program owns (bound to the weights' and constants' Buffers, so the tensors
     that owned them can die and be detected), intermediates are views of the arenas. ``var_vals`` are the variable
-    values bound inside the function (fixed); a replay's own values override them.
+    values bound inside the function (fixed); a replay's own values override them. ``initial`` holds the contents,
+    before the capture's first call used them, of buffers the capture uploaded (e.g. ``Tensor([1., 2.])`` in the
+    body): one that kept calls read and then update in place is restored from a snapshot at the start of each replay.
     """
 
     def __init__(
@@ -78,7 +80,9 @@ class CapturedProgram:
         persistent: Iterable[UOp] = (),
         var_vals: dict[str, int] | None = None,
         prune: bool = True,
+        initial: dict[UOp, bytes] | None = None,
     ) -> None:
+        from tg.codegen.schedule.kernels import copy_body
         from tg.codegen.schedule.linear import replace_buffers
         from tg.codegen.schedule.memory import plan_memory
         from tg.runtime.engine import buffer_for
@@ -132,6 +136,20 @@ class CapturedProgram:
             new_of[buf_id] = new
         subs = {u: new_of[buf_id] for u, buf_id in uop_buffer.items()}
         program = replace_buffers(UOp(Ops.LINEAR, dtypes.void, tuple(kept)), subs)
+        # uploads made during the capture that kept calls then update in place: each replay starts them from their
+        # captured contents again (a copy from a snapshot), as the function does when it runs
+        restores = []
+        for u, data in (initial or {}).items():
+            if (buf_id := uop_buffer.get(u)) is None or buf_id in state or buf_id in slot_of:
+                continue
+            if buf_id in first_is_read and buf_id in kept_writes:
+                target = new_of[buf_id]
+                snapshot = UOp.new_buffer(str(target.device), int(target.arg), target.dtype)
+                buffer_for(snapshot).copyin(memoryview(data))
+                self.fixed[snapshot] = buffer_for(snapshot)
+                restores.append(UOp(Ops.CALL, dtypes.void, (copy_body(target.dtype, target.device), target, snapshot)))
+        if restores:
+            program = program.replace(src=(*restores, *program.src))
         held = {u for c in program.src for a in c.src[1:] if (u := _base_of(a)) not in intermediates}
         self.linear = plan_memory(program, held)
         # arenas (and unplanned intermediates) are the program's too

@@ -201,12 +201,25 @@ class _InputSpec:
 class _Recorder:
     """Collects the schedules (LINEARs of CALLs) the engine runs while a jit captures, and their variable values."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, start_unique: int) -> None:
+        self.name, self.start_unique = name, start_unique
         self.calls: list[UOp] = []
         self.var_vals: dict[str, int] = {}
+        self.seen: set[UOp] = set()
+        self.initial: dict[UOp, bytes] = {}  # contents of buffers uploaded during the capture, before first use
 
     def add_linear(self, linear: UOp, var_vals: dict[str, int]) -> None:
+        from tg.runtime.engine import buffer_for, has_buffer
+
+        for call in linear.src:  # runs before the engine does: uploads still hold what the function put there
+            for a in call.src[1:]:
+                u = a.src[0] if a.op is Ops.BUFFER_VIEW else a
+                if u in self.seen:
+                    continue
+                self.seen.add(u)
+                num = u.src[0].arg
+                if isinstance(num, int) and num >= self.start_unique and has_buffer(u) and buffer_for(u)._allocated:
+                    self.initial[u] = bytes(buffer_for(u).as_memoryview())
         self.calls.extend(linear.src)
         for name, value in var_vals.items():
             if (was := self.var_vals.setdefault(name, value)) != value:
@@ -386,7 +399,7 @@ class TinyJit(Generic[ReturnType]):
             inputs.append(_InputSpec(path, t, base, slot))
         input_buffers = [engine.buffer_for(b) for b in bases]
         start_unique = UOp.unique().arg  # buffers made before the capture have smaller UNIQUE numbers
-        recorder = _Recorder(self.name)
+        recorder = _Recorder(self.name, start_unique)
         self._recorder_marker = recorder
         engine.capturing.append(recorder)
         rng_start, outer_log = Tensor._rng_counter, _random.rng_log
@@ -451,7 +464,9 @@ class TinyJit(Generic[ReturnType]):
             if not before(u) and id(buf := engine.buffer_for(u)) not in slot_ids
             and (id(buf) in rng_ids or _held_by_a_tensor(u))
         ]  # fmt: skip
-        program = CapturedProgram(linear, [*bases, *out_uops], persistent, recorder.var_vals, prune=self.prune)
+        program = CapturedProgram(
+            linear, [*bases, *out_uops], persistent, recorder.var_vals, prune=self.prune, initial=recorder.initial
+        )
         # weights: pre-existing buffers the program uses; their death means the function's tensor was rebound
         used = {id(b) for b in program.fixed.values()}
         written = {id(b) for b in program.written}

@@ -140,3 +140,14 @@ def test_clearing_the_schedule_cache_drops_plans_and_scache_0_bypasses_them(devi
         x = (x * 3).realize()
     assert stats.calls == calls + 3
     np.testing.assert_array_equal(x.numpy(), [3.0**5, 2 * 3.0**5])
+
+
+def test_a_plan_takes_its_runners_from_the_kernel_cache(device, monkeypatch):
+    x = Tensor([1.0, 2.0, 3.0], device=device).realize()
+    for _ in range(2):
+        x = (x * 2 + 1).realize()
+    monkeypatch.setattr(engine, "method_cache", {})  # as after clearing it: the plan must compile again, not crash
+    hits = plans.stats["hits"]
+    x = (x * 2 + 1).realize()
+    assert plans.stats["hits"] == hits + 1 and len(engine.method_cache) == 1
+    np.testing.assert_array_equal(x.numpy(), [15.0, 23.0, 31.0])

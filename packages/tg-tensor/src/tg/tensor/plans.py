@@ -88,8 +88,9 @@ class _Step:
     slots: tuple[int, ...]
     device: str = ""
     copy: Any = None  # a tg.runtime BufferCopy
-    runner: Any = None  # the runner `kernel_slots` was computed for
-    kernel_slots: tuple[int, ...] = ()  # slots in the kernel's argument order
+    # (runner, slots in that runner's argument order), replaced as one value when method_cache hands out another
+    # runner (a cleared cache, another TRANSCENDENTAL setting), so a concurrent reader never pairs the two wrongly
+    bound: tuple[Any, tuple[int, ...]] = (None, ())
 
 
 @dataclass
@@ -258,9 +259,9 @@ def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
             continue
         if (runner := method_cache.get(engine._runner_key(step.device, step.ast))) is None:
             runner = engine.get_runner(step.device, step.ast)
-        if runner is not step.runner:
-            step.runner, step.kernel_slots = runner, tuple(step.slots[g] for g in runner.p.globals)
-        launch(runner, [bufs[s] for s in step.kernel_slots], var_vals)
+        if (bound := step.bound)[0] is not runner:
+            bound = step.bound = (runner, tuple(step.slots[g] for g in runner.p.globals))
+        launch(runner, [bufs[s] for s in bound[1]], var_vals)
     becomes: dict[UOp, UOp] = {}
     order = st.order
     for p, chain, s in plan.becomes:

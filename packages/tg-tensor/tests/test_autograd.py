@@ -138,6 +138,17 @@ def test_gradient_after_realizing_a_sibling_that_shares_intermediates(device):
     np.testing.assert_array_equal(g.numpy(), [2, 2, 2, 2, 0, 0, 0, 0])
 
 
+def test_gradient_through_clone_realized_inside_a_larger_graph(device):
+    """`out = x.clone() * 2; out.float().numpy()` stores the clone's copy as an intermediate: the gradient must
+    still reach x (it once stopped at the stored copy)."""
+    x = Tensor([1.0, 2.0, 3.0], device=device, dtype="float16", requires_grad=True)
+    out = x.clone() * 2
+    out.float().numpy()
+    out.sum().backward()
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 2.0])
+
+
 def test_equal_constant_leaves_get_separate_grads(device):
     a = Tensor.zeros(3, device=device, requires_grad=True)
     b = Tensor.zeros(3, device=device, requires_grad=True)

@@ -165,9 +165,13 @@ def note_realized(becomes: dict[UOp, UOp]) -> None:
         # reaches_grad, not the memo alone: a graph rebuilt by an earlier realize's substitute (a lazy tensor that
         # shared nodes with what was realized) holds new nodes nobody has asked about yet
         if reaches_grad(old):
+            # an ASSIGN into a grad leaf's own buffer (an update) starts afresh; one into any other buffer (clone,
+            # `copy_` into a plain tensor) keeps its graph, as torch's copy_ does (asked before `new`, which may be
+            # that very buffer, is marked)
+            keeps_graph = old.op is not Ops.ASSIGN or not reaches_grad(old.src[0])
             mark(new, True)
-            if old.op is not Ops.ASSIGN and new is not old:  # an ASSIGN wrote an existing leaf's buffer
-                _origins.setdefault(new, old)
+            if new is not old and keeps_graph:  # an ASSIGN's buffer stands for the assigned value (its own target
+                _origins.setdefault(new, old.src[1] if old.op is Ops.ASSIGN else old)  # would be a cycle)
 
 
 # ---- leaves, backward, gradient -------------------------------------------------------------------------------

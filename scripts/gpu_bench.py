@@ -48,6 +48,43 @@ def torch_device():  # type: ignore[no-untyped-def]
     return None, None
 
 
+def report(line: str, tg_rate: float, torch_rate: float | None, extra: str = "") -> None:
+    """One table row: tg's rate, torch's (or `-`) and their ratio."""
+    if torch_rate is None:
+        print(f"{line:<28}{tg_rate:12.1f}{'-':>12}{'-':>10}{extra}")
+    else:
+        print(f"{line:<28}{tg_rate:12.1f}{torch_rate:12.1f}{tg_rate / torch_rate:10.2f}{extra}")
+
+
+def matmul_row(n: int, dtype: type, dev: object, torch, tdev, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]
+    """GFLOP/s of an n^3 matmul with inputs of `dtype` (float32 math), error relative to numpy in float32."""
+    a = rng.standard_normal((n, n), np.float32).astype(dtype)
+    b = rng.standard_normal((n, n), np.float32).astype(dtype)
+    ta, tb = Tensor(a, device=DEV).realize(), Tensor(b, device=DEV).realize()
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    err = float(np.abs((ta @ tb).numpy().astype(np.float32) - want).max() / (np.abs(want).max() + 1e-9))
+    flops = 2 * n**3 / timeit(lambda: (ta @ tb).realize(), dev.synchronize) * 1e-9  # type: ignore[attr-defined]
+    tflops = None
+    if torch is not None:
+        xa, xb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
+        tflops = 2 * n**3 / timeit(lambda: xa @ xb, torch.cuda.synchronize) * 1e-9
+    name = "fp32" if dtype is np.float32 else "fp16"
+    report(f"matmul {n}^3 {name} (GFLOP/s)", flops, tflops, f"  rel.err {err:.1e}")
+
+
+def add_row(n: int, dev: object, torch, tdev, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]
+    """GB/s (bytes read + written) of an elementwise add of n float32 values, checked against numpy."""
+    x, y = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+    tx, ty = Tensor(x, device=DEV).realize(), Tensor(y, device=DEV).realize()
+    np.testing.assert_array_equal((tx + ty).numpy(), x + y)
+    gbs = 3 * 4 * n / timeit(lambda: (tx + ty).realize(), dev.synchronize) * 1e-9  # type: ignore[attr-defined]
+    tgbs = None
+    if torch is not None:
+        px, py = torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev)
+        tgbs = 3 * 4 * n / timeit(lambda: px + py, torch.cuda.synchronize) * 1e-9
+    report(f"add 2^{n.bit_length() - 1} fp32 (GB/s)", gbs, tgbs)
+
+
 def main() -> None:
     dev = Device[DEV]
     print(f"device {DEV}: {dev!r}")
@@ -57,50 +94,11 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"{'workload':<28}{'tg':>12}{'torch':>12}{'tg/torch':>10}")
     for n in (512, 1024, 2048, 4096):
-        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-        ta, tb = Tensor(a, device=DEV).realize(), Tensor(b, device=DEV).realize()
-        got = (ta @ tb).numpy()
-        err = float(np.abs(got - a @ b).max() / (np.abs(a @ b).max() + 1e-9))
-        t = timeit(lambda ta=ta, tb=tb: (ta @ tb).realize(), dev.synchronize)
-        flops = 2 * n**3 / t * 1e-9
-        line = f"matmul {n}^3 fp32 (GFLOP/s)"
-        if torch is not None:
-            xa, xb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
-            tt = timeit(lambda xa=xa, xb=xb: xa @ xb, torch.cuda.synchronize)
-            tflops = 2 * n**3 / tt * 1e-9
-            print(f"{line:<28}{flops:12.1f}{tflops:12.1f}{flops / tflops:10.2f}  rel.err {err:.1e}")
-        else:
-            print(f"{line:<28}{flops:12.1f}{'-':>12}{'-':>10}  rel.err {err:.1e}")
-    for n in (1024, 2048, 4096):  # half inputs: float16 storage, float32 math (no tensor cores yet)
-        a, b = rng.standard_normal((n, n), np.float32).astype(np.float16), rng.standard_normal((n, n), np.float32)
-        b = b.astype(np.float16)
-        ta, tb = Tensor(a, device=DEV).realize(), Tensor(b, device=DEV).realize()
-        want = a.astype(np.float32) @ b.astype(np.float32)
-        err = float(np.abs((ta @ tb).numpy().astype(np.float32) - want).max() / (np.abs(want).max() + 1e-9))
-        t = timeit(lambda ta=ta, tb=tb: (ta @ tb).realize(), dev.synchronize)
-        flops = 2 * n**3 / t * 1e-9
-        line = f"matmul {n}^3 fp16 (GFLOP/s)"
-        if torch is not None:
-            xa, xb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
-            tt = timeit(lambda xa=xa, xb=xb: xa @ xb, torch.cuda.synchronize)
-            tflops = 2 * n**3 / tt * 1e-9
-            print(f"{line:<28}{flops:12.1f}{tflops:12.1f}{flops / tflops:10.2f}  rel.err {err:.1e}")
-        else:
-            print(f"{line:<28}{flops:12.1f}{'-':>12}{'-':>10}  rel.err {err:.1e}")
+        matmul_row(n, np.float32, dev, torch, tdev, rng)
+    for n in (1024, 2048, 4096):  # float16 inputs, float32 accumulation (tensor cores through TC on CUDA sm_80+)
+        matmul_row(n, np.float16, dev, torch, tdev, rng)
     for n in (1 << 20, 1 << 22, 1 << 24, 1 << 26):
-        x, y = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
-        tx, ty = Tensor(x, device=DEV).realize(), Tensor(y, device=DEV).realize()
-        np.testing.assert_array_equal((tx + ty).numpy(), x + y)
-        t = timeit(lambda tx=tx, ty=ty: (tx + ty).realize(), dev.synchronize)
-        gbs = 3 * 4 * n / t * 1e-9
-        line = f"add 2^{n.bit_length() - 1} fp32 (GB/s)"
-        if torch is not None:
-            px, py = torch.from_numpy(x).to(tdev), torch.from_numpy(y).to(tdev)
-            tt = timeit(lambda px=px, py=py: px + py, torch.cuda.synchronize)
-            tgbs = 3 * 4 * n / tt * 1e-9
-            print(f"{line:<28}{gbs:12.1f}{tgbs:12.1f}{gbs / tgbs:10.2f}")
-        else:
-            print(f"{line:<28}{gbs:12.1f}{'-':>12}{'-':>10}")
+        add_row(n, dev, torch, tdev, rng)
 
 
 if __name__ == "__main__":

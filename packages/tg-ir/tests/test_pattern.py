@@ -81,6 +81,23 @@ def test_bottom_up() -> None:
     assert graph_rewrite(UOp.sink(x + 0), pm, bottom_up=True) is UOp.sink(x)
 
 
+def test_skip_keeps_nodes_and_their_sources() -> None:
+    # nodes whose op is in `skip` are kept as they are, in both orders, even when a rule returns one
+    x = Variable("x", 0, 10)
+    fold = PatternMatcher([(UPat.var("x") + UPat.const(None, 0), lambda x: x)])
+    inner = UOp(Ops.LOAD, dtypes.int32, (UOp(Ops.NOOP, dtypes.int32, (x + 0,)),))
+    for bottom_up in (False, True):
+        assert graph_rewrite(UOp.sink(x + 0, inner), fold, bottom_up=bottom_up) is not UOp.sink(x, inner)
+        kept = graph_rewrite(UOp.sink(x + 0, inner), fold, bottom_up=bottom_up, skip=frozenset({Ops.LOAD}))
+        assert kept is UOp.sink(x, inner)
+    make = PatternMatcher([
+        (UPat(Ops.NOOP, name="n"), lambda n: UOp(Ops.LOAD, dtypes.int32, (n.src[0] + 0,))),
+        (UPat.var("x") + UPat.const(None, 0), lambda x: x),
+    ])  # fmt: skip
+    made = graph_rewrite(UOp(Ops.NOOP, dtypes.int32, (x,)), make, bottom_up=True, skip=frozenset({Ops.LOAD}))
+    assert made is UOp(Ops.LOAD, dtypes.int32, (x + 0,))
+
+
 def test_compiled_matches_interpreter() -> None:
     pat = (UPat.var("x") * UPat.cvar("c")) + UPat.var("y")
     pm_c = PatternMatcher([(pat, lambda x, c, y: x)])

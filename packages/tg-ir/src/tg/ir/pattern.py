@@ -560,18 +560,19 @@ def _bad_result(pm: PatternMatcher, node: UOp, r: Any, ctx: Any) -> TypeError:
     return TypeError(f"{loc} returned {type(r).__name__} {r!r} for {node.op}; rules must return a UOp or None")
 
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None
-                  ) -> UOp:  # fmt: skip
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
+                  skip: frozenset[Ops] = frozenset()) -> UOp:  # fmt: skip
     """Rewrite the DAG under `root` with `pm` until no rule applies, memoising per node.
 
     Default order: sources first, then the node (with rewritten sources); a replacement is itself rewritten.
     bottom_up=True: rules are applied to a node before its sources (top of the graph first), then again after.
+    A node whose op is in `skip` is kept as it is: neither it nor its sources are rewritten (a rule may return one).
     """
-    return graph_rewrite_map(root, pm, ctx, bottom_up, name)[root]
+    return graph_rewrite_map(root, pm, ctx, bottom_up, name, skip)[root]
 
 
 def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
-                      name: str | None = None) -> dict[UOp, UOp]:  # fmt: skip
+                      name: str | None = None, skip: frozenset[Ops] = frozenset()) -> dict[UOp, UOp]:  # fmt: skip
     """Like graph_rewrite, returning the map from every visited original node to its rewritten node."""
     if not isinstance(root, UOp):
         raise TypeError(f"graph_rewrite needs a UOp, got {type(root).__name__}")
@@ -588,19 +589,29 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
         if stage == 0:
             if n in replace:
                 continue
+            if skip and n.op in skip:
+                replace[n] = n
+                continue
             if bottom_up:
-                seen = {cur}
+                seen: set[UOp] | None = None  # made on the first firing (most nodes match no rule)
                 while (r := rewrite(cur, ctx)) is not None:
                     if r.__class__ is not UOp:
                         raise _bad_result(pm, cur, r, ctx)
                     steps += 1
+                    if seen is None:
+                        seen = {n}
                     if r in seen or steps > REWRITE_LIMIT:
                         raise RewriteError(f"graph_rewrite {name or ''}: no fixed point (rules cycle), node {r.op}")
                     seen.add(r)
                     cur = r
+                    if skip and r.op in skip:
+                        break
                 if cur is not n and cur in replace:
                     replace[n] = replace[cur]
                     continue
+            if skip and cur.op in skip:
+                replace[n] = cur
+                continue
             stack.append((n, 1, cur))
             for s in reversed(cur.src):
                 if s not in replace:

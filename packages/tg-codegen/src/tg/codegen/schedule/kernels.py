@@ -1,12 +1,14 @@
 """Phase (b): each stored node becomes one kernel AST; movement ops become index arithmetic over RANGEs.
 
-A kernel is built by walking the tensor graph from the stored node down to stored nodes and buffers, carrying
-the index (one int UOp per dimension, in terms of the kernel's RANGEs) and the gate at which a value is wanted.
-What each op becomes is the table `LOWER_TENSOR_OP`: movement ops only change the index (`MOVEMENT_INDEX` in
-indexing.py; PAD also gates the value with a WHERE), a REDUCE_AXIS opens REDUCE ranges, elementwise ops rebuild
-on their sources' values, stored nodes and buffers are loaded through `INDEX(PARAM, flat index, gate)`.
-The walk is memoised per (node, index, gate), so a value used twice at one index is computed once, and a
-recomputed value (policy C1) is computed once per distinct index; it never raises for control flow.
+A kernel's value is one top-first `graph_rewrite` (`pm_lower_tensor`) of a *request* `NOOP(node[, buffer],
+arg=(index, gate))`: the value of tensor node `node` at an index (one int UOp per dimension, in terms of the
+kernel's RANGEs) under a gate. The index and gate live in the arg, so the rewrite never walks them, and kernel
+values that are final (`FINAL`: loads, ranges, constants) are not walked either. The rules: math is rebuilt on
+requests for its sources, a REDUCE_AXIS opens REDUCE ranges, stored nodes and buffers are loaded through
+`INDEX(PARAM, flat index, gate)`, movement ops only map the index (`MOVEMENT_INDEX` in indexing.py; PAD also
+gates the value with a WHERE). `request` answers at once what needs no rule: a constant, a chain of views (one
+request for the node under it), and loads while the PARAM slot order allows. The rewrite memoises per request,
+so a value used twice at one index is computed once, and a recomputed value (policy C1) once per distinct index.
 
 Kernel AST (the contract with tg.codegen.opt/lower): `SINK[KernelInfo](END(STORE(INDEX(PARAM0, idx), v),
 *loop ranges))`, `RANGE(end, (axis_id, AxisType.LOOP|REDUCE))` numbered from 0 in first-use order, PARAM slots
@@ -15,7 +17,6 @@ in first-use order with the output in slot 0, `LOAD(INDEX(PARAM, idx[, gate]))`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
 from typing import Any
 
 from tg.codegen.schedule import stats
@@ -32,10 +33,8 @@ from tg.codegen.schedule.indexing import (
     simplify_index,
 )
 from tg.codegen.schedule.rangeify import Plan
-from tg.ir import AxisType, GroupOp, KernelInfo, Ops, UOp, dtypes, to_function_name
+from tg.ir import AxisType, GroupOp, KernelInfo, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, to_function_name
 from tg.ir.uop import sint
-
-Request = tuple[UOp, Index, UOp | None]  # the value of (node, index, gate)
 
 
 def _sint_name(s: sint) -> str:
@@ -54,7 +53,7 @@ class KernelBuilder:
         self.loaded_nodes: set[UOp] = set()  # stored nodes this kernel reads (read-after-write edges)
         self.raw_reads: set[UOp] = set()  # BUFFERs read in their state before this schedule (write-after-read)
         self.loads: dict[UOp, list[tuple[UOp, UOp | None]]] = {}  # BUFFER -> (flat index, gate) it is loaded at
-        self._cache: dict[Request, UOp] = {}
+        self.gates: set[UOp] = set()  # the index arithmetic of PAD's gates (the lowering leaves it as built)
 
     # ---- parameters, ranges, loads ------------------------------------------------------------------------
 
@@ -90,34 +89,13 @@ class KernelBuilder:
             self.loaded_nodes.add(node)
         return buf
 
-    # ---- the walk -----------------------------------------------------------------------------------------
+    # ---- the lowering -------------------------------------------------------------------------------------
 
     def value(self, node: UOp, idx: Index, valid: UOp | None) -> UOp:
-        """The kernel-level value of tensor node `node` at `idx` (gated by `valid`); iterative (deep graphs)."""
-        root: Request = (node, idx, valid)
-        if (ret := self._cache.get(root)) is not None:
-            return ret
-        stack: list[tuple[Request, Generator[Request, UOp, UOp]]] = [(root, self._value(*root))]
-        sent: UOp | None = None
-        while stack:
-            key, gen = stack[-1]
-            try:
-                need = gen.send(sent)  # type: ignore[arg-type]  # None primes a fresh generator
-            except StopIteration as done:
-                self._cache[key] = sent = done.value
-                stack.pop()
-                continue
-            if (sent := self._cache.get(need)) is None:
-                stats.steps += 1
-                stack.append((need, self._value(*need)))
-        return self._cache[root]
-
-    def _value(self, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-        if (buf := self.storage(node)) is not None:
-            return self.load(buf, self.plan.stored_shape(node), self.plan.stored_index(node, idx), valid)
-        if (rule := LOWER_TENSOR_OP.get(node.op)) is None:
-            raise NotImplementedError(f"the scheduler cannot build a kernel from a {node.op} node: {node!r}")
-        return (yield from rule(self, node, idx, valid))
+        """The kernel-level value of tensor node `node` at `idx` (gated by `valid`): one top-first rewrite of the
+        request for it (`pm_lower_tensor`); each distinct request is lowered once."""
+        start = request(self, node, idx, valid)
+        return graph_rewrite(start, pm_lower_tensor, ctx=self, bottom_up=True, name="lower tensor", skip=FINAL)
 
     # ---- the whole kernel ---------------------------------------------------------------------------------
 
@@ -136,75 +114,117 @@ class KernelBuilder:
         return UOp(Ops.SINK, dtypes.void, (body,), KernelInfo(name=name))
 
 
-# ---- the lowering table: tensor op -> kernel-level value --------------------------------------------------------
+# ---- the lowering rules: a request for a tensor node's value at an index -> kernel-level value ---------------
+# Rules fire top-first (consumers before producers, sources in order: RANGE ids and PARAM slots come in first-use
+# order); a rule's result is rewritten until no request is left in it.
 
-Rule = Callable[[KernelBuilder, UOp, Index, "UOp | None"], Generator[Request, UOp, UOp]]
-
-
-def _buffer(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    kb.raw_reads.add(node if node.op is Ops.BUFFER else node.src[0])
-    return kb.load(node, node.shape, idx, valid)
-    yield  # a generator like every rule
+# kernel-level values the rewrite leaves alone (a load's index, a range's end are final)
+FINAL = frozenset({Ops.LOAD, Ops.RANGE, Ops.CONST, Ops.DEFINE_VAR, Ops.PARAM})
 
 
-def _const(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    return UOp.const(node.dtype, node.arg)
-    yield
+def request(ctx: KernelBuilder, node: UOp, idx: Index, valid: UOp | None, now: bool = True) -> UOp:
+    """`node`'s value at `idx` (gated by `valid`) as far as it is known at once: a constant's value, with `now` a
+    load (a stored node or a buffer), and the index a chain of views maps to (down to a gate, a non-view or a stored
+    node); anything else is a request `NOOP(node[, its buffer], arg=(idx, gate))` that the rules lower. `now=False`
+    keeps loads as requests, so that PARAM slots stay in first-use order."""
+    if node.op is Ops.CONST:
+        return UOp.const(node.dtype, node.arg)
+    stats.steps += 1
+    if (buf := ctx.storage(node)) is not None:
+        return _load_stored(ctx, node, buf, idx, valid) if now else UOp(Ops.NOOP, node.dtype, (node, buf), (idx, valid))
+    if node.op in GroupOp.Movement:
+        return _view(ctx, node, idx, valid, now)
+    if now and (node.op is Ops.BUFFER or node.op is Ops.BUFFER_VIEW):
+        return _load_buffer(ctx, node, idx, valid)
+    return UOp(Ops.NOOP, node.dtype, (node,), (idx, valid))
 
 
-def _variable(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    return node.src[0] if node.op is Ops.BIND else node
-    yield
+def _pending(v: UOp) -> bool:
+    """Whether `request`'s answer `v` is (a gated) request, not a value yet."""
+    while v.op is Ops.WHERE:
+        v = v.src[1]
+    return v.op is Ops.NOOP
 
 
-def _movement(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    src_idx, gate = movement_index(node, idx, kb.plan.index_memo)
-    inner = yield (node.src[0], src_idx, and_gates(valid, gate))
-    return inner if gate is None else gate.where(inner, UOp.const(node.dtype, 0))
+def _view(ctx: KernelBuilder, x: UOp, idx: Index, valid: UOp | None, now: bool = True) -> UOp:
+    """View `x` at `idx`: its source down the chain of views at the mapped index (stops under a gate)."""
+    dtype, memo, movement = x.dtype, ctx.plan.index_memo, GroupOp.Movement
+    while True:
+        idx, gate = movement_index(x, idx, memo)
+        valid, x = and_gates(valid, gate), x.src[0]
+        if gate is not None or x.op not in movement or ctx.storage(x) is not None:
+            break
+    if gate is None:
+        return request(ctx, x, idx, valid, now)
+    ctx.gates.update(gate.toposort())  # index arithmetic: never folded (as it was built)
+    return gate.where(request(ctx, x, idx, valid, now), UOp.const(dtype, 0))
 
 
-def _reduce(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    op, axes = node.arg
-    src_shape = node.src[0].shape
+def _load_stored(ctx: KernelBuilder, x: UOp, buf: UOp, idx: Index, valid: UOp | None) -> UOp:
+    return ctx.load(buf, ctx.plan.stored_shape(x), ctx.plan.stored_index(x, idx), valid)
+
+
+def _load_buffer(ctx: KernelBuilder, x: UOp, idx: Index, valid: UOp | None) -> UOp:
+    ctx.raw_reads.add(x if x.op is Ops.BUFFER else x.src[0])
+    return ctx.load(x, x.shape, idx, valid)
+
+
+def _math(ctx: KernelBuilder, r: UOp, x: UOp) -> UOp:
+    # the sources before the first pending one are values at once; later loads wait their turn (PARAM slot order)
+    (idx, valid), srcs, now = r.arg, [], True
+    for s in x.src:
+        srcs.append(v := request(ctx, s, idx, valid, now))
+        now = now and not _pending(v)
+    return UOp(x.op, x.dtype, tuple(srcs), x.arg)
+
+
+def _reduce(ctx: KernelBuilder, r: UOp, x: UOp) -> UOp:
+    (idx, valid), (op, axes), src_shape = r.arg, x.arg, x.src[0].shape
     ranges, src_idx = [], list(idx)
     for a in axes:
         if is_one(src_shape[a]):
             src_idx[a] = as_index(0)
         else:
-            ranges.append(r := kb.new_range(src_shape[a], AxisType.REDUCE))
-            kb.reduce_sizes.append(src_shape[a])
-            src_idx[a] = r
-    inner = yield (node.src[0], tuple(src_idx), valid)
-    return UOp(Ops.REDUCE, node.dtype, (inner, *ranges), op) if ranges else inner
+            ranges.append(rng := ctx.new_range(src_shape[a], AxisType.REDUCE))
+            ctx.reduce_sizes.append(src_shape[a])
+            src_idx[a] = rng
+    inner = request(ctx, x.src[0], tuple(src_idx), valid)
+    return UOp(Ops.REDUCE, x.dtype, (inner, *ranges), op) if ranges else inner
 
 
-def _passthrough(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    return (yield (node.src[0], idx, valid))
+def _fold(ctx: KernelBuilder, x: UOp) -> UOp | None:
+    for s in x.src:
+        if s.op is not Ops.CONST:
+            return None
+    return None if x in ctx.gates else fold_constant(x.op, x.dtype, x.src)
 
 
-def _elementwise(kb: KernelBuilder, node: UOp, idx: Index, valid: UOp | None) -> Generator[Request, UOp, UOp]:
-    srcs = []
-    for src in node.src:
-        srcs.append((yield (src, idx, valid)))
-    if all(s.op is Ops.CONST for s in srcs) and (folded := fold_constant(node.op, node.dtype, srcs)) is not None:
-        return folded
-    return UOp(node.op, node.dtype, tuple(srcs), node.arg)
-
-
-LOWER_TENSOR_OP: dict[Ops, Rule] = {
-    # storage read directly (a reshape of it is looked through by the movement rules)
-    Ops.BUFFER: _buffer, Ops.BUFFER_VIEW: _buffer,
-    # constants and variables are kernel constants and kernel arguments
-    Ops.CONST: _const, Ops.DEFINE_VAR: _variable, Ops.BIND: _variable,
-    # movement ops: index arithmetic only (PAD also gates the value)
-    **{op: _movement for op in GroupOp.Movement},
+pm_lower_tensor = PatternMatcher([
+    # math is rebuilt on requests for its sources; once they are values, math on constants folds (not a gate's)
+    (UPat(Ops.NOOP, src=(UPat(GroupOp.Elementwise, name="x"),), name="r"), _math),
+    (UPat(GroupOp.Elementwise, name="x"), _fold),
+    # a stored node (not this kernel's own) or a buffer is loaded: INDEX(PARAM, flat index, gate)
+    (UPat(Ops.NOOP, src=(UPat(name="x"), UPat(name="buf")), name="r"),
+     lambda ctx, r, x, buf: _load_stored(ctx, x, buf, *r.arg)),
+    (UPat(Ops.NOOP, src=(UPat((Ops.BUFFER, Ops.BUFFER_VIEW), name="x"),), name="r"),
+     lambda ctx, r, x: _load_buffer(ctx, x, *r.arg)),
+    # movement ops: index arithmetic only (PAD also gates the value); `request` follows chains of them at once
+    (UPat(Ops.NOOP, src=(UPat(GroupOp.Movement, name="x"),), name="r"), lambda ctx, r, x: _view(ctx, x, *r.arg)),
     # a tensor-level reduction opens REDUCE ranges over its reduced axes
-    Ops.REDUCE_AXIS: _reduce,
-    # markers that do not change the value (a stored CONTIGUOUS is loaded before reaching here)
-    Ops.CONTIGUOUS: _passthrough, Ops.CONTIGUOUS_BACKWARD: _passthrough, Ops.DETACH: _passthrough,
-    # math rebuilds itself on its sources' values (constant sources fold)
-    **{op: _elementwise for op in GroupOp.Elementwise},
-}  # fmt: skip
+    (UPat(Ops.NOOP, src=(UPat(Ops.REDUCE_AXIS, name="x"),), name="r"), _reduce),
+    # markers that do not change the value (a stored CONTIGUOUS is loaded by the rule above)
+    (UPat(Ops.NOOP, src=(UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH), name="x"),), name="r"),
+     lambda ctx, r, x: request(ctx, x.src[0], *r.arg)),
+    # variables are kernel arguments (constants need no request: `request` gives their value)
+    (UPat(Ops.NOOP, src=(UPat(Ops.DEFINE_VAR, name="x"),)), lambda x: x),
+    (UPat(Ops.NOOP, src=(UPat(Ops.BIND, name="x"),)), lambda x: x.src[0]),
+    # anything else has no kernel form
+    (UPat(Ops.NOOP, src=(UPat(name="x"),)), lambda x: _unsupported(x)),
+])  # fmt: skip
+
+
+def _unsupported(x: UOp) -> UOp:
+    raise NotImplementedError(f"the scheduler cannot build a kernel from a {x.op} node: {x!r}")
 
 
 # ---- kernels of a plan ------------------------------------------------------------------------------------------

@@ -157,7 +157,9 @@ def _view(ctx: KernelBuilder, x: UOp, idx: Index, valid: UOp | None, now: bool =
     if gate is None:
         return request(ctx, x, idx, valid, now)
     ctx.gates.update(gate.toposort())  # index arithmetic: never folded (as it was built)
-    return gate.where(request(ctx, x, idx, valid, now), UOp.const(dtype, 0))
+    # under a gate, a further view is left to the rule (a rewrite step, not a recursion: pads can nest deeply)
+    inner = UOp(Ops.NOOP, x.dtype, (x,), (idx, valid)) if x.op in movement else request(ctx, x, idx, valid, now)
+    return gate.where(inner, UOp.const(dtype, 0))
 
 
 def _load_stored(ctx: KernelBuilder, x: UOp, buf: UOp, idx: Index, valid: UOp | None) -> UOp:

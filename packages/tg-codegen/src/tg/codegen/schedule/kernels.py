@@ -158,7 +158,10 @@ def _view(ctx: KernelBuilder, x: UOp, idx: Index, valid: UOp | None, now: bool =
         return request(ctx, x, idx, valid, now)
     ctx.gates.update(gate.toposort())  # index arithmetic: never folded (as it was built)
     # under a gate, a further view is left to the rule (a rewrite step, not a recursion: pads can nest deeply)
-    inner = UOp(Ops.NOOP, x.dtype, (x,), (idx, valid)) if x.op in movement else request(ctx, x, idx, valid, now)
+    if x.op in movement and ctx.storage(x) is None:
+        inner = UOp(Ops.NOOP, x.dtype, (x,), (idx, valid))
+    else:
+        inner = request(ctx, x, idx, valid, now)
     return gate.where(inner, UOp.const(dtype, 0))
 
 

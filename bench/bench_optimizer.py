@@ -47,19 +47,23 @@ def _setup(keep_blas_env: bool) -> None:
             sys.path.insert(0, str(src))
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeat: int, block_s: float = 0.1) -> dict[str, float]:
+def interleaved(fns: dict[str, Callable[[], Any]], repeat: int, block_s: float = 0.1,
+                idle_s: float = 0.3) -> dict[str, float]:  # fmt: skip
     """Best wall time (s) of one call of each function.
 
     The functions take turns in blocks, `repeat` rounds (so load drifts hit all alike); a block calls one function
     back to back for at least `block_s` seconds and twice, and only its calls count. Calls are not interleaved one by
-    one: a library's worker threads keep spinning for a while after its call returns (OpenBLAS, OpenMP) and would
-    steal a core from whichever library runs next, and a first call after another library's work finds cold caches.
+    one, and each block starts after `idle_s` seconds of sleep: a library's worker threads keep spinning for a while
+    after its call returns (OpenBLAS's threads for ~0.1-0.3 s) and would steal a core from whichever library runs
+    next. Measured on the 2-core box: without the pause, the kernel timed right after numpy's block ran at 155 instead
+    of 195 GFLOP/s (1024^3 matmul, same kernel).
     """
     for f in fns.values():
         f()  # warm-up: compile, allocate
     best = {k: float("inf") for k in fns}
     for _ in range(repeat):
         for k, f in fns.items():
+            time.sleep(idle_s)
             block_start, calls = time.perf_counter(), 0
             while calls < 2 or time.perf_counter() - block_start < block_s:
                 st = time.perf_counter()

@@ -8,7 +8,7 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from tg.codegen.schedule import stats
+from tg.codegen.schedule import clear_schedule_cache, stats
 from tg.codegen.schedule.memory import PLANNABLE_DEVICES
 from tg.ir import Ops
 from tg.ir.helpers import Context, GlobalCounters
@@ -414,6 +414,10 @@ def test_nested_jit_is_part_of_the_outer_capture(jit_mode: int) -> None:
 
 def test_reset_frees_memory_and_recaptures_a_new_shape() -> None:
     f = captured(lambda x: ((x + 1).contiguous() * 2).realize())
+    # start from empty schedule/plan caches (the realize drops the plans): an LRU eviction of another test's
+    # entry during this one would free its memory and shift the count
+    clear_schedule_cache()
+    Tensor([0.0]).realize()
     gc.collect()
     before = GlobalCounters.mem_used
     for _ in range(3):

@@ -1,6 +1,7 @@
 """Realize plans (tg.tensor.plans): a repeated structure skips the scheduler and lowering, and gives exactly the
 results of the full path (checked against numpy and against SCACHE=0, which turns plans off)."""
 
+import gc
 from collections.abc import Callable
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from tg.codegen.schedule import clear_schedule_cache, stats
 from tg.ir import Context
+from tg.ir.helpers import GlobalCounters
 from tg.runtime import engine
 from tg.tensor import Tensor, dtypes, plans
 
@@ -151,3 +153,21 @@ def test_a_plan_takes_its_runners_from_the_kernel_cache(device, monkeypatch):
     x = (x * 2 + 1).realize()
     assert plans.stats["hits"] == hits + 1 and len(engine.method_cache) == 1
     np.testing.assert_array_equal(x.numpy(), [15.0, 23.0, 31.0])
+
+
+def test_a_plan_does_not_keep_the_buffers_of_the_realize_it_was_made_from() -> None:
+    # the storage of a reshaped or expanded node is a view chain over its buffer; the plan keeps the chain's
+    # ops, not the buffer: once the tensors are gone, so is their memory
+    clear_schedule_cache()
+    Tensor([0.0]).realize()  # drops the old plans
+    gc.collect()
+    before = GlobalCounters.mem_used
+    for _ in range(3):
+        x = Tensor.full((1 << 14,), 2.0).contiguous().realize()
+        y = (x + 1).reshape(128, 128).realize()
+        z = x.reshape(1, 1 << 14).expand(2, 1 << 14).realize()
+        assert y.numpy()[3, 5] == 3.0 and z.shape == (2, 1 << 14)
+    assert plans.stats["hits"] > 0
+    del x, y, z
+    gc.collect()
+    assert GlobalCounters.mem_used == before

@@ -114,7 +114,10 @@ class Plan:
     n_inputs: int
     fresh: list[_Fresh] = field(default_factory=list)
     steps: list[_Step] = field(default_factory=list)
-    becomes: list[tuple[int, tuple[UOp, ...], int]] = field(default_factory=list)  # (node position, chain, slot)
+    # (node position, chain, slot): the storage expression of a node is its slot's BUFFER under the chain's
+    # single-source movement ops, kept as (op, dtype, arg, tag) so that a plan never pins the buffers of the
+    # realize it was made from
+    becomes: list[tuple[int, tuple[tuple[Any, ...], ...], int]] = field(default_factory=list)
     var_vals: dict[str, int] = field(default_factory=dict)
     used_inputs: tuple[int, ...] = ()  # input slots a step reads or writes (they need a device Buffer)
 
@@ -217,11 +220,11 @@ def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: di
     for node, expr in becomes.items():
         if (p := pos.get(node)) is None:
             raise _NoPlan(node.op)
-        chain: list[UOp] = []
+        chain: list[tuple[Any, ...]] = []
         while expr.op is not Ops.BUFFER:
             if len(expr.src) != 1:
                 raise _NoPlan(expr.op)
-            chain.append(expr)
+            chain.append((expr.op, expr.dtype, expr.arg, expr.tag))
             expr = expr.src[0]
         s = slot_of(expr)
         if s >= plan.n_inputs:
@@ -267,7 +270,7 @@ def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
     for p, chain, s in plan.becomes:
         e = uops[s]
         assert e is not None  # a named slot
-        for m in chain:
-            e = m.replace(src=(e,))
+        for op, dtype, arg, tag in chain:
+            e = UOp(op, dtype, (e,), arg, tag)
         becomes[order[p]] = e
     return becomes

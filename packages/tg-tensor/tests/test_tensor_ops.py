@@ -170,7 +170,7 @@ def test_unsigned_min(device):
 @pytest.mark.parametrize(
     "sa,sb",
     [((3, 5), (5, 4)), ((5,), (5, 4)), ((3, 5), (5,)), ((5,), (5,)), ((2, 3, 5), (2, 5, 4)), ((2, 3, 5), (5, 4)),
-     ((3, 5), (2, 5, 4))],
+     ((3, 5), (2, 5, 4)), ((2, 1, 3, 5), (4, 5, 2)), ((1, 3, 5), (2, 1, 5, 4)), ((0, 5), (5, 3)), ((3, 0), (0, 2))],
 )  # fmt: skip
 def test_matmul(sa, sb, dt, device, rng):
     a, b = data(rng, sa, dt), data(rng, sb, dt)
@@ -179,6 +179,17 @@ def test_matmul(sa, sb, dt, device, rng):
     np.testing.assert_allclose(
         got.astype(np.float64), want, rtol=1e-2 if dt == "float16" else 1e-5, atol=5e-2 if dt == "float16" else 1e-4
     )
+
+
+@pytest.mark.parametrize(
+    "sa,sb", [((3, 5), (5, 4)), ((2, 3, 5), (5, 4)), ((3, 5), (2, 5, 4)), ((2, 1, 3, 5), (4, 5, 2))]
+)
+def test_matmul_builds_the_graph_of_its_definition(sa, sb):
+    # matmul builds its graph from UOps directly for speed; it must be the graph of the tensor-method definition
+    # (broadcast multiply, sum over the shared dim), node for node, so that caches and rewrites see one structure
+    a, b = Tensor.ones(*sa).contiguous(), Tensor.ones(*sb).contiguous()
+    by_definition = (a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)).sum(-1)
+    assert (a @ b).uop is by_definition.uop
 
 
 def test_matmul_shape_error_names_both_shapes(device):

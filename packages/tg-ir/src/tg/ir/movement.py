@@ -6,6 +6,7 @@ equal shapes; the tensor layer broadcasts with reshape + expand. Kernel-level no
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from tg.ir.helpers import cached_property, prod
@@ -26,10 +27,13 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check_sint(name: str, x: Any) -> None:
-    from tg.ir.uop import UOp
+def _all_ints(shape: tuple[Any, ...]) -> bool:
+    """Every entry a plain int (not a bool, not symbolic)."""
+    return all(x.__class__ is int for x in shape)
 
-    if not (_is_int(x) or isinstance(x, UOp)):
+
+def _check_sint(name: str, x: Any) -> None:
+    if not (_is_int(x) or isinstance(x, MovementMixin)):  # MovementMixin: UOp, without importing it per call
         raise TypeError(f"{name}: expected an int or symbolic int, got {x!r}")
 
 
@@ -64,6 +68,8 @@ def _simp(x: sint) -> sint:
 
 def _eq(a: sint, b: sint) -> bool:
     """Structural equality of sints: ints by value, UOps by identity (after simplify)."""
+    if a.__class__ is int and b.__class__ is int:
+        return a == b
     from tg.ir.uop import UOp
 
     if isinstance(a, UOp) or isinstance(b, UOp):
@@ -182,13 +188,18 @@ class MovementMixin:
     # ---- movement ops -----------------------------------------------------------------------------------------
 
     def _mop(self, op: Ops, arg: Any) -> UOp:
-        from tg.ir.uop import UOp
-
-        return UOp(op, self.dtype, (self,), arg)  # type: ignore[attr-defined,arg-type]
+        # the node's own class (UOp) rather than an import per call: this is on every movement op's path
+        return self.__class__(op, self.dtype, (self,), arg)  # type: ignore[attr-defined,call-arg,return-value]
 
     def reshape(self, shape: tuple[sint, ...]) -> UOp:
         """Same elements, new shape (element count must match)."""
         shape = tuple(shape)
+        old = self.shape
+        if _all_ints(shape) and _all_ints(old):  # the common case, checked without per-dim calls
+            if shape == old:
+                return self  # type: ignore[return-value]
+            if min(shape, default=0) >= 0 and math.prod(shape) == math.prod(old):
+                return self._mop(Ops.RESHAPE, shape)
         for s in shape:
             _check_sint("reshape", s)
             if _is_int(s) and s < 0:
@@ -211,9 +222,13 @@ class MovementMixin:
     def expand(self, shape: tuple[sint, ...]) -> UOp:
         """Broadcast size-1 axes to `shape` (same ndim)."""
         shape = tuple(shape)
-        if len(shape) != self.ndim:
-            raise ValueError(f"expand: {_fs(self.shape)} to {_fs(shape)} changes the number of dims")
-        for s, n in zip(self.shape, shape, strict=True):
+        old = self.shape
+        if len(shape) != len(old):
+            raise ValueError(f"expand: {_fs(old)} to {_fs(shape)} changes the number of dims")
+        if _all_ints(shape) and _all_ints(old) and all(s == n or s == 1 for s, n in zip(old, shape, strict=True)):
+            if min(shape, default=0) >= 0:  # the common case, checked without per-dim calls
+                return self if shape == old else self._mop(Ops.EXPAND, shape)  # type: ignore[return-value]
+        for s, n in zip(old, shape, strict=True):
             _check_sint("expand", n)
             if _is_int(n) and n < 0:
                 raise ValueError(f"expand: negative dimension in {_fs(shape)}")
@@ -265,7 +280,7 @@ class MovementMixin:
         if op not in GroupOp.Reduce:
             raise ValueError(f"r: reduce op must be ADD, MUL or MAX, got {op}")
         axes = tuple(sorted(set(axes)))
-        if any(not 0 <= a < self.ndim for a in axes):
+        if axes and not (axes[0] >= 0 and axes[-1] < len(self.shape)):
             raise ValueError(f"r: axes {axes} out of range for shape {_fs(self.shape)}")
         if not axes:
             return self  # type: ignore[return-value]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg.ir import DType, Ops, UOp, dtypes, least_upper_dtype, sum_acc_dtype
+from tg.ir import DType, Ops, UOp, dtypes, least_upper_dtype, sint, sum_acc_dtype
 from tg.tensor.args import dtype_arg, pick
 from tg.tensor.shapes import simplify_dim
 
@@ -383,19 +383,53 @@ def matmul(self: Tensor, w: Tensor, reverse: bool = False, dtype: DType | str | 
     if k != kw:
         raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
     try:
-        broadcast_shape(self.shape[:-2], w.shape[:-2])
+        batch = broadcast_shape(self.shape[:-2], w.shape[:-2])
     except ValueError:
         raise ValueError(
             f"matmul: batch dims {self.shape[:-2]} and {w.shape[:-2]} of {self.shape} @ {w.shape} do not broadcast"
         ) from None
     dt = dtype_arg(dtype) or least_upper_dtype(self.dtype, w.dtype)
     x, w = self.cast(dt), w.cast(dt)
+    if (fast := _matmul_uop(x.uop, w.uop, batch)) is not None:
+        return Tensor(fast)
     if w.ndim == 1:
         return sum(x * w, -1)
     if x.ndim == 1:
         return sum(x.reshape(k, 1) * w, -2)
     # (..., n, 1, k) * (..., 1, m, k) summed over k
     return sum(x.unsqueeze(-2) * w.transpose(-1, -2).unsqueeze(-3), -1)
+
+
+def _matmul_uop(x: UOp, w: UOp, batch: tuple[int, ...]) -> UOp | None:
+    """The graph `matmul` builds for >= 2-d operands (`x` (..., n, k), `w` (..., k, m), one dtype that sums in
+    itself, concrete shapes, one device), made from UOps directly: the same nodes as the composition of tensor
+    methods below (unsqueeze, transpose, broadcast, multiply, sum), without the eight intermediate Tensors and
+    their argument checks (a 256x256 matmul spent ~160 us of Python there). None: take the general path."""
+    xs, ws = x.shape, w.shape
+    if (
+        len(xs) < 2
+        or len(ws) < 2
+        or sum_acc_dtype(x.dtype) is not x.dtype
+        or x.device.__class__ is not str
+        or x.device != w.device
+        or not all(d.__class__ is int for d in xs + ws)
+    ):
+        return None
+    n, k, m = xs[-2], xs[-1], ws[-1]
+    full = (*batch, n, m, k)
+    perm = (*range(len(ws) - 2), len(ws) - 1, len(ws) - 2)
+    a = _broadcast_uop(x.reshape((*xs[:-1], 1, k)), full)
+    b = _broadcast_uop(w.permute(perm).reshape((*ws[:-2], 1, m, k)), full)
+    return a.alu(Ops.MUL, b).r(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])
+
+
+def _broadcast_uop(u: UOp, shape: tuple[sint, ...]) -> UOp:
+    """`u` broadcast to `shape` as Tensor.broadcast_to does it: leading 1-dims by a RESHAPE, then an EXPAND."""
+    if u.shape == shape:
+        return u
+    if len(u.shape) != len(shape):
+        u = u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape)
+    return u if u.shape == shape else u.expand(shape)
 
 
 def dot(self: Tensor, w: Tensor, dtype: DType | str | None = None) -> Tensor:

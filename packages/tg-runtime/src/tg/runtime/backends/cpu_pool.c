@@ -7,7 +7,9 @@
  *
  * A launch publishes the job and starts a new generation in `state`; workers spin on it (with a pause
  * instruction) for TG_SPIN_NS after their last job, then sleep on a condition variable. Spinning makes
- * back-to-back launches cost about a microsecond; sleeping keeps an idle process from burning a core.
+ * back-to-back launches cost about a microsecond; sleeping keeps an idle process from burning a core. 1 ms
+ * outlasts the Python an eager loop runs between two kernels (100 us did not: a 256^3 matmul loop paid a wake-up
+ * per step).
  * Ids are handed out one at a time from an atomic counter, and a worker only takes part if it joins the job
  * before the caller has handed out every id: so when another process holds a core, the caller (and the other
  * workers) run the ids that core would have run, and nobody waits for a worker that is not scheduled.
@@ -19,7 +21,7 @@
 #include <time.h>
 
 #define TG_MAX_WORKERS 255
-#define TG_SPIN_NS 100000LL /* how long an idle worker spins before it sleeps */
+#define TG_SPIN_NS 1000000LL /* how long an idle worker spins before it sleeps */
 
 typedef void (*tg_entry)(const long long *args, int core_id);
 

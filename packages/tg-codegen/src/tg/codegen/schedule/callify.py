@@ -10,6 +10,7 @@ the same object), so it keys the schedule cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tg.codegen.schedule import stats
@@ -48,12 +49,8 @@ class Normalized:
             )
         return var
 
-    def _strip(self, x: Any) -> Any:
-        """`x` (a movement argument) with every BIND replaced by its variable."""
-        if isinstance(x, tuple):
-            return tuple(self._strip(v) for v in x)
-        if not isinstance(x, UOp):
-            return x
+    def _unbind_uop(self, x: UOp) -> UOp:
+        """`x` (a UOp of a movement argument) with every BIND replaced by its variable."""
         if (ret := self._unbound.get(x)) is None:
             binds = {b: self._bind(b) for b in x.toposort() if b.op is Ops.BIND}
             ret = self._unbound[x] = x.substitute(binds) if binds else x
@@ -69,14 +66,11 @@ class Normalized:
             chain.append(expr)
             expr = expr.src[0]
         for m in reversed(chain):
-            expr = m.replace(src=(expr,), arg=self._bind_arg(m.arg))
+            expr = m.replace(src=(expr,), arg=_map_uops(m.arg, self._bind_uop))
         return expr
 
-    def _bind_arg(self, x: Any) -> Any:
-        if isinstance(x, tuple):
-            return tuple(self._bind_arg(v) for v in x)
-        if not isinstance(x, UOp):
-            return x
+    def _bind_uop(self, x: UOp) -> UOp:
+        """`x` (a UOp of a movement argument) with every variable of this realize bound again to its BIND."""
         found = {v: self._bound[v] for v in x.toposort() if v.op is Ops.DEFINE_VAR and v in self._bound}
         return x.substitute(found) if found else x
 
@@ -94,12 +88,19 @@ class Normalized:
         if n.op is Ops.BIND:
             return self._bind(n)
         src = tuple(self._marker(s) if s.op is Ops.UNIQUE else self.nodes[s] for s in n.src)
-        arg = self._strip(n.arg) if n.op in _SYMBOLIC_ARGS else n.arg
+        arg = _map_uops(n.arg, self._unbind_uop) if n.op in _SYMBOLIC_ARGS else n.arg
         if arg is n.arg and all(a is b for a, b in zip(src, n.src, strict=True)):
             return n
         ret = UOp(n.op, n.dtype, src, arg, n.tag)
         _ = ret._shape, ret.device  # computed now, sources first: lazily on a deep graph they would recurse
         return ret
+
+
+def _map_uops(x: Any, fn: Callable[[UOp], UOp]) -> Any:
+    """`x` (a movement argument: ints, UOps and nested tuples of them) with `fn` applied to every UOp in it."""
+    if isinstance(x, tuple):
+        return tuple(_map_uops(v, fn) for v in x)
+    return fn(x) if isinstance(x, UOp) else x
 
 
 _SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})

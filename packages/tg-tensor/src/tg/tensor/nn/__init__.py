@@ -202,7 +202,46 @@ def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Te
     return (x - mean) * (var + eps).rsqrt(), mean, var
 
 
-class BatchNorm:
+def _channel_affine(out: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+    """`out * weight + bias` with per-channel (dim 1) parameters broadcast through `shape`; unchanged without them."""
+    if weight is not None and bias is not None:
+        out = out * weight.reshape(shape) + bias.reshape(shape)
+    return out
+
+
+class _RunningStatsNorm:
+    """What BatchNorm and InstanceNorm share: a per-channel affine (`weight`, `bias`, when `affine`) and, with
+    `track_running_stats`, the `running_mean`/`running_var`/`num_batches_tracked` buffers that eval mode uses."""
+
+    def __init__(
+        self, num_features: int, eps: float, momentum: float | None, affine: bool, track_running_stats: bool
+    ) -> None:
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.track_running_stats = track_running_stats
+        self.training: bool | None = None
+        self.weight = _ones(num_features) if affine else None
+        self.bias = _zeros(num_features) if affine else None
+        if track_running_stats:
+            self.running_mean = _buffer(Tensor.zeros(num_features))
+            self.running_var = _buffer(Tensor.ones(num_features))
+            self.num_batches_tracked = _buffer(Tensor.zeros(dtype=dtypes.int64))
+
+    def _normalize_running(self, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """`x` normalised with the running statistics (eval mode)."""
+        return (x - self.running_mean.reshape(shape)) * (self.running_var.reshape(shape) + self.eps).rsqrt()
+
+    def _update_running_stats(self, mean: Tensor, unbiased_var: Tensor) -> None:
+        """Move the running statistics towards this batch's per-channel `mean` and `unbiased_var` (detached);
+        `momentum=None` is a cumulative average."""
+        count = self.num_batches_tracked + 1
+        m: Tensor | float = self.momentum if self.momentum is not None else 1 / count.cast(dtypes.float32)
+        with no_grad():
+            self.running_mean.assign((self.running_mean * (1 - m) + mean * m).cast(self.running_mean.dtype))
+            self.running_var.assign((self.running_var * (1 - m) + unbiased_var * m).cast(self.running_var.dtype))
+            self.num_batches_tracked.assign(count)
+
+
+class BatchNorm(_RunningStatsNorm):
     """Batch normalisation over all axes but 1 (torch semantics: biased batch variance to normalise, unbiased in
     `running_var`; `momentum=None` is a cumulative average). `BatchNorm1d/2d/3d` are the same class."""
 
@@ -214,14 +253,7 @@ class BatchNorm:
         track_running_stats: bool = True,
         momentum: float | None = 0.1,
     ) -> None:
-        self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
-        self.training: bool | None = None
-        self.weight = _ones(num_features) if affine else None
-        self.bias = _zeros(num_features) if affine else None
-        if track_running_stats:
-            self.running_mean = _buffer(Tensor.zeros(num_features))
-            self.running_var = _buffer(Tensor.ones(num_features))
-            self.num_batches_tracked = _buffer(Tensor.zeros(dtype=dtypes.int64))
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2:
@@ -235,21 +267,11 @@ class BatchNorm:
                 raise ValueError(f"Expected more than 1 value per channel when training, got input of shape {x.shape}")
             out, mean, var = _normalize(x, axes, self.eps)
             if _is_training(self) and self.track_running_stats:
-                self._update_running_stats(mean.reshape(channels).detach(), var.reshape(channels).detach(), n)
+                unbiased = var.reshape(channels).detach() * (n / max(n - 1, 1))
+                self._update_running_stats(mean.reshape(channels).detach(), unbiased)
         else:
-            out = (x - self.running_mean.reshape(shape)) * (self.running_var.reshape(shape) + self.eps).rsqrt()
-        if self.weight is not None and self.bias is not None:
-            out = out * self.weight.reshape(shape) + self.bias.reshape(shape)
-        return out
-
-    def _update_running_stats(self, mean: Tensor, var: Tensor, n: int) -> None:
-        count = self.num_batches_tracked + 1
-        m: Tensor | float = self.momentum if self.momentum is not None else 1 / count.cast(dtypes.float32)
-        unbiased = var * (n / max(n - 1, 1))
-        with no_grad():
-            self.running_mean.assign((self.running_mean * (1 - m) + mean * m).cast(self.running_mean.dtype))
-            self.running_var.assign((self.running_var * (1 - m) + unbiased * m).cast(self.running_var.dtype))
-            self.num_batches_tracked.assign(count)
+            out = self._normalize_running(x, shape)
+        return _channel_affine(out, self.weight, self.bias, shape)
 
 
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
@@ -302,13 +324,10 @@ class GroupNorm:
             raise ValueError(f"GroupNorm: input of shape {x.shape} does not have {self.num_channels} channels")
         grouped = x.reshape(x.shape[0], self.num_groups, -1)
         out = _normalize(grouped, (2,), self.eps)[0].reshape(x.shape)
-        shape = (1, self.num_channels) + (1,) * (x.ndim - 2)
-        if self.weight is not None and self.bias is not None:
-            out = out * self.weight.reshape(shape) + self.bias.reshape(shape)
-        return out
+        return _channel_affine(out, self.weight, self.bias, (1, self.num_channels) + (1,) * (x.ndim - 2))
 
 
-class InstanceNorm:
+class InstanceNorm(_RunningStatsNorm):
     """Normalise each (sample, channel) over its spatial dims; torch defaults (`affine=False`, no running stats).
     With `track_running_stats=True` training updates running averages of the instance statistics and eval uses
     them. `InstanceNorm1d/2d/3d` are the same class."""
@@ -321,19 +340,7 @@ class InstanceNorm:
         affine: bool = False,
         track_running_stats: bool = False,
     ) -> None:
-        self.num_features, self.eps, self.momentum, self.track_running_stats = (
-            num_features,
-            eps,
-            momentum,
-            track_running_stats,
-        )
-        self.training: bool | None = None
-        self.weight = _ones(num_features) if affine else None
-        self.bias = _zeros(num_features) if affine else None
-        if track_running_stats:
-            self.running_mean = _buffer(Tensor.zeros(num_features))
-            self.running_var = _buffer(Tensor.ones(num_features))
-            self.num_batches_tracked = _buffer(Tensor.zeros(dtype=dtypes.int64))
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 3 or x.shape[1] != self.num_features:
@@ -341,21 +348,14 @@ class InstanceNorm:
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
         axes = tuple(range(2, x.ndim))
         if self.track_running_stats and not _is_training(self):
-            out = (x - self.running_mean.reshape(shape)) * (self.running_var.reshape(shape) + self.eps).rsqrt()
+            out = self._normalize_running(x, shape)
         else:
             out, mean, var = _normalize(x, axes, self.eps)
             if self.track_running_stats:
                 n = math.prod(x.shape[2:])
-                m = self.momentum
                 unbiased = (var * (n / max(n - 1, 1))).detach().mean(0).reshape(self.num_features)
-                with no_grad():
-                    batch_mean = mean.detach().mean(0).reshape(self.num_features)
-                    self.running_mean.assign(self.running_mean * (1 - m) + batch_mean * m)
-                    self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
-                    self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-        if self.weight is not None and self.bias is not None:
-            out = out * self.weight.reshape(shape) + self.bias.reshape(shape)
-        return out
+                self._update_running_stats(mean.detach().mean(0).reshape(self.num_features), unbiased)
+        return _channel_affine(out, self.weight, self.bias, shape)
 
 
 InstanceNorm1d = InstanceNorm2d = InstanceNorm3d = InstanceNorm

@@ -58,6 +58,13 @@ def _opts(op: str, axis: AxisArg, dim: AxisArg, keepdim: bool | None, keepdims: 
     return pick(op, "axis", axis, "dim", dim), bool(pick(op, "keepdim", keepdim, "keepdims", keepdims, False))
 
 
+def _accumulate(self: Tensor, op: Ops, axis: AxisArg, keepdim: bool, dtype: DType | str | None) -> Tensor:
+    """The sum or product (`op` ADD or MUL) in `dtype`, else the accumulation dtype (int32 for bools and small
+    ints, float32 for halves); half inputs without a `dtype` keep their dtype (like tinygrad/torch)."""
+    ret = _reduce(self.cast(dtype_arg(dtype) or sum_acc_dtype(self.dtype)), op, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) and self.dtype.itemsize < 4 else ret
+
+
 def sum(
     self: Tensor,
     axis: AxisArg = None,
@@ -70,10 +77,7 @@ def sum(
     """Sum over `axis`/`dim`: `t.sum()`, `t.sum(1, keepdim=True)`; bools and small ints sum as int32, halves in
     float32 (rounded back once)."""
     axis, kd = _opts("sum", axis, dim, keepdim, keepdims)
-    acc = dtype_arg(dtype) or sum_acc_dtype(self.dtype)
-    ret = _reduce(self.cast(acc), Ops.ADD, axis, kd)
-    # half inputs accumulate in float32 but keep their dtype (like tinygrad/torch)
-    return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) and self.dtype.itemsize < 4 else ret
+    return _accumulate(self, Ops.ADD, axis, kd, dtype)
 
 
 def prod(
@@ -87,9 +91,7 @@ def prod(
 ) -> Tensor:
     """Product over `axis`/`dim`."""
     axis, kd = _opts("prod", axis, dim, keepdim, keepdims)
-    ret = _reduce(self.cast(dtype_arg(dtype) or sum_acc_dtype(self.dtype)), Ops.MUL, axis, kd)
-    # half inputs multiply in float32 but keep their dtype, as sum
-    return ret.cast(self.dtype) if dtype is None and dtypes.is_float(self.dtype) and self.dtype.itemsize < 4 else ret
+    return _accumulate(self, Ops.MUL, axis, kd, dtype)
 
 
 def max(

@@ -1,5 +1,6 @@
 """PyTorch habits on top of the tinygrad API: `size()`, `dim()`, `clone()`, `cpu()`, comparison and logical methods,
-bitwise methods, `*_as` helpers, `fmod`/`div(rounding_mode=)`, and the in-place `_` methods (attached in tensor.py).
+bitwise methods, `*_as` helpers, `fmod`/`div(rounding_mode=)`, and the in-place `_` methods (attached in methods.py);
+the dtype shortcuts `t.float()`, `t.long()`, ... (`DTypeShortcuts`, a base class of Tensor).
 
 In-place methods and augmented assignment (`a += b`, ... `a @= b`) are `self.assign(result)` and return self.
 On a leaf that requires grad they raise while grad mode is on, as torch does (an optimizer step runs under
@@ -16,6 +17,56 @@ from tg.tensor.shapes import broadcast_shape, canonical_axis
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
+
+
+class DTypeShortcuts:
+    """`t.float()`, `t.half()`, `t.int()`, `t.bool()` (kept out of Tensor's namespace, where they would shadow
+    the builtins in annotations)."""
+
+    __slots__ = ()
+
+    def cast(self, dtype: DType | str) -> Tensor:  # pragma: no cover - Tensor overrides
+        raise NotImplementedError
+
+    def float(self) -> Tensor:
+        """Cast to float32."""
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        """Cast to float16."""
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        """Cast to int32."""
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        """Cast to bool."""
+        return self.cast(dtypes.bool)
+
+    def double(self) -> Tensor:
+        """Cast to float64."""
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self) -> Tensor:
+        """Cast to bfloat16."""
+        return self.cast(dtypes.bfloat16)
+
+    def long(self) -> Tensor:
+        """Cast to int64."""
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        """Cast to int16."""
+        return self.cast(dtypes.int16)
+
+    def char(self) -> Tensor:
+        """Cast to int8."""
+        return self.cast(dtypes.int8)
+
+    def byte(self) -> Tensor:
+        """Cast to uint8."""
+        return self.cast(dtypes.uint8)
 
 
 def size(self: Tensor, dim: int | None = None) -> Any:

@@ -16,6 +16,7 @@ from tg.tensor import linalg as _linalg
 from tg.tensor import matrix as _matrix
 from tg.tensor import movement as _movement
 from tg.tensor import nnops as _nn
+from tg.tensor import operators as _operators
 from tg.tensor import random as _random
 from tg.tensor import reduce as _reduce_ops
 from tg.tensor import scan as _scan
@@ -74,6 +75,33 @@ class TensorMethods:
     diag = _movement.diag
     meshgrid = _movement.meshgrid
     _windows = _movement.windows
+
+    # Python operators (operators.py)
+    __floordiv__ = _operators.__floordiv__
+    __rfloordiv__ = _operators.__rfloordiv__
+    __mod__ = _operators.__mod__
+    __rmod__ = _operators.__rmod__
+    __add__ = _operators.__add__
+    __radd__ = _operators.__radd__
+    __sub__ = _operators.__sub__
+    __rsub__ = _operators.__rsub__
+    __mul__ = _operators.__mul__
+    __rmul__ = _operators.__rmul__
+    __truediv__ = _operators.__truediv__
+    __rtruediv__ = _operators.__rtruediv__
+    __pow__ = _operators.__pow__
+    __rpow__ = _operators.__rpow__
+    __matmul__ = _operators.__matmul__
+    __rmatmul__ = _operators.__rmatmul__
+    __and__ = _operators.__and__
+    __or__ = _operators.__or__
+    __xor__ = _operators.__xor__
+    __lshift__ = _operators.__lshift__
+    __rshift__ = _operators.__rshift__
+    __lt__ = _operators.__lt__
+    __gt__ = _operators.__gt__
+    __eq__ = _operators.__eq__  # type: ignore[assignment]
+    __ne__ = _operators.__ne__  # type: ignore[assignment]
 
     # PyTorch habits (aliases.py)
     size = _aliases.size

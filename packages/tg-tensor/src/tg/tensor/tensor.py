@@ -1,8 +1,9 @@
 """`Tensor`: a lazy n-dimensional array. Every operation builds a tensor-level UOp graph; `realize()`,
 `numpy()`, `tolist()` and `item()` schedule the graph into fused kernels and run them.
 
-Creation, movement and elementwise ops live here; reductions and matmul are in `reduce.py`, basic
-indexing in `indexing.py`, random numbers in `random.py` (they are attached to the class at the bottom).
+The core lives here (construction, elementwise ops, autograd state, realization); the topic modules' methods are
+attached by `methods.py` (movement, reductions, indexing, random, nn ops, Python operators, ...), the dtype
+shortcuts (`t.float()`, `t.long()`, ...) come from `aliases.py`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tg.tensor import multi as _multi
 from tg.tensor import realize as _realize
 from tg.tensor import shapes as _shapes
 from tg.tensor import transcendental as _transcendental
+from tg.tensor.aliases import DTypeShortcuts
 from tg.tensor.args import dtype_arg, pick
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
 from tg.tensor.methods import TensorMethods
@@ -48,57 +50,7 @@ def _to_dtype(dtype: DType | str | None) -> DType | None:
     return dtype_arg(dtype)
 
 
-class _DTypeShortcuts:
-    """`t.float()`, `t.half()`, `t.int()`, `t.bool()` (kept out of Tensor's namespace, where they would shadow
-    the builtins in annotations)."""
-
-    __slots__ = ()
-
-    def cast(self, dtype: DType | str) -> Tensor:  # pragma: no cover - Tensor overrides
-        raise NotImplementedError
-
-    def float(self) -> Tensor:
-        """Cast to float32."""
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Tensor:
-        """Cast to float16."""
-        return self.cast(dtypes.float16)
-
-    def int(self) -> Tensor:
-        """Cast to int32."""
-        return self.cast(dtypes.int32)
-
-    def bool(self) -> Tensor:
-        """Cast to bool."""
-        return self.cast(dtypes.bool)
-
-    def double(self) -> Tensor:
-        """Cast to float64."""
-        return self.cast(dtypes.float64)
-
-    def bfloat16(self) -> Tensor:
-        """Cast to bfloat16."""
-        return self.cast(dtypes.bfloat16)
-
-    def long(self) -> Tensor:
-        """Cast to int64."""
-        return self.cast(dtypes.int64)
-
-    def short(self) -> Tensor:
-        """Cast to int16."""
-        return self.cast(dtypes.int16)
-
-    def char(self) -> Tensor:
-        """Cast to int8."""
-        return self.cast(dtypes.int8)
-
-    def byte(self) -> Tensor:
-        """Cast to uint8."""
-        return self.cast(dtypes.uint8)
-
-
-class Tensor(_DTypeShortcuts, TensorMethods):
+class Tensor(DTypeShortcuts, TensorMethods):
     """A lazy tensor on a device.
 
     >>> (Tensor([1.0, 2.0]) * 3).tolist()
@@ -566,18 +518,6 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         r = Tensor(a.uop.alu(Ops.MOD, b.uop))
         return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
-    def __floordiv__(self, x: Any) -> Tensor:
-        return self.floordiv(x)
-
-    def __rfloordiv__(self, x: Any) -> Tensor:
-        return self.floordiv(x, True)
-
-    def __mod__(self, x: Any) -> Tensor:
-        return self.mod(x)
-
-    def __rmod__(self, x: Any) -> Tensor:
-        return self.mod(x, True)
-
     def __neg__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
@@ -587,67 +527,10 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         """-self."""
         return -self
 
-    def __add__(self, x: Any) -> Tensor:
-        return self.add(x)
-
-    def __radd__(self, x: Any) -> Tensor:
-        return self.add(x, True)
-
-    def __sub__(self, x: Any) -> Tensor:
-        return self.sub(x)
-
-    def __rsub__(self, x: Any) -> Tensor:
-        return self.sub(x, True)
-
-    def __mul__(self, x: Any) -> Tensor:
-        return self.mul(x)
-
-    def __rmul__(self, x: Any) -> Tensor:
-        return self.mul(x, True)
-
-    def __truediv__(self, x: Any) -> Tensor:
-        return self.div(x)
-
-    def __rtruediv__(self, x: Any) -> Tensor:
-        return self.div(x, True)
-
-    def __pow__(self, x: Any) -> Tensor:
-        return self.pow(x)
-
-    def __rpow__(self, x: Any) -> Tensor:
-        return self.pow(x, True)
-
-    def __matmul__(self, x: Tensor) -> Tensor:
-        return self.matmul(x)
-
-    def __rmatmul__(self, x: Tensor) -> Tensor:
-        return x.matmul(self)
-
-    def __and__(self, x: Any) -> Tensor:
-        return self._binary(Ops.AND, x)
-
-    def __or__(self, x: Any) -> Tensor:
-        return self._binary(Ops.OR, x)
-
-    def __xor__(self, x: Any) -> Tensor:
-        return self._binary(Ops.XOR, x)
-
-    def __lshift__(self, x: int) -> Tensor:
-        return self._binary(Ops.SHL, x)
-
-    def __rshift__(self, x: int) -> Tensor:
-        return self._binary(Ops.SHR, x)
-
     def __invert__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
         return self ^ (int(self.dtype.max) if dtypes.is_unsigned(self.dtype) else -1)
-
-    def __lt__(self, x: Any) -> Tensor:
-        return self._binary(Ops.CMPLT, x)
-
-    def __gt__(self, x: Any) -> Tensor:
-        return self._binary(Ops.CMPLT, x, True)
 
     def __le__(self, x: Any) -> Tensor:
         a, b = self._operands(x)
@@ -660,12 +543,6 @@ class Tensor(_DTypeShortcuts, TensorMethods):
         if dtypes.is_float(a.dtype):
             return (b < a) | (a == b)
         return Tensor(a.uop.alu(Ops.CMPLT, b.uop)).logical_not()
-
-    def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
-        return self._binary(Ops.CMPEQ, x)
-
-    def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]
-        return self._binary(Ops.CMPNE, x)
 
     def logical_not(self) -> Tensor:
         """Elementwise not (for any dtype: x == 0)."""

@@ -243,6 +243,7 @@ class TensorMethods:
     # einsum and resampling (linalg.py)
     einsum = staticmethod(_linalg.einsum)
     qr = _matrix.qr
+    svd = _matrix.svd
     newton_schulz = _matrix.newton_schulz
     interpolate = _linalg.interpolate
 

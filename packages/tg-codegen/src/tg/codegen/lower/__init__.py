@@ -86,7 +86,9 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     # gated loads/stores take the gate as their own source
     sink = graph_rewrite(sink, pm_gates)
     # vector ops the target can't do in vector form are done lane by lane
-    sink = graph_rewrite(sink, devectorize_rules(frozenset(renderer.vector_ops)))
+    rules = devectorize_rules(frozenset(renderer.vector_ops), frozenset(renderer.vector_bool_ops),
+                              frozenset(renderer.vector_conversions))  # fmt: skip
+    sink = graph_rewrite(sink, rules)
     # ops and dtypes the target lacks become ones it has (repeated to a fixed point by graph_rewrite)
     supported = renderer.supported_ops
     if TRANSCENDENTAL >= 2:  # force the polynomial decompositions (to check them where libm exists)

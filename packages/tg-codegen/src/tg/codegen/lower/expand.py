@@ -8,7 +8,8 @@ load (then its lanes are separate accumulators, summed horizontally once after t
 are unrolled into separate scalar or vector values.
 
 Loads and stores whose index is `base + lane` become one vector access; an index without the lane is a scalar
-access splatted to all lanes; any other index (and any gate that depends on the lane) is accessed lane by lane.
+access splatted to all lanes; any other index (and any gate that depends on the lane) is accessed lane by lane, as
+are bools (a byte each in memory; the C target keeps bool vectors as lane masks in registers).
 A REDUCE over expanded ranges gets one accumulator per value of its GROUP_REDUCE ranges (and per output lane
 value); UNROLL values fold into it serially in lane order, so `acc + a*b` chains stay in one register; the
 accumulators are combined by a balanced tree after the loop. THREAD ranges become the `core_id` variable.
@@ -198,8 +199,8 @@ class Expander:
         g = self._fix(gate[0], env) if gate else None
         if self.lane is None or self.lane not in self.deps[idx]:
             return "scalar", self._fix(off, env), g
-        if gate and self.lane in self.deps[gate[0]]:
-            return "lanes", None, None
+        if (gate and self.lane in self.deps[gate[0]]) or idx.dtype.base.scalar() is dtypes.bool:
+            return "lanes", None, None  # bools: one byte each in memory, lane masks in registers
         off = self._fix(off, env)
         a = affine(off, self.lane)
         if a is None or a[0] not in (0, 1):

@@ -15,12 +15,14 @@ dialect with an op of its own prepends rules: `string_rules = PatternMatcher([..
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from tg.codegen.render import cvector
 from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg.ir.floats import f32_to_bf16_bits, float_to_fp8, truncate
@@ -583,9 +585,6 @@ def _strip(s: str) -> str:
     return s[1:-1]
 
 
-# C names of vector element types: vector typedefs are tg_<name>x<lanes> (never float16, a half type in tg)
-_VECTOR_NAMES = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.int32: "i32", dtypes.uint32: "u32",
-                 dtypes.int64: "i64", dtypes.uint64: "u64"}  # fmt: skip
 # vector MAX with the scalar rule (floats: a NaN in a wins, then b's NaN through the compare): a compare mask and a
 # bitwise blend (vector ?: is not C for gcc); both compilers turn it into compare + blend instructions
 _VECTOR_MAX = (
@@ -594,9 +593,15 @@ _VECTOR_MAX = (
 )
 
 
+def _vector_or_scalar(op: Ops, vector: Callable[..., str]) -> Callable[..., str]:
+    """`op`'s spelling: `vector(*args, dt)` for vector dtypes, the scalar table's otherwise."""
+    scalar = CStyleLanguage.code_for_op[op]
+    return lambda *args: vector(*args) if args[-1].count > 1 else scalar(*args)
+
+
 def _render_max(a: str, b: str, dt: DType) -> str:
     if dt.count > 1:
-        return f"tg_max_tg_{_VECTOR_NAMES[dt.scalar()]}x{dt.count}({a},{b})"
+        return f"tg_max_{cvector.vector_name(dt)}({a},{b})"
     return CStyleLanguage.code_for_op[Ops.MAX](a, b, dt)
 
 
@@ -616,9 +621,13 @@ class ClangRenderer(CStyleLanguage):
     global_max = None
     local_max = None
 
-    # MULACC is a fused multiply-add (one rounding), as the PYTHON device computes it
+    # MULACC is a fused multiply-add (one rounding), as the PYTHON device computes it; on vectors, comparisons give
+    # lane masks and WHERE blends with one (render/cvector.py)
     code_for_op = {**CStyleLanguage.code_for_op, Ops.MULACC: lambda a, b, c, dt: _render_fma(a, b, c, dt),
-                   Ops.MAX: _render_max}  # fmt: skip
+                   Ops.MAX: _render_max,
+                   **{op: _vector_or_scalar(op, functools.partial(cvector.render_compare, op))
+                      for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)},
+                   Ops.WHERE: _vector_or_scalar(Ops.WHERE, cvector.render_where)}  # fmt: skip
 
     def __init__(self, vector_bytes: int = 0, threads: int = 1, fma: bool = False) -> None:
         if vector_bytes not in (0, 16, 32, 64):
@@ -628,24 +637,41 @@ class ClangRenderer(CStyleLanguage):
         self.vector_bytes, self.thread_max, self.has_threads = vector_bytes, threads, threads > 1
         self.has_fma = bool(fma)
         self.vector_registers = 32 if vector_bytes == 64 else 16 if vector_bytes else 0
-        ops = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX} | ({Ops.MULACC} if fma else set())
+        ops = cvector.NUMERIC_VECTOR_OPS | ({Ops.MULACC} if fma else set())
         self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
+        self.vector_bool_ops = cvector.MASK_VECTOR_OPS if vector_bytes else frozenset()
+        self.vector_conversions = cvector.VECTOR_CONVERSIONS if vector_bytes else frozenset()
 
     def vector_type(self, dt: DType) -> str:
-        if (name := _VECTOR_NAMES.get(dt.scalar())) is None:
-            raise NotImplementedError(f"{type(self).__name__} does not render vector dtype {dt}")
-        return f"tg_{name}x{dt.count}"
+        return cvector.vector_name(dt)
 
     def vector_prelude(self, used: list[DType]) -> list[str]:
-        ret = []
-        for dt in used:
-            t = self.vector_type(dt)
-            ret.append(f"typedef {self.type_map[dt.scalar()]} {t} __attribute__((vector_size({dt.itemsize}), "
-                       f"aligned({dt.scalar().itemsize})));")  # fmt: skip
-            if dtypes.is_float(dt):  # a*b+c contracted to one fused instruction, only inside this helper
-                ret.append(_VECTOR_FMA.format(t=t))
-            ret.append(_VECTOR_MAX.format(t=t, mask="(a >= b) | (a != a)" if dtypes.is_float(dt) else "a > b"))
-        return ret
+        # a*b+c is contracted to one fused instruction only inside the FMA helper
+        return cvector.prelude(used, _VECTOR_FMA, _VECTOR_MAX)
+
+    def render_vectorize(self, parts: list[str], dt: DType) -> str:
+        if dt.scalar() is dtypes.bool:  # scalar bools (0/1) into a lane mask (0/-1)
+            parts = [f"-({p})" for p in parts]
+        return super().render_vectorize(parts, dt)
+
+    def render_gep(self, x: str, lane: int, dt: DType) -> str:
+        return f"((_Bool){x}[{lane}])" if dt.scalar() is dtypes.bool else f"{x}[{lane}]"
+
+    def render_vector_load(self, addr: str, dt: DType) -> str:
+        if dt.scalar() is dtypes.bool:
+            raise NotImplementedError(f"bool vectors are lane masks in registers, not memory ({dt} load or store)")
+        return super().render_vector_load(addr, dt)
+
+    def render_cast(self, x: str, src: DType, dst: DType) -> str:
+        return cvector.render_cast(x, src, dst) if dst.count > 1 else super().render_cast(x, src, dst)
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        return f"(({self.vector_type(dst)})({x}))" if dst.count > 1 else super().render_bitcast(x, src, dst)
+
+    def render_math(self, op: Ops, srcs: list[str], dt: DType) -> str:
+        if dt.count > 1 and op is Ops.TRUNC:
+            return f"tg_trunc_{self.vector_type(dt)}({srcs[0]})"
+        return super().render_math(op, srcs, dt)
 
     def render_entry(self, name: str, params: list[UOp], variables: list[UOp]) -> str:
         """For a kernel with a THREAD axis, `<name>_entry(args, core_id)`: the one signature the CPU thread pool
@@ -679,7 +705,7 @@ __attribute__((optimize("fp-contract=fast"))) static inline {t} tg_fma_{t}({t} a
 
 def _render_fma(a: str, b: str, c: str, dt: DType) -> str:
     if dt.count > 1:
-        return f"tg_fma_tg_{_VECTOR_NAMES[dt.scalar()]}x{dt.count}({_strip(a)}, {_strip(b)}, {_strip(c)})"
+        return f"tg_fma_{cvector.vector_name(dt)}({_strip(a)}, {_strip(b)}, {_strip(c)})"
     if dt in (dtypes.float32, dtypes.float64):
         return f"__builtin_fma{'f' if dt is dtypes.float32 else ''}({_strip(a)}, {_strip(b)}, {_strip(c)})"
     return f"(({a}*{b})+{c})"  # integers: exact either way

@@ -34,6 +34,9 @@ class Renderer:
     vector_bytes: int = 0  # bytes in the widest native vector register (0: no vectors; 64 on AVX-512)
     vector_registers: int = 0  # how many of them
     vector_ops: frozenset[Ops] = frozenset()  # ops computed on vector dtypes (the rest are done lane by lane)
+    vector_bool_ops: frozenset[Ops] = frozenset()  # of those, the ones computed on or into bool vectors
+    # (op, from, to) CAST/BITCAST conversions of scalar dtypes done on whole vectors
+    vector_conversions: frozenset[tuple[Ops, DType, DType]] = frozenset()
     has_fma: bool = False  # acc + a*b in reductions becomes MULACC (rendered as a fused multiply-add)
     thread_max: int = 1  # most threads a THREAD axis may use
     global_max: tuple[int, ...] | None = None  # maximum launch grid per dimension, None: the kernel loops itself

@@ -3,6 +3,7 @@ results of the full path (checked against numpy and against SCACHE=0, which turn
 
 import gc
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from tg.codegen.schedule import clear_schedule_cache, stats
 from tg.ir import Context
 from tg.ir.helpers import GlobalCounters
 from tg.runtime import engine
-from tg.tensor import Tensor, dtypes, plans
+from tg.tensor import Tensor, Variable, dtypes, plans
 
 
 @pytest.fixture
@@ -171,3 +172,49 @@ def test_a_plan_does_not_keep_the_buffers_of_the_realize_it_was_made_from() -> N
     del x, y, z
     gc.collect()
     assert GlobalCounters.mem_used == before
+
+
+def test_a_loop_over_the_values_of_one_variable_runs_one_plan(device, rng):
+    # plans key on the Variable, not its value: every value after the first runs the same plan, the values are
+    # kernel arguments, and a realized result's symbolic shape reads at this realize's value
+    a_np = rng.standard_normal((3, 10)).astype(np.float32)
+    a = Tensor(a_np, device=device).realize()
+    var = Variable("n", 1, 10)
+
+    def step(v: Any) -> tuple[Tensor, Tensor]:
+        kept = (a[:, :v] * 2 + v).contiguous().realize()  # the slice is a movement argument, `+ v` a BIND node
+        return kept, kept.sum(1)
+
+    step(var.bind(2))[1].numpy()  # the first value makes the plans (the realize of `kept`, the sum's)
+    plans_before, calls, hits = len(plans._plans), stats.calls, plans.stats["hits"]
+    for n in (3, 5, 7, 10, 1):
+        kept, total = step(var.bind(n))
+        assert kept.shape[1].unbind() == (var, n)
+        np.testing.assert_allclose(kept.numpy(), a_np[:, :n] * 2 + n, rtol=1e-6)
+        np.testing.assert_allclose(total.numpy(), (a_np[:, :n] * 2 + n).sum(1), rtol=1e-5)
+    assert len(plans._plans) == plans_before, "one plan for every value of the Variable"
+    assert stats.calls == calls, "no value after the first schedules"
+    assert plans.stats["hits"] - hits == 10
+
+
+def test_a_variable_bound_to_two_values_in_one_realize_still_raises(device):
+    a = Tensor(np.ones((3, 10), np.float32), device=device).realize()
+    var = Variable("m", 1, 10)
+    for _ in range(2):  # no plan is stored for it
+        with pytest.raises(ValueError, match="'m' is bound to two values in one schedule: 3 and 5"):
+            (a[:, : var.bind(3)].sum() + a[:, : var.bind(5)].sum()).realize()
+
+
+def test_plans_unbind_variables_where_the_schedule_normaliser_does() -> None:
+    from tg.codegen.schedule import callify
+
+    assert plans._SYMBOLIC_ARGS == callify.SYMBOLIC_ARGS
+
+
+def test_a_constant_that_equals_the_bound_value_still_counts(device):
+    # `v + n` bound to n holds the CONST n twice (the BIND's value and the addend): the addend stays in the key
+    a = Tensor([1.0, 2.0], device=device).contiguous().realize()
+    var = Variable("k", 1, 10)
+    for n in (3, 5, 7, 3, 5):
+        np.testing.assert_array_equal((a * (var.bind(n) + n)).numpy(), [2.0 * n, 4.0 * n])
+        np.testing.assert_array_equal((a * (var.bind(n) + 4)).numpy(), [n + 4.0, 2.0 * (n + 4)])

@@ -10,8 +10,12 @@ runners (from `method_cache`), the same storage expressions, and no scheduler, n
 
 The structure key lists the graph in toposort order, each node as (op, dtype, arg, tag, positions of its
 sources); a UNIQUE node is just `UNIQUE` (its position identifies it, so distinct buffers stay distinct and a
-buffer read twice is one source). Two graphs with equal keys are the same graph up to which buffers they read,
-so they normalise to one schedule-cache key (callify.py) and schedule the same way. The key also holds the
+buffer read twice is one source). A bound Variable is keyed by its variable, not its value, wherever callify.py
+unbinds it (a BIND node is a leaf; a movement argument is keyed unbound): a loop over the values of one Variable
+(symbolic shapes) runs one plan, taking this realize's values as kernel arguments and binding them again in the
+storage expressions it returns. Two graphs with equal keys are the same graph up to which buffers they read and the
+values their Variables are bound to, so they normalise to one schedule-cache key (callify.py) and schedule the
+same way. The key also holds the
 switches that change scheduling (`tg.codegen.schedule.switches()`, `NO_MEMORY_PLANNER`).
 `clear_schedule_cache()` empties this cache too and `SCACHE=0` turns it off with the schedule cache. Graphs the
 plan format does not cover (sharded tensors, call bodies other than kernels and copies) always take the full path.
@@ -35,9 +39,10 @@ stats = {"hits": 0, "misses": 0}
 
 class Structure:
     """One walk over a realize's SINK: its structure key, its nodes in toposort order and what the realize
-    needs to know about them (input buffers, assigns, sharding)."""
+    needs to know about them (input buffers, assigns, sharding, bound Variables). A BIND reached before its variable
+    is a leaf keyed by the variable: its value (a CONST) is not walked, not in the key and not in `order`."""
 
-    __slots__ = ("assigns", "inputs", "key", "order", "sharded")
+    __slots__ = ("assigns", "binds", "inputs", "key", "order", "sharded", "var_vals")
 
     def __init__(self, sink: UOp) -> None:
         # a post-order walk (sources in order, then the node: `UOp.toposort`'s order) that numbers the nodes and
@@ -46,6 +51,8 @@ class Structure:
         key: list[Any] = []
         inputs: list[UOp] = []
         assigns: list[UOp] = []
+        binds: dict[UOp, UOp] = {}  # DEFINE_VAR -> the BIND of it in this graph
+        binds_conflict = False
         sharded = False
         stack = [sink]
         while stack:
@@ -60,24 +67,107 @@ class Structure:
                     continue
                 pos[u] = len(pos)
                 op = u.op
-                if op in _NOTED:
-                    if op is Ops.UNIQUE:
+                if (kind := _NOTED.get(op)) is not None:
+                    if kind is _MOVEMENT:  # a symbolic shape is keyed with its Variables unbound
+                        if (unbound := _unbound_args.get(u.arg, _UNSEEN)) is _UNSEEN:
+                            unbound = _unbind_arg(u.arg)
+                        if unbound is not None:
+                            free_arg, arg_binds = unbound
+                            for b in arg_binds:
+                                binds_conflict |= binds.setdefault(b.src[0], b) is not b
+                            key.append((op, u.dtype, free_arg, u.tag, tuple(map(pos.__getitem__, u.src))))
+                            continue
+                    elif kind is _UNIQUE:
                         key.append(op)
                         continue
-                    if op is Ops.BUFFER:
+                    elif kind is _VARIABLE:
+                        # a variable first reached from its BIND (on the stack below it): the BIND is a leaf keyed
+                        # by the variable, its value (the CONST) is never walked but is a kernel argument
+                        if stack and (b := stack[-1]).op is _BIND and b.src[0] is u:
+                            key.append(u._ukey)
+                            stack.pop()
+                            pos[b] = len(pos)
+                            key.append((_BIND, b.dtype, None, None, (pos[u],)))
+                            binds_conflict |= binds.setdefault(u, b) is not b
+                            continue
+                    elif kind is _BOUND:  # a BIND walked in full (its variable was reached before): keyed by value
+                        binds_conflict |= binds.setdefault(u.src[0], u) is not u
+                    elif kind is _BUFFER:
                         inputs.append(u)
-                    elif op is Ops.ASSIGN:
+                    elif kind is _ASSIGN:
                         assigns.append(u)
-                    elif op is Ops.MULTI or u.arg.__class__ is tuple:  # MULTI, or a DEVICE of several devices
+                    elif op is not _DEVICE or u.arg.__class__ is tuple:  # MULTI, or a DEVICE of several devices
                         sharded = True
                 k = u._ukey  # (op, dtype, src, arg as hash-consing compares it (-0.0 apart from 0.0), tag)
                 key.append((op, k[1], k[3], k[4], tuple(map(pos.__getitem__, u.src))) if u.src else k)
         self.order, self.inputs, self.assigns, self.sharded = list(pos), inputs, assigns, sharded
         self.key = tuple(key)
+        self.binds = binds
+        # the Variables' values by name (as create_schedule's var_vals); None when one is bound to two values
+        self.var_vals: dict[str, int] | None = {}
+        if binds:
+            self.var_vals = None if binds_conflict else {str(v.arg[0]): b.src[1].arg for v, b in binds.items()}
 
 
-# ops the walk looks at more closely
-_NOTED = frozenset({Ops.UNIQUE, Ops.BUFFER, Ops.ASSIGN, Ops.MULTI, Ops.DEVICE})
+# ops whose argument may hold bound Variables: the same set callify.py unbinds (a test checks)
+_SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})
+# the ops the walk looks at more closely, by kind (module constants: in the walk's hot loop an enum attribute
+# lookup costs more than a global)
+_MOVEMENT, _UNIQUE, _BUFFER, _ASSIGN, _SHARDING, _VARIABLE, _BOUND = range(7)
+_NOTED = {
+    **dict.fromkeys(_SYMBOLIC_ARGS, _MOVEMENT),
+    Ops.DEFINE_VAR: _VARIABLE,
+    Ops.BIND: _BOUND,
+    Ops.UNIQUE: _UNIQUE,
+    Ops.BUFFER: _BUFFER,
+    Ops.ASSIGN: _ASSIGN,
+    Ops.MULTI: _SHARDING,
+    Ops.DEVICE: _SHARDING,
+}
+_BIND, _DEVICE = Ops.BIND, Ops.DEVICE
+
+
+def _holds_uop(arg: Any) -> bool:
+    """Whether a movement argument (ints and nested tuples of them) holds a UOp (a symbolic size)."""
+    for x in arg:
+        c = x.__class__
+        if c is UOp or (c is tuple and _holds_uop(x)):
+            return True
+    return False
+
+
+# movement argument -> None when it holds no UOp, else (the argument unbound, the BINDs it held); bounded
+_unbound_args: dict[Any, tuple[Any, tuple[UOp, ...]] | None] = {}
+_UNSEEN: Any = object()
+
+
+def _unbind_arg(arg: Any) -> tuple[Any, tuple[UOp, ...]] | None:
+    """None for a movement argument of plain ints, else the argument with every BIND in it replaced by its
+    variable (as callify.py does) and those BINDs; remembered in `_unbound_args` (eager loops repeat arguments)."""
+    ret: tuple[Any, tuple[UOp, ...]] | None = None
+    if arg.__class__ is tuple and _holds_uop(arg):
+        found: dict[UOp, None] = {}
+
+        def unbind(x: UOp) -> UOp:
+            binds = {b: b.src[0] for b in x.toposort() if b.op is Ops.BIND}
+            found.update(dict.fromkeys(binds))
+            return x.substitute(binds) if binds else x
+
+        ret = _rt().callify.map_uops(arg, unbind), tuple(found)
+    if len(_unbound_args) >= 4096:
+        _unbound_args.clear()
+    _unbound_args[arg] = ret
+    return ret
+
+
+def _rebind_arg(arg: tuple[Any, ...], binds: dict[UOp, UOp]) -> tuple[Any, ...]:
+    """An unbound movement argument with its variables bound again to this realize's BINDs."""
+
+    def rebind(x: UOp) -> UOp:
+        found = {v: binds[v] for v in x.toposort() if v.op is Ops.DEFINE_VAR and v in binds}
+        return x.substitute(found) if found else x
+
+    return _rt().callify.map_uops(arg, rebind)
 
 
 @dataclass
@@ -118,7 +208,7 @@ class Plan:
     # single-source movement ops, kept as (op, dtype, arg, tag) so that a plan never pins the buffers of the
     # realize it was made from
     becomes: list[tuple[int, tuple[tuple[Any, ...], ...], int]] = field(default_factory=list)
-    var_vals: dict[str, int] = field(default_factory=dict)
+    symbolic: bool = False  # a storage expression has a symbolic shape (bound again at every run)
     used_inputs: tuple[int, ...] = ()  # input slots a step reads or writes (they need a device Buffer)
 
 
@@ -126,10 +216,10 @@ class Plan:
 def _rt() -> SimpleNamespace:
     """The scheduler and runtime, imported on the first realize (so that `import tg.tensor` stays free of work)."""
     from tg.codegen import schedule
-    from tg.codegen.schedule import cache, memory
+    from tg.codegen.schedule import cache, callify, memory
     from tg.runtime import device, engine
 
-    return SimpleNamespace(schedule=schedule, cache=cache, memory=memory, engine=engine, device=device)
+    return SimpleNamespace(schedule=schedule, cache=cache, callify=callify, memory=memory, engine=engine, device=device)
 
 
 class _NoPlan(Exception):
@@ -150,7 +240,7 @@ def _lookup_key(st: Structure) -> tuple[Any, ...] | None:
     """The cache key of a walked graph, or None when caching is off."""
     global _generation
     rt = _rt()
-    if not rt.cache.SCACHE.value:
+    if not rt.cache.SCACHE.value or st.var_vals is None:  # a Variable bound to two values: the full path raises
         return None
     if rt.cache.generation != _generation:  # clear_schedule_cache() was called: plans go with the templates
         _plans.clear()
@@ -184,7 +274,9 @@ def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: di
     """The plan of a realize that just ran `linear` (its buffers are still alive)."""
     rt = _rt()
     Device, BufferCopy, buffer_for = rt.device.Device, rt.engine.BufferCopy, rt.engine.buffer_for
-    plan = Plan(len(st.inputs), var_vals=dict(var_vals))
+    if var_vals != st.var_vals:  # the walk must see exactly the Variables the schedule takes
+        raise _NoPlan(Ops.BIND)
+    plan = Plan(len(st.inputs))
     used: set[int] = set()  # input slots that need their device Buffer
     slot: dict[UOp, int] = {b: i for i, b in enumerate(st.inputs)}
 
@@ -224,7 +316,10 @@ def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: di
         while expr.op is not Ops.BUFFER:
             if len(expr.src) != 1:
                 raise _NoPlan(expr.op)
-            chain.append((expr.op, expr.dtype, expr.arg, expr.tag))
+            arg = expr.arg
+            if expr.op in _SYMBOLIC_ARGS and (unbound := _unbind_arg(arg)) is not None:
+                arg, plan.symbolic = unbound[0], True  # kept unbound, bound again at every run
+            chain.append((expr.op, expr.dtype, arg, expr.tag))
             expr = expr.src[0]
         s = slot_of(expr)
         if s >= plan.n_inputs:
@@ -255,7 +350,8 @@ def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
             b = _rt().device.Buffer(f.device, f.size, f.dtype)
         bufs.append(b)
         uops.append(u)
-    var_vals = plan.var_vals
+    var_vals = st.var_vals
+    assert var_vals is not None  # a walk with conflicting binds has no plan
     for step in plan.steps:
         if step.copy is not None:
             launch(step.copy, [bufs[s] for s in step.slots], var_vals)
@@ -266,11 +362,13 @@ def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
             bound = step.bound = (runner, tuple(step.slots[g] for g in runner.p.globals))
         launch(runner, [bufs[s] for s in bound[1]], var_vals)
     becomes: dict[UOp, UOp] = {}
-    order = st.order
+    order, binds = st.order, st.binds
     for p, chain, s in plan.becomes:
         e = uops[s]
         assert e is not None  # a named slot
         for op, dtype, arg, tag in chain:
+            if plan.symbolic and op in _SYMBOLIC_ARGS and _holds_uop(arg):
+                arg = _rebind_arg(arg, binds)
             e = UOp(op, dtype, (e,), arg, tag)
         becomes[order[p]] = e
     return becomes

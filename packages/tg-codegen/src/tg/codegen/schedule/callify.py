@@ -62,11 +62,11 @@ class Normalized:
         if not self._bound:
             return expr
         chain = []
-        while expr.op in _SYMBOLIC_ARGS or expr.op in (Ops.PERMUTE, Ops.FLIP):
+        while expr.op in SYMBOLIC_ARGS or expr.op in (Ops.PERMUTE, Ops.FLIP):
             chain.append(expr)
             expr = expr.src[0]
         for m in reversed(chain):
-            expr = m.replace(src=(expr,), arg=_map_uops(m.arg, self._bind_uop))
+            expr = m.replace(src=(expr,), arg=map_uops(m.arg, self._bind_uop))
         return expr
 
     def _bind_uop(self, x: UOp) -> UOp:
@@ -88,7 +88,7 @@ class Normalized:
         if n.op is Ops.BIND:
             return self._bind(n)
         src = tuple(self._marker(s) if s.op is Ops.UNIQUE else self.nodes[s] for s in n.src)
-        arg = _map_uops(n.arg, self._unbind_uop) if n.op in _SYMBOLIC_ARGS else n.arg
+        arg = map_uops(n.arg, self._unbind_uop) if n.op in SYMBOLIC_ARGS else n.arg
         if arg is n.arg and all(a is b for a, b in zip(src, n.src, strict=True)):
             return n
         ret = UOp(n.op, n.dtype, src, arg, n.tag)
@@ -96,11 +96,12 @@ class Normalized:
         return ret
 
 
-def _map_uops(x: Any, fn: Callable[[UOp], UOp]) -> Any:
+def map_uops(x: Any, fn: Callable[[UOp], UOp]) -> Any:
     """`x` (a movement argument: ints, UOps and nested tuples of them) with `fn` applied to every UOp in it."""
     if isinstance(x, tuple):
-        return tuple(_map_uops(v, fn) for v in x)
+        return tuple(map_uops(v, fn) for v in x)
     return fn(x) if isinstance(x, UOp) else x
 
 
-_SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})
+# the ops whose argument may hold bound Variables (symbolic shapes): normalising unbinds them there
+SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})

@@ -11,6 +11,7 @@ from tg.tensor import activation as _act
 from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
 from tg.tensor import creation as _creation
+from tg.tensor import hashing as _hashing
 from tg.tensor import indexing as _indexing
 from tg.tensor import linalg as _linalg
 from tg.tensor import matrix as _matrix
@@ -244,6 +245,10 @@ class TensorMethods:
     einsum = staticmethod(_linalg.einsum)
     qr = _matrix.qr
     svd = _matrix.svd
+
+    # hashing (hashing.py)
+    keccak = _hashing.keccak
+    hash = _hashing.tensor_hash
     newton_schulz = _matrix.newton_schulz
     interpolate = _linalg.interpolate
 

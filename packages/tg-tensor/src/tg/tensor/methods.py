@@ -11,6 +11,7 @@ from tg.tensor import activation as _act
 from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
 from tg.tensor import creation as _creation
+from tg.tensor import external as _external
 from tg.tensor import hashing as _hashing
 from tg.tensor import indexing as _indexing
 from tg.tensor import linalg as _linalg
@@ -36,6 +37,7 @@ class TensorMethods:
     arange = staticmethod(_creation.arange)
     linspace = staticmethod(_creation.linspace)
     eye = staticmethod(_creation.eye)
+    from_blob = staticmethod(_external.from_blob)
     full_like = _creation.full_like
     zeros_like = _creation.zeros_like
     ones_like = _creation.ones_like

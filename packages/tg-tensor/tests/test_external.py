@@ -1,4 +1,5 @@
-"""Tensor.from_blob over numpy/ctypes memory (no copy, writes through, errors)."""
+"""Tensor.from_blob over numpy/ctypes memory (no copy, writes through, errors) and Tensor.from_url against a local
+http.server (download, cache, gunzip, HTTP errors)."""
 
 import ctypes
 
@@ -46,7 +47,7 @@ def test_from_blob_ctypes_array_dtypes_and_empty():
 
 def test_from_blob_errors():
     a = np.zeros(4, dtype=np.float32)
-    with pytest.raises(ValueError, match="not aligned to float's 4 bytes"):
+    with pytest.raises(ValueError, match="not aligned to the 4 bytes of dtypes.float32"):
         Tensor.from_blob(a.ctypes.data + 1, (2,), dtype=dtypes.float32)
     with pytest.raises(ValueError, match="device PYTHON cannot use host memory at a raw pointer"):
         Tensor.from_blob(a.ctypes.data, (4,), device="PYTHON")
@@ -56,3 +57,71 @@ def test_from_blob_errors():
         Tensor.from_blob(a.ctypes.data, (-1,))
     with pytest.raises(ValueError, match="not a valid address"):
         Tensor.from_blob(0, (4,))
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A local HTTP server over a temp folder (no network), counting GET requests; tg's cache in tmp_path."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+    hits: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        yield root, f"http://127.0.0.1:{httpd.server_address[1]}", hits
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_from_url_downloads_once_and_reads_through_disk(server, capsys):
+    root, base, hits = server
+    data = np.random.default_rng(3).integers(0, 256, 3 << 20, dtype=np.uint8)  # 3 MiB: several read chunks
+    (root / "w.bin").write_bytes(data.tobytes())
+    t = Tensor.from_url(f"{base}/w.bin")
+    assert t.shape == (data.size,) and t.dtype == dtypes.uint8 and t.device.startswith("DISK")
+    np.testing.assert_array_equal(t.numpy(), data)
+    assert "w.bin" in capsys.readouterr().err  # the tqdm bar names the URL
+    again = Tensor.from_url(f"{base}/w.bin", device="CPU")  # from the cache: no second request
+    assert hits == ["/w.bin"] and again.device == "CPU"
+    np.testing.assert_array_equal(again[:8].bitcast(dtypes.uint32).numpy(), data[:8].view(np.uint32))
+
+
+def test_from_url_gunzip_and_empty_file(server):
+    import gzip
+
+    root, base, _ = server
+    text = b"tg " * 10000
+    (root / "t.gz").write_bytes(gzip.compress(text))
+    assert bytes(Tensor.from_url(f"{base}/t.gz", gunzip=True, progress=False).numpy()) == text
+    assert bytes(Tensor.from_url(f"{base}/t.gz", progress=False).numpy()) == gzip.compress(text)  # cached apart
+    (root / "empty").write_bytes(b"")
+    assert Tensor.from_url(f"{base}/empty", progress=False).shape == (0,)
+
+
+def test_from_url_errors(server):
+    root, base, _ = server
+    with pytest.raises(RuntimeError, match=r"from_url: GET http://127\.0\.0\.1:\d+/missing failed: HTTP 404"):
+        Tensor.from_url(f"{base}/missing")
+    (root / "bad.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(RuntimeError, match=r"from_url: reading .*bad\.gz failed"):
+        Tensor.from_url(f"{base}/bad.gz", gunzip=True)
+    with pytest.raises(RuntimeError, match=r"from_url: cannot fetch http://127\.0\.0\.1:1/x"):
+        Tensor.from_url("http://127.0.0.1:1/x")
+    with pytest.raises(ValueError, match="needs a URL"):
+        Tensor.from_url("w.bin")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import DType, dtypes
+from tg.ir import DType, dtypes, weak_promote
 from tg.tensor.shapes import broadcast_shape, canonical_axis
 
 if TYPE_CHECKING:
@@ -398,6 +398,52 @@ def round(self: Tensor) -> Tensor:
 def const_like(self: Tensor, b: Any, dtype: Any = None) -> Tensor:
     """A constant shaped like self (an unstored broadcast value): `t.const_like(0)`."""
     return self.full_like(b, dtype)
+
+
+def const(b: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    """A constant: `Tensor.const(3)` is 0-d, `Tensor.const((1, 2, 3))` 1-d (tinygrad's `const`). tg has no weak
+    tensor dtypes: the dtype is `dtype`, else the value's default (bool, int32, the default float)."""
+    from tg.tensor.tensor import Tensor
+
+    if isinstance(b, (tuple, list)):
+        return Tensor(list(b), dtype=dtype, device=device)
+    if not isinstance(b, (bool, int, float)):
+        raise TypeError(f"const: needs a bool, int, float or a tuple of them, got {type(b).__name__}")
+    return Tensor.full((), b, dtype=dtype, device=device)
+
+
+def ufix(self: Tensor, x: Any) -> Tensor:
+    """`x` as a tensor next to self: a tensor as it is, a Python scalar as a 0-d tensor on self's device of the
+    dtype it takes in an op with self (weak scalar: self's dtype when the kind fits, `t.ufix(2)` on float16 is
+    float16; `int_t.ufix(0.5)` the default float). tinygrad's `ufix`."""
+    from tg.tensor.tensor import Tensor
+
+    if isinstance(x, Tensor):
+        return x
+    if not isinstance(x, (bool, int, float)):
+        raise TypeError(f"ufix: needs a Tensor or a bool/int/float, got {type(x).__name__}")
+    return Tensor.full((), x, dtype=weak_promote(self.dtype, x), device=self.device)
+
+
+def _terms(xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The terms of usum/uprod: given separately or as one list/tuple."""
+    return tuple(xs[0]) if len(xs) == 1 and isinstance(xs[0], (list, tuple)) else xs
+
+
+def usum(self: Tensor, *xs: Any) -> Tensor:
+    """self + x0 + x1 + ... (`|` for bool self), the terms given separately or as one list (tinygrad's `usum`)."""
+    out = self
+    for x in _terms(xs):
+        out = out | x if self.dtype == dtypes.bool else out + x
+    return out
+
+
+def uprod(self: Tensor, *xs: Any) -> Tensor:
+    """self * x0 * x1 * ... (`&` for bool self), the terms given separately or as one list (tinygrad's `uprod`)."""
+    out = self
+    for x in _terms(xs):
+        out = out & x if self.dtype == dtypes.bool else out * x
+    return out
 
 
 def replace(self: Tensor, x: Tensor) -> Tensor:

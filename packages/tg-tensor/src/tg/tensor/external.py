@@ -4,7 +4,14 @@ download). Both are static methods of Tensor (attached in methods.py)."""
 from __future__ import annotations
 
 import ctypes
+import gzip
+import hashlib
 import math
+import os
+import pathlib
+import tempfile
+import urllib.error
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import DType, UOp, dtypes
@@ -52,7 +59,7 @@ def from_blob(
     if n and ptr <= 0:
         raise ValueError(f"from_blob: ptr {ptr:#x} is not a valid address")
     if ptr % dt.itemsize:
-        raise ValueError(f"from_blob: ptr {ptr:#x} is not aligned to {dt.name}'s {dt.itemsize} bytes")
+        raise ValueError(f"from_blob: ptr {ptr:#x} is not aligned to the {dt.itemsize} bytes of {dt}")
     nbytes = n * dt.itemsize
     memory = (ctypes.c_char * max(nbytes, 1)).from_address(ptr) if n else (ctypes.c_char * 1)()
     # nolru: when the tensor goes, the allocator must not keep this memory to hand out again
@@ -62,3 +69,70 @@ def from_blob(
     uop = UOp.new_buffer(dev, n, dt)
     bind_buffer(uop, buf)
     return Tensor(uop.reshape(shp), requires_grad=requires_grad)
+
+
+def _download(url: str, path: pathlib.Path, gunzip: bool, progress: bool) -> None:
+    """Stream `url` into `path` (through a temporary file next to it, renamed when complete)."""
+    from tqdm import tqdm
+
+    try:
+        response = urllib.request.urlopen(url, timeout=60)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"from_url: GET {url} failed: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise RuntimeError(f"from_url: cannot fetch {url}: {getattr(e, 'reason', e)}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    length = response.headers.get("Content-Length")
+    bar = tqdm(total=int(length) if length else None, unit="B", unit_scale=True, desc=url, disable=not progress)
+    with response, tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as out:
+        try:
+            source: Any = response
+            if gunzip:
+                counted: Any = _Counting(response, bar)
+                source = gzip.GzipFile(fileobj=counted, mode="rb")
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+                if not gunzip:
+                    bar.update(len(chunk))
+        except (OSError, EOFError) as e:
+            os.unlink(out.name)
+            raise RuntimeError(f"from_url: reading {url} failed: {e}") from None
+        finally:
+            bar.close()
+    os.replace(out.name, path)
+
+
+class _Counting:
+    """A response wrapper that advances the progress bar by the compressed bytes read (gunzip)."""
+
+    def __init__(self, raw: Any, bar: Any) -> None:
+        self.raw, self.bar = raw, bar
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.bar.update(len(data))
+        return bytes(data)
+
+
+def from_url(url: str, gunzip: bool = False, device: str | None = None, progress: bool = True) -> Tensor:
+    """The bytes at `url` as a 1-d uint8 tensor (tinygrad's `from_url`): downloaded once into tg's cache
+    (`$TG_CACHE_DIR/downloads`, keyed by the URL and `gunzip`) with a tqdm progress bar, then returned as a DISK
+    tensor over that file (memory-mapped: nothing is read until used), or moved to `device` when given.
+    `gunzip=True` stores the gzip-decompressed content. HTTP errors and unreachable hosts raise RuntimeError naming
+    the URL and the status; nothing is cached then. Reinterpret with `.bitcast(...)`/`.reshape(...)` as needed."""
+    from tg.ir.helpers import cache_dir
+    from tg.tensor.tensor import Tensor
+
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"from_url: needs a URL such as 'https://host/file', got {url!r}")
+    key = hashlib.sha256(f"{url}|gunzip={bool(gunzip)}".encode()).hexdigest()
+    path = cache_dir() / "downloads" / key
+    if not path.is_file():
+        _download(url, path, gunzip, progress)
+    size = path.stat().st_size
+    t = (
+        Tensor.empty(size, dtype=dtypes.uint8, device=f"disk:{path}")
+        if size
+        else Tensor.empty(0, dtype=dtypes.uint8, device=device)
+    )
+    return t.to(device) if device is not None and size else t

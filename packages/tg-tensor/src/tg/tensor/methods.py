@@ -38,6 +38,7 @@ class TensorMethods:
     linspace = staticmethod(_creation.linspace)
     eye = staticmethod(_creation.eye)
     from_blob = staticmethod(_external.from_blob)
+    from_url = staticmethod(_external.from_url)
     full_like = _creation.full_like
     zeros_like = _creation.zeros_like
     ones_like = _creation.ones_like
@@ -160,6 +161,10 @@ class TensorMethods:
     sequential = _aliases.sequential
     round = _aliases.round
     const_like = _aliases.const_like
+    const = staticmethod(_aliases.const)
+    ufix = _aliases.ufix
+    usum = _aliases.usum
+    uprod = _aliases.uprod
     replace = _aliases.replace
     to_ = _aliases.to_
     rearrange = _aliases.rearrange
@@ -283,6 +288,8 @@ class TensorMethods:
     normal = staticmethod(_random.normal)
     randperm = staticmethod(_random.randperm)
     multinomial = _random.multinomial
+    threefry = _random.threefry
+    random_bits = staticmethod(_random.random_bits)
     scaled_uniform = staticmethod(_random.scaled_uniform)
     glorot_uniform = staticmethod(_random.glorot_uniform)
     kaiming_uniform = staticmethod(_random.kaiming_uniform)

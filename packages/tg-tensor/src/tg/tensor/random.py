@@ -238,3 +238,53 @@ def kaiming_normal(
     shp = _shape_arg(shape)
     std = math.sqrt(2.0 / ((1 + a * a) * _fan_in(shp)))
     return _leaf(normal(*shp, mean=0.0, std=std, device=device, dtype=dtype), requires_grad)
+
+
+def threefry(self: Tensor, seed: Tensor | int) -> Tensor:
+    """Threefry-2x32 (20 rounds) of each uint64 element, its 32-bit halves keyed by the halves of the uint64 `seed`
+    (broadcast): tinygrad's `threefry`, the counter-based generator under `rand`. No gradient (integers)."""
+    from tg.tensor.tensor import Tensor
+
+    if self.dtype != dtypes.uint64:
+        raise TypeError(f"threefry: needs a uint64 tensor, got {self.dtype}")
+    key = seed if isinstance(seed, Tensor) else Tensor(seed, dtype=dtypes.uint64, device=self.device)
+    if key.dtype != dtypes.uint64:
+        raise TypeError(f"threefry: seed must be uint64, got {key.dtype}")
+    x, k = self._operands(key)
+    return Tensor(x.uop.alu(Ops.THREEFRY, k.uop))
+
+
+def _threefry_pairs(key: Tensor, low: Tensor, high: Tensor) -> Tensor:
+    """threefry of the counters `high << 32 | low` under the 2-word key: the low words, then the high words."""
+    u64 = dtypes.uint64
+    x = threefry((high.cast(u64) << 32) | low.cast(u64), (key[1:2].cast(u64) << 32) | key[0:1].cast(u64))
+    return x.cast(dtypes.uint32).cat((x >> 32).cast(dtypes.uint32))
+
+
+def random_bits(key: Tensor, counter: Tensor, num: int) -> Tensor:
+    """`num` random uint32 words from a 2-word uint32 `key` and 2-word `counter` (tinygrad's `random_bits`, the same
+    words for the same inputs): per run of up to 2^32 - 1 words, a key derived from (key, counter + offset), then
+    threefry over the counter pairs (j, j + half) giving the first half's words and then the second's. Pure: it
+    neither reads nor advances `Tensor.manual_seed`'s stream."""
+    from tg.tensor.tensor import Tensor
+
+    for name, t in (("key", key), ("counter", counter)):
+        if not isinstance(t, Tensor) or t.shape != (2,) or not dtypes.is_int(t.dtype):
+            got = f"{t.dtype} of shape {t.shape}" if isinstance(t, Tensor) else type(t).__name__
+            raise TypeError(f"random_bits: {name} must be a uint32 tensor of shape (2,), got {got}")
+    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        raise ValueError(f"random_bits: num must be a non-negative int, got {num!r}")
+    u32 = dtypes.uint32
+    key, counter = key.cast(u32), counter.cast(u32)
+    low, high = counter[0:1], counter[1:2]
+    run_max = 0xFFFFFFFF
+    runs = []
+    for start in range(0, num, run_max):
+        count = min(num - start, run_max)
+        run_low = low + (start & 0xFFFFFFFF)
+        run_high = high + (start >> 32) + (run_low < low).cast(u32)  # the carry out of the low word
+        run_key = _threefry_pairs(key, run_low, run_high)
+        half = -(-count // 2)
+        first = Tensor.arange(half, dtype=u32, device=key.device)
+        runs.append(_threefry_pairs(run_key, first, first + half)[:count])
+    return Tensor.cat(*runs) if runs else Tensor.zeros(0, dtype=u32, device=key.device)

@@ -47,7 +47,7 @@ def test_from_blob_ctypes_array_dtypes_and_empty():
 
 def test_from_blob_errors():
     a = np.zeros(4, dtype=np.float32)
-    with pytest.raises(ValueError, match="not aligned to the 4 bytes of dtypes.float32"):
+    with pytest.raises(ValueError, match=r"not aligned to the 4 bytes of dtypes\.float32"):
         Tensor.from_blob(a.ctypes.data + 1, (2,), dtype=dtypes.float32)
     with pytest.raises(ValueError, match="device PYTHON cannot use host memory at a raw pointer"):
         Tensor.from_blob(a.ctypes.data, (4,), device="PYTHON")

@@ -98,3 +98,20 @@ def test_svd_gradient_matches_torch():
     tu, ts, tvh = torch.linalg.svd(ta, full_matrices=False)
     ((tu[:, :2] * ts[:2]) @ tvh[:2] * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), ta.grad.numpy(), atol=5e-5)
+
+
+def test_svd_inside_a_function_body_stays_lazy():
+    from tg.tensor import function
+
+    a = RNG.standard_normal((5, 4)).astype(np.float32)
+    s = function(lambda t: t.svd()[1])(Tensor(a)).numpy()
+    np.testing.assert_allclose(s, np.linalg.svd(a.astype(np.float64), compute_uv=False), atol=2e-5)
+
+
+def test_svd_under_tinyjit_replays_with_new_data():
+    from tg.tensor import TinyJit
+
+    jitted = TinyJit(lambda t: t.svd()[1].realize())
+    for _ in range(3):  # capture, then replays
+        a = RNG.standard_normal((5, 4)).astype(np.float32)
+        np.testing.assert_allclose(jitted(Tensor(a)).numpy(), np.linalg.svd(a, compute_uv=False), atol=2e-5)

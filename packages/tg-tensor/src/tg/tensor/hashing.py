@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import Variable, dtypes
+from tg.tensor import realize as _realize
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -104,7 +105,9 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     digest has `(200 - rate) // 2` bytes. Equal to hashlib's `sha3_256(row).digest()` etc.; `shake_128` gives
     `hashlib.shake_128(row).digest(16)`. Rows run in parallel; rows of up to rate - 1 bytes stay lazy, longer ones
     are absorbed one block after another, each block realized (a traced @function with the block index a bound
-    Variable: one schedule and one set of kernels for every block). No gradient (integer result).
+    Variable: one schedule and one set of kernels for every block; lazily inside a @function body; under TinyJit
+    capture with int indices). No gradient
+    (integer result).
     """
     from tg.tensor.tensor import Tensor
 
@@ -142,11 +145,16 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     if blocks == 1:
         return _digest(_keccak_f(words[:, 0], pick, rotation, round_constants), rate, batch)
     # one block at a time, realized: the block index is a bound Variable, so every block's graph is the same and
-    # its schedule and kernels are made once (a long message is many blocks)
-    index = Variable("keccak_block", 0, blocks - 1)
+    # its schedule and kernels are made once (a long message is many blocks). Inside a @function body (no realize
+    # there) the blocks chain lazily; while a TinyJit captures (one value per Variable) the index is a plain int.
+    from tg.runtime import engine
+
+    tracing = bool(_realize.tracing_functions)
+    index = None if tracing or engine.capturing else Variable("keccak_block", 0, blocks - 1)
     for b in range(blocks):
-        i = index.bind(b)
-        state = _absorb(state, words[:, i : i + 1].reshape(bs, 25), pick, rotation, round_constants).realize()
+        block = words[:, b] if index is None else words[:, (i := index.bind(b)) : i + 1].reshape(bs, 25)
+        state = _absorb(state, block, pick, rotation, round_constants)
+        state = state if tracing else state.realize()
     return _digest(state, rate, batch)
 
 

@@ -7,6 +7,8 @@ device and have gradients through the ordinary rules.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tg.ir import DType, dtypes
@@ -93,19 +95,47 @@ def _jacobi_sweeps(n: int, dtype: DType) -> int:
     return max(n - 1, 1).bit_length() + (5 if dtype.itemsize >= 8 else 4)
 
 
-def _next_pairing(z: Tensor, labels: list[int]) -> tuple[Tensor, list[int]]:
+def _next_pairing(z: Tensor) -> Tensor:
     """The round-robin (circle) schedule over z's columns, seen as a top row (the first half) paired with a bottom
-    row: column 0 stays, the others move one seat, so every pair meets once in n - 1 rounds. `labels` follows the
-    columns on the host."""
+    row: column 0 stays, the others move one seat, so every pair meets once in n - 1 rounds, and after n - 1 rounds
+    every column is back in its place."""
     from tg.tensor.tensor import Tensor
 
     h = z.shape[-1] // 2
     if h == 1:
-        return z, labels
-    order = [0, h, *range(1, h - 1), *range(h + 1, 2 * h), h - 1]
-    runs = [(0, 1), (h, h + 1), (1, h - 1), (h + 1, 2 * h), (h - 1, h)]  # the same order as slices
-    z = Tensor.cat(*[z[..., a:b] for a, b in runs if b > a], dim=-1)
-    return z, [labels[i] for i in order]
+        return z
+    runs = [(0, 1), (h, h + 1), (1, h - 1), (h + 1, 2 * h), (h - 1, h)]  # new top row, then new bottom row
+    return Tensor.cat(*[z[..., a:b] for a, b in runs if b > a], dim=-1)
+
+
+def _jacobi_sweep(z: Tensor, n: int) -> Tensor:
+    """One sweep over the (X; V) state z (2n rows, an even number of columns): every column pair of X rotated once
+    to make the pair orthogonal, the same rotation applied to V; the columns end in their starting places."""
+    from tg.tensor.tensor import Tensor
+
+    h = z.shape[-1] // 2
+    for _ in range(2 * h - 1):
+        top, bot = z[..., :h], z[..., h:]
+        xt, xb = top[..., :n, :], bot[..., :n, :]
+        alpha, beta = xt.square().sum(-2, keepdim=True), xb.square().sum(-2, keepdim=True)
+        gamma = (xt * xb).sum(-2, keepdim=True)
+        # the rotation that zeroes gamma: t = tan(theta), the smaller root of t^2 + 2 zeta t - 1 = 0
+        rotate = gamma != 0
+        zeta = (beta - alpha) / (2 * rotate.where(gamma, 1.0))
+        t = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (1 + zeta.square()).sqrt())
+        t = rotate.where(t, 0.0)  # zeta^2 overflows to inf for tiny gamma: t = 0 then, as it should be
+        c = (1 + t.square()).rsqrt()
+        s = c * t
+        z = _next_pairing(Tensor.cat(c * top - s * bot, s * top + c * bot, dim=-1))
+        z = z.contiguous()  # a fusion boundary per round keeps every kernel small (the rounds form a chain)
+    return z
+
+
+@functools.cache
+def _sweep_function() -> Callable[..., Tensor]:
+    from tg.tensor.function import function
+
+    return function(_jacobi_sweep)
 
 
 def _one_sided_jacobi(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -113,34 +143,22 @@ def _one_sided_jacobi(x: Tensor) -> tuple[Tensor, Tensor]:
     the parallel round-robin ordering: each round rotates n/2 disjoint column pairs at once). Square x only.
 
     X and V are stacked into one (2n, n) state, as both get the same column rotations: one kernel chain per round.
+    A sweep is a traced @function (its Python runs once per shape), realized after each sweep outside @function
+    bodies, so the schedule of a sweep is made once and reused by the others.
     """
+    from tg.tensor import realize as _realize
     from tg.tensor.tensor import Tensor
 
     n = x.shape[-1]
     z = Tensor.cat(x, Tensor.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape), dim=-2)
     if n % 2:  # odd n: a zero column pairs with the spare one each round (gamma = 0: never rotated)
         z = z.pad(((0, 0),) * (z.ndim - 1) + ((0, 1),))
-    h, labels = z.shape[-1] // 2, list(range(z.shape[-1]))
+    sweep = _sweep_function()
     for _ in range(_jacobi_sweeps(n, x.dtype)):
-        for _ in range(2 * h - 1):
-            top, bot = z[..., :h], z[..., h:]
-            xt, xb = top[..., :n, :], bot[..., :n, :]
-            alpha, beta = xt.square().sum(-2, keepdim=True), xb.square().sum(-2, keepdim=True)
-            gamma = (xt * xb).sum(-2, keepdim=True)
-            # the rotation that zeroes gamma: t = tan(theta), the smaller root of t^2 + 2 zeta t - 1 = 0
-            rotate = gamma != 0
-            zeta = (beta - alpha) / (2 * rotate.where(gamma, 1.0))
-            t = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (1 + zeta.square()).sqrt())
-            t = rotate.where(t, 0.0)  # zeta^2 overflows to inf for tiny gamma: t = 0 then, as it should be
-            c = (1 + t.square()).rsqrt()
-            s = c * t
-            z = Tensor.cat(c * top - s * bot, s * top + c * bot, dim=-1)
-            z, labels = _next_pairing(z, labels)
-            z = z.contiguous()  # a fusion boundary per round keeps every kernel small (the rounds form a chain)
-    if n % 2:  # drop the zero column (and V's padded row)
-        k = labels.index(n)
-        z = Tensor.cat(z[..., :k], z[..., k + 1 :], dim=-1)
-    return z[..., :n, :], z[..., n:, :]
+        z = sweep(z, n)
+        if not _realize.tracing_functions:
+            z = z.realize()
+    return z[..., :n, :n], z[..., n:, :n]  # without the zero column of an odd n
 
 
 def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
@@ -153,8 +171,9 @@ def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tenso
 
     Method: `self = Q R` (Householder), then one-sided Jacobi on Rᵀ (which converges in few sweeps, Drmač-Veselić)
     gives `Rᵀ V = W`: S = the column norms of W, the left vectors `Q V`, the right ones W's normalised columns
-    (completed to an orthonormal basis where S is zero). A fixed number of sweeps, so it stays lazy and batched;
-    integers compute in the default float, float16/bfloat16 in float32. Differentiable (through the iterations).
+    (completed to an orthonormal basis where S is zero). A fixed number of sweeps (no data-dependent stopping, so
+    batched and JIT-able; each sweep is realized, except inside a @function body where all stays lazy); integers
+    compute in the default float, float16/bfloat16 in float32. Differentiable (through the iterations).
     """
     from tg.tensor.tensor import Tensor
 

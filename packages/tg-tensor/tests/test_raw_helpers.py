@@ -102,3 +102,33 @@ def test_usum_uprod_values_bool_and_gradients():
     assert a.usum() is a and a.uprod([]) is a
     t, f = Tensor([True, False, False]), Tensor([False, False, True])
     assert t.usum(f).tolist() == [True, False, True] and t.uprod(f).tolist() == [False, False, False]
+
+
+def test_alu_applies_ir_ops_with_gradients():
+    from tg.ir import Ops
+
+    x = np.array([0.5, -1.5, 2.0], np.float32)
+    y = np.array([2.0, 3.0, -4.0], np.float32)
+    a, b = Tensor(x, requires_grad=True), Tensor(y, requires_grad=True)
+    np.testing.assert_allclose(a.alu(Ops.ADD, b).numpy(), x + y)
+    np.testing.assert_allclose(a.alu(Ops.MAX, b).numpy(), np.maximum(x, y))
+    np.testing.assert_allclose(a.alu(Ops.SQRT).numpy()[2], np.sqrt(2.0), rtol=1e-6)
+    np.testing.assert_allclose((a > 0).alu(Ops.WHERE, a, b).numpy(), np.where(x > 0, x, y))
+    a.alu(Ops.MUL, b).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), y)
+    np.testing.assert_allclose(b.grad.numpy(), x)
+    assert Tensor([6, 7]).alu(Ops.XOR, Tensor([3, 1])).tolist() == [5, 6]
+    with pytest.raises(ValueError, match="alu: Ops.ADD takes 2 operands, got 1"):
+        a.alu(Ops.ADD)
+    with pytest.raises(ValueError, match=r"operands differ: \(3,\) on CPU vs \(1,\) on CPU"):
+        a.alu(Ops.ADD, Tensor([1.0]))
+    with pytest.raises(TypeError, match=r"operands need one dtype, got dtypes\.float32, dtypes\.int32"):
+        a.alu(Ops.ADD, Tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match=r"WHERE needs a bool condition"):
+        a.alu(Ops.WHERE, a, b)
+    with pytest.raises(TypeError, match=r"Ops.SQRT needs a float operand"):
+        Tensor([4]).alu(Ops.SQRT)
+    with pytest.raises(ValueError, match="not an elementwise ALU op"):
+        a.alu(Ops.CAST)
+    with pytest.raises(TypeError, match="operands must be Tensors, got int"):
+        a.alu(Ops.ADD, 1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import DType, dtypes, weak_promote
+from tg.ir import DType, GroupOp, Ops, dtypes, weak_promote
 from tg.tensor.shapes import broadcast_shape, canonical_axis
 
 if TYPE_CHECKING:
@@ -444,6 +444,35 @@ def uprod(self: Tensor, *xs: Any) -> Tensor:
     for x in _terms(xs):
         out = out & x if self.dtype == dtypes.bool else out * x
     return out
+
+
+def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
+    """The elementwise IR op `op` on self and `src`, as is (tinygrad's `alu`): no broadcasting, no promotion. The
+    operands need self's shape, device and dtype (WHERE: self is the bool condition, the two values share a dtype;
+    float-only unary ops need a float). Gradients follow the op's rule, as for the named methods."""
+    from tg.tensor.tensor import Tensor
+
+    arity = 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3 if op in GroupOp.Ternary else 0
+    if not arity:
+        raise ValueError(f"alu: {op} is not an elementwise ALU op (one of GroupOp.ALU)")
+    if len(src) + 1 != arity:
+        raise ValueError(f"alu: {op} takes {arity} operands, got {len(src) + 1}")
+    for t in src:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"alu: operands must be Tensors, got {type(t).__name__} (use ufix for scalars)")
+        if t.shape != self.shape or t.device != self.device:
+            raise ValueError(f"alu: {op} operands differ: {self.shape} on {self.device} vs {t.shape} on {t.device}")
+    values = (self, *src)[1:] if op is Ops.WHERE else (self, *src)
+    if op is Ops.WHERE and self.dtype != dtypes.bool:
+        raise TypeError(f"alu: WHERE needs a bool condition, got {self.dtype}")
+    if len({t.dtype for t in values}) > 1:
+        raise TypeError(f"alu: {op} operands need one dtype, got {', '.join(str(t.dtype) for t in values)}")
+    if op in _FLOAT_UNARY and not dtypes.is_float(self.dtype):
+        raise TypeError(f"alu: {op} needs a float operand, got {self.dtype}")
+    return Tensor(self.uop.alu(op, *[t.uop for t in src]))
+
+
+_FLOAT_UNARY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL})
 
 
 def replace(self: Tensor, x: Tensor) -> Tensor:

@@ -163,6 +163,7 @@ class TensorMethods:
     const_like = _aliases.const_like
     const = staticmethod(_aliases.const)
     ufix = _aliases.ufix
+    alu = _aliases.alu
     usum = _aliases.usum
     uprod = _aliases.uprod
     replace = _aliases.replace

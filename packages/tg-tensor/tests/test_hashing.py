@@ -116,3 +116,8 @@ def test_keccak_under_tinyjit_replays_with_new_data():
         rows = RNG.integers(0, 256, (2, 300), dtype=np.uint8)
         out = jitted(Tensor(rows)).numpy()
         assert [bytes(r) for r in out] == [hashlib.sha3_256(r.tobytes()).digest() for r in rows]
+
+
+def test_keccak_of_no_rows_is_empty():
+    assert Tensor(np.zeros((0, 500), np.uint8)).keccak().numpy().shape == (0, 32)  # several blocks, no rows
+    assert Tensor(np.zeros((2, 0, 5), np.uint8)).keccak("shake_128").numpy().shape == (2, 0, 16)

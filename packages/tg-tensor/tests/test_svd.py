@@ -115,3 +115,8 @@ def test_svd_under_tinyjit_replays_with_new_data():
     for _ in range(3):  # capture, then replays
         a = RNG.standard_normal((5, 4)).astype(np.float32)
         np.testing.assert_allclose(jitted(Tensor(a)).numpy(), np.linalg.svd(a, compute_uv=False), atol=2e-5)
+
+
+def test_svd_of_an_empty_batch():
+    u, s, vh = Tensor(np.zeros((0, 3, 2), np.float32)).svd()
+    assert u.numpy().shape == (0, 3, 3) and s.numpy().shape == (0, 2) and vh.numpy().shape == (0, 2, 2)

@@ -126,6 +126,8 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     data = self if self.dtype == dtypes.uint8 else self.contiguous().bitcast(dtypes.uint8)
     batch, n = data.shape[:-1], data.shape[-1]
     bs = math.prod(batch)
+    if bs == 0:  # no rows: nothing to run
+        return Tensor.zeros(*batch, (200 - rate) // 2, dtype=dtypes.uint8, device=self.device)
     data = data.reshape(bs, n)
     blocks = n // rate + 1  # pad10*1 always adds at least one byte
     # the padding: the domain byte right after the message, 0x80 in the last byte of the last block

@@ -110,3 +110,20 @@ def test_movement_chain_is_one_kernel(device, rng):
     assert GlobalCounters.kernel_count - before == 1
     want = np.pad(a.T.reshape(2, 12)[:, ::-1][:, ::3], ((0, 0), (1, 1))) + 1
     np.testing.assert_allclose(got, want)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda t: (t.reshape(0, 25, 8) + 1).sum(1),
+        lambda t: t.reshape(0, 25, 8).permute(0, 2, 1).contiguous() + 1,
+        lambda t: t.reshape(0, 200, 1).expand(0, 200, 3).max(2),
+    ],
+    ids=["sum", "permute", "expand_max"],
+)
+def test_reshapes_of_zero_size_tensors_compute(build):
+    # a zero-size dim makes the reshape's equal-product dimension groups meaningless; nothing is indexed
+    x = np.zeros((0, 200), np.float32)
+    got = build(Tensor(x)).numpy()
+    want = build(Tensor(x, device="PYTHON")).numpy()
+    assert got.shape == want.shape and got.size == 0 and 0 in got.shape

@@ -94,6 +94,8 @@ def reshape_index(idx: Sequence[UOp], out_shape: Sequence[sint], in_shape: Seque
         return tuple(_split_flat(simplify_index(flat_index(idx, out_shape)), in_shape, total_size(in_shape)))
     outs, ins = [int(s) for s in out_shape], [int(s) for s in in_shape]
     result: list[UOp] = [as_index(0)] * len(ins)
+    if 0 in outs:  # no elements: no index is ever used (and equal-product groups do not exist)
+        return tuple(result)
     i = j = 0
     while i < len(outs) or j < len(ins):
         group_out, group_in, p_out, p_in = [], [], 1, 1

@@ -26,7 +26,7 @@ def test_from_blob_in_place_writes_go_to_the_memory():
     t[1, 2] = 7
     t.realize()
     assert a[5] == 7
-    t.assign(Tensor([[1, 2, 3], [4, 5, 6]], dtype=dtypes.int32)).realize()
+    t.assign(Tensor([[1, 2, 3], [4, 5, 6]], dtype=dtypes.int32, device=t.device)).realize()
     np.testing.assert_array_equal(a, [1, 2, 3, 4, 5, 6])
     t += 10
     t.realize()

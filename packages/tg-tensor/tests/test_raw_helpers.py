@@ -120,7 +120,7 @@ def test_alu_applies_ir_ops_with_gradients():
     assert Tensor([6, 7]).alu(Ops.XOR, Tensor([3, 1])).tolist() == [5, 6]
     with pytest.raises(ValueError, match=r"alu: Ops\.ADD takes 2 operands, got 1"):
         a.alu(Ops.ADD)
-    with pytest.raises(ValueError, match=r"operands differ: \(3,\) on CPU vs \(1,\) on CPU"):
+    with pytest.raises(ValueError, match=r"operands differ: \(3,\) on (\w+) vs \(1,\) on \1"):
         a.alu(Ops.ADD, Tensor([1.0]))
     with pytest.raises(TypeError, match=r"operands need one dtype, got dtypes\.float32, dtypes\.int32"):
         a.alu(Ops.ADD, Tensor([1, 2, 3]))

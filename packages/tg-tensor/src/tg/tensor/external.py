@@ -35,8 +35,9 @@ def from_blob(
     Reads see the memory as it is when a kernel runs; in-place writes to the tensor (`assign`, `t[...] = v`, the
     `_` methods) write into it. The caller keeps the memory alive and unmoved for as long as the tensor, or
     anything lazily computed from it, exists: freeing it first is a use-after-free. Only host-memory devices (CPU)
-    can use a raw pointer; for another device, make the tensor on CPU and `.to(device)` it. `ptr` must be aligned to
-    the dtype's size. Example: `Tensor.from_blob(arr.ctypes.data, arr.shape, dtype=dtypes.float32)`.
+    can use a raw pointer (the default device is CPU, whatever `Device.DEFAULT` is); for another device, `.to()` the
+    result. `ptr` must be aligned to the dtype's size.
+    Example: `Tensor.from_blob(arr.ctypes.data, arr.shape, dtype=dtypes.float32)`.
     """
     from tg.runtime.backends.cpu import CPUAllocator, HostMemory
     from tg.runtime.device import Buffer, BufferSpec, Device
@@ -49,7 +50,7 @@ def from_blob(
     if any(s < 0 for s in shp):
         raise ValueError(f"from_blob: negative dimension in shape {shp}")
     dt = dtype_arg(dtype) or dtypes.default_float
-    dev = canonical_device(device)
+    dev = canonical_device(device or "CPU")  # host memory: CPU unless another host-memory device is named
     if not isinstance(Device[dev].allocator, CPUAllocator):
         raise ValueError(
             f"from_blob: device {dev} cannot use host memory at a raw pointer (only CPU can); "

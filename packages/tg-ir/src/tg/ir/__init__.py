@@ -45,6 +45,7 @@ from tg.ir.helpers import (
     ceildiv,
     colored,
     dedup,
+    dev_targets,
     flatten,
     getenv,
     partition,
@@ -58,6 +59,7 @@ from tg.ir.pattern import PatternMatcher, RewriteError, UPat, graph_rewrite, gra
 from tg.ir.printer import pretty_print, print_uops, pyrender, render_expr
 from tg.ir.spec import SpecError, kernel_spec, program_spec, tensor_spec, type_verify, verify
 from tg.ir.symbolic import pm_dead_ranges, simplify, symbolic, symbolic_simple
+from tg.ir.target import Target, TargetError
 from tg.ir.uop import UOp, Variable, resolve, sint, sint_to_uop, smax, smin, ssimplify, sym_infer
 
 __all__ = [
@@ -82,6 +84,8 @@ __all__ = [
     "PtrDType",
     "RewriteError",
     "SpecError",
+    "Target",
+    "TargetError",
     "Timing",
     "UOp",
     "UPat",
@@ -100,6 +104,7 @@ __all__ = [
     "cmod",
     "colored",
     "dedup",
+    "dev_targets",
     "dtypes",
     "exec_alu",
     "f32_to_bf16_bits",

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
+from tg.ir.target import Target
+
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -113,6 +115,7 @@ BEAM = ContextVar("BEAM", 0)
 NOOPT = ContextVar("NOOPT", 0)
 JIT = ContextVar("JIT", 1)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
+# device string(s): [IFACE[:indices]+]DEVICE[:RENDERER[:ARCH]], ';'-separated (tg.ir.target); read with dev_targets()
 DEV = ContextVar("DEV", "")
 SPEC = ContextVar("SPEC", 0)
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
@@ -126,6 +129,16 @@ RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)
 # 1: math ops (EXP2, LOG2, SIN, SQRT, POW) native where the target has them (libm on CPU); 2: polynomial
 # decompositions on every target (what GPUs without these ops run), to check them on CPU and PYTHON
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
+
+
+def dev_targets() -> tuple[Target, ...]:
+    """The targets of the current ``DEV`` setting, parsed (TargetError naming the bad part otherwise); () when unset."""
+    return _parse_dev(str(DEV.value))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_dev(value: str) -> tuple[Target, ...]:
+    return Target.parse(value)
 
 
 def cache_dir() -> pathlib.Path:

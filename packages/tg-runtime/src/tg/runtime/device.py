@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tg.ir.dtype import DType
-from tg.ir.helpers import CACHELEVEL, DEBUG, DEV, GlobalCounters, cache_dir, getenv
+from tg.ir.helpers import CACHELEVEL, DEBUG, DEV, GlobalCounters, cache_dir, dev_targets, getenv
 
 if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
@@ -106,8 +106,8 @@ class _DeviceRegistry:
     @property
     def DEFAULT(self) -> str:
         """The default device: ``DEV`` (environment or ``Context(DEV=...)``) if set, else the best that opens here."""
-        if dev := DEV.value:
-            return _canonicalize(str(dev))
+        if DEV.value and (targets := dev_targets()):
+            return targets[0].name
         if self._default is None:
             self._default = next(self.get_available_devices(), None)
             if self._default is None:

@@ -1,0 +1,1 @@
+"""AMD GPU support: code objects, command encoders, drivers and the RDNA3 simulator (tg.runtime.amd.sim)."""

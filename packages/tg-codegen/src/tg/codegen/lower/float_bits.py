@@ -154,7 +154,8 @@ def float_bits_rules(half: bool = True) -> PatternMatcher:
         (UPat(Ops.CAST, dtype=_F32, src=(UPat(dtype=dtypes.bfloat16),), name="x"), _to_f32(bf16_to_f32)),
         (UPat(Ops.CAST, dtype=dtypes.bfloat16, src=(UPat(dtype=_F32),), name="x"), _from_f32(f32_to_bf16)),
         (UPat(Ops.CAST, dtype=_F32, src=(UPat(dtype=tuple(FP8_FORMATS)),), name="x"), _to_f32(fp8_to_f32)),
-        *[(UPat(Ops.CAST, dtype=fp8, src=(UPat(dtype=_F32),), name="x"), _from_f32(_encoder(fp8))) for fp8 in FP8_FORMATS],
+        *[(UPat(Ops.CAST, dtype=fp8, src=(UPat(dtype=_F32),), name="x"), _from_f32(_encoder(fp8)))
+          for fp8 in FP8_FORMATS],
     ]  # fmt: skip
     if half:
         rules += [

@@ -64,7 +64,7 @@ def load_code_object(blob: bytes) -> CodeImage:
     """Lay out a gfx1100 relocatable code object (ELF64, EM_AMDGPU) and find its kernels."""
     if blob[:4] != b"\x7fELF" or blob[4] != 2 or blob[5] != 1:
         raise EmulatorError("not a 64-bit little-endian ELF code object")
-    e_type, e_machine = struct.unpack_from("<HH", blob, 16)
+    e_machine = struct.unpack_from("<H", blob, 18)[0]
     if e_machine != 0xE0:
         raise EmulatorError(f"not an AMDGPU code object (e_machine=0x{e_machine:x})")
     e_shoff = struct.unpack_from("<Q", blob, 0x28)[0]
@@ -104,7 +104,7 @@ def load_code_object(blob: bytes) -> CodeImage:
             raise EmulatorError(f"code object references undefined symbol {name}")
         return placed[shndx] + value
 
-    for i, s in enumerate(secs):
+    for s in secs:
         if s[1] != SHT_RELA or s[7] not in placed:
             continue
         for k in range(s[5] // 24):
@@ -124,7 +124,7 @@ def load_code_object(blob: bytes) -> CodeImage:
     text_i = names.index(".text")
     kernels = {}
     by_name = {name: (info, shndx, value, sz) for name, info, shndx, value, sz in syms}
-    for name, (info, shndx, value, sz) in by_name.items():
+    for name, (info, shndx, _value, sz) in by_name.items():
         if info & 0xF == 2 and (name + ".kd") in by_name and shndx in placed:  # STT_FUNC with a descriptor
             _, kshndx, kvalue, _ = by_name[name + ".kd"]
             kd_off = placed[kshndx] + kvalue

@@ -57,7 +57,9 @@ def _bits(word: int, hi: int, lo: int) -> int:
 
 def _unknown(word: int, pc: int, kernel: str = "", why: str = "") -> EmulatorError:
     where = f" in {kernel}" if kernel else ""
-    return EmulatorError(f"unknown rdna3 instruction word=0x{word:08x} at pc=0x{pc:x}{where}{': ' + why if why else ''}")
+    return EmulatorError(
+        f"unknown rdna3 instruction word=0x{word:08x} at pc=0x{pc:x}{where}{': ' + why if why else ''}"
+    )
 
 
 def encoding_of(word: int) -> str:
@@ -241,9 +243,7 @@ def decode_one(code: bytes, offset: int, pc: int, kernel: str = "") -> Instructi
     name, *widths = entry
     words = [w0] + ([w1] if n == 2 else [])
     literal = None
-    needs_k = name.startswith(("v_fmaak", "v_fmamk")) or (
-        enc == "VOPD" and any(k in name for k in ("fmaak", "fmamk"))
-    )
+    needs_k = name.startswith(("v_fmaak", "v_fmamk")) or (enc == "VOPD" and any(k in name for k in ("fmaak", "fmamk")))
     if _field_uses_literal(enc, f) or needs_k:
         lo = offset + 4 * n
         if lo + 4 > len(code):
@@ -292,7 +292,7 @@ def half_operands(name: str) -> tuple[bool, tuple[bool, bool, bool]]:
         return False, (True, True, False)
     if base == "v_pack_b32_f16":
         return False, (True, True, False)
-    if base.startswith(("v_sad_u16")):
+    if base.startswith("v_sad_u16"):
         return False, (True, True, False)
     if base == "v_cndmask_b16":
         return True, (True, True, False)
@@ -404,7 +404,9 @@ def _vop3_text(inst: Instruction) -> str:
     dst16, src16 = half_operands(name)
     ops: list[str] = []
     base = re.sub(r"_e64$", "", name)
-    if inst.encoding == "VOP3" and inst.op < 256:  # VOPC in VOP3: the destination is a scalar register (none for v_cmpx)
+    if (
+        inst.encoding == "VOP3" and inst.op < 256
+    ):  # VOPC in VOP3: the destination is a scalar register (none for v_cmpx)
         if not base.startswith("v_cmpx"):
             ops.append(_sreg(f["vdst"], 1))
     elif name in ("v_readlane_b32", "v_readfirstlane_b32_e64"):
@@ -560,7 +562,8 @@ def render(inst: Instruction) -> str:
         return _sopp_text(inst)
     if enc == "SOP2":
         wd, w0, w1 = inst.widths
-        return f"{name} {_sreg(f['sdst'], wd)}, {operand(f['ssrc0'], w0, inst.literal)}, {operand(f['ssrc1'], w1, inst.literal)}"
+        srcs = f"{operand(f['ssrc0'], w0, inst.literal)}, {operand(f['ssrc1'], w1, inst.literal)}"
+        return f"{name} {_sreg(f['sdst'], wd)}, {srcs}"
     if enc == "SOP1":
         wd, w0 = inst.widths
         ops = ([_sreg(f["sdst"], wd)] if wd else []) + ([operand(f["ssrc0"], w0, inst.literal)] if w0 else [])

@@ -96,6 +96,11 @@ def _run_wave(prog: CompiledProgram, w: Wave, pc: int) -> int:
                     f"wave {w.wave_id} of {w.kernel} ran {MAX_STEPS_BETWEEN_BARRIERS} instructions without a barrier "
                     f"or s_endpgm (pc=0x{w.pc:x}): infinite loop?"
                 )
+    except EmulatorError as e:
+        inst = prog.program.by_pc.get(w.pc)
+        if inst is None or str(e).endswith(inst.text):
+            raise
+        raise EmulatorError(f"{e}: {inst.text}") from None
     finally:
         stats["instructions"] += n
         stats["lane_ops"] += n * w.nlanes
@@ -132,7 +137,7 @@ def dispatch(mem: GPUMemory, entry: int, rsrc1: int, rsrc2: int, user_data: Sequ
                     s = w.s
                     s[:user_sgprs] = user[:user_sgprs]
                     k = user_sgprs
-                    for en, g in zip(tgid_en, (gx, gy, gz)):
+                    for en, g in zip(tgid_en, (gx, gy, gz), strict=False):
                         if en:
                             s[k] = g
                             k += 1
@@ -227,4 +232,3 @@ def launch(code_object: bytes, kernel: str, bufs: dict[int, bytearray], args: by
 def pack_args(addresses: Sequence[int], variables: Sequence[int] = ()) -> bytes:
     """Kernel arguments of amd.md 2.4: 8-byte buffer addresses, then int32 variables."""
     return struct.pack(f"<{len(addresses)}Q{len(variables)}i", *addresses, *variables)
-

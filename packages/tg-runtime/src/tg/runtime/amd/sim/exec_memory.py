@@ -172,7 +172,9 @@ def compile_ds(inst: Instruction, ctx: Ctx) -> Step:
 
 def _unsupported(inst: Instruction, ctx: Ctx) -> EmulatorError:
     where = f" in {ctx.kernel}" if ctx.kernel else ""
-    return EmulatorError(f"unsupported rdna3 instruction {inst.name} word=0x{inst.words[0]:08x} at pc=0x{inst.pc:x}{where}")
+    return EmulatorError(
+        f"unsupported rdna3 instruction {inst.name} word=0x{inst.words[0]:08x} at pc=0x{inst.pc:x}{where}"
+    )
 
 
 # ---------------------------------------------------------------- global / scratch / flat

@@ -10,8 +10,8 @@ import struct
 from collections.abc import Callable
 
 from tg.runtime.amd.sim.decode import EmulatorError, Instruction
-from tg.runtime.amd.sim.ops.salu import BITSET, BRANCHES, SAVEEXEC, SOP1, SOP2, SOPC, SOPK, SOPP_NOPS
 from tg.runtime.amd.sim.ops.numerics import sext
+from tg.runtime.amd.sim.ops.salu import BITSET, BRANCHES, SAVEEXEC, SOP1, SOP2, SOPC, SOPK, SOPP_NOPS
 from tg.runtime.amd.sim.wave import EXEC, VCC, Ctx, Wave, sreader, swriter
 
 ENDPGM = -1
@@ -20,7 +20,9 @@ Step = Callable[[Wave], int]
 
 def unsupported(inst: Instruction, ctx: Ctx) -> EmulatorError:
     where = f" in {ctx.kernel}" if ctx.kernel else ""
-    return EmulatorError(f"unsupported rdna3 instruction {inst.name} word=0x{inst.words[0]:08x} at pc=0x{inst.pc:x}{where}")
+    return EmulatorError(
+        f"unsupported rdna3 instruction {inst.name} word=0x{inst.words[0]:08x} at pc=0x{inst.pc:x}{where}"
+    )
 
 
 def compile_scalar(inst: Instruction, ctx: Ctx) -> Step:

@@ -13,8 +13,20 @@ from collections.abc import Callable
 from tg.runtime.amd.sim.decode import VOP3SD_NAMES, EmulatorError, Instruction, half_operands
 from tg.runtime.amd.sim.ops import numerics as N
 from tg.runtime.amd.sim.ops.valu import VALU, compare_spec
-from tg.runtime.amd.sim.wave import EXEC, FULL, VCC, Ctx, Wave, from_domain, lanes_of, sreader, swriter, to_domain
-from tg.runtime.amd.sim.wave import vreader, vwriter
+from tg.runtime.amd.sim.wave import (
+    EXEC,
+    FULL,
+    VCC,
+    Ctx,
+    Wave,
+    from_domain,
+    lanes_of,
+    sreader,
+    swriter,
+    to_domain,
+    vreader,
+    vwriter,
+)
 
 Step = Callable[[Wave], None]
 TYPE = re.compile(r"^([fiub])(\d+)$")
@@ -49,7 +61,7 @@ class Operands:
                 self.omod = f["omod"]
                 self.abs = 0 if inst.name in VOP3SD_NAMES else f["abs"]
                 self.opsel = f["opsel"]
-            self.sdst = f["sdst"]
+            self.sdst = f.get("sdst", 124)
         else:
             src0 = f["src0"]
             h0 = 0
@@ -116,12 +128,7 @@ def compile_generic(inst: Instruction, ctx: Ctx, spec: tuple) -> Step:
     dst_ty, src_tys, fn = spec
     ops = Operands(inst)
     readers = [_source(ops, i, ty, ctx) for i, ty in enumerate(src_tys)]
-    dst_kind, dst_width = _kind_width(dst_ty)
-    if dst_kind == "f":
-        # round every lane result to the destination width once (lane functions compute in double)
-        out = _output(ops, dst_ty, ctx)
-    else:
-        out = _output(ops, dst_ty, ctx)
+    out = _output(ops, dst_ty, ctx)
     if len(readers) == 1:
         r0 = readers[0]
         return lambda w: out(w, list(map(fn, r0(w))))
@@ -142,7 +149,7 @@ def _mask_of(bits: list, ex: int) -> int:
 
 def compile_compare(inst: Instruction, ctx: Ctx, ty: str, pred: object, cmpx: bool) -> Step:
     ops = Operands(inst)
-    kind, width = _kind_width(ty)
+    width = _kind_width(ty)[1]
     if isinstance(pred, tuple):  # v_cmp_class: src1 is a u32 class mask
         r0 = vreader(ops.srcs[0], width, ops.literal, ops.halves[0], "f")
         r1 = vreader(ops.srcs[1], 32, ops.literal)
@@ -153,7 +160,7 @@ def compile_compare(inst: Instruction, ctx: Ctx, ty: str, pred: object, cmpx: bo
             a = r0(w)
             if ab & 1 or neg & 1:
                 a = [(x & (~sign if ab & 1 else -1)) ^ (sign if neg & 1 else 0) for x in a]
-            return [m >> N.float_class(x, width) & 1 for x, m in zip(a, r1(w))]
+            return [m >> N.float_class(x, width) & 1 for x, m in zip(a, r1(w), strict=False)]
 
     else:
         s0, s1 = _source(ops, 0, ty, ctx), _source(ops, 1, ty, ctx)
@@ -204,7 +211,7 @@ def compile_special(inst: Instruction, ctx: Ctx, base: str) -> Step | None:
 
         def cndmask(w: Wave) -> None:
             m = mask(w)
-            write(w, [y if m >> i & 1 else x for i, (x, y) in enumerate(zip(a(w), b(w)))])
+            write(w, [y if m >> i & 1 else x for i, (x, y) in enumerate(zip(a(w), b(w), strict=False))])
 
         return cndmask
     if base in ("v_add_co_u32", "v_sub_co_u32", "v_subrev_co_u32", "v_add_co_ci_u32", "v_sub_co_ci_u32",
@@ -220,10 +227,10 @@ def compile_special(inst: Instruction, ctx: Ctx, base: str) -> Step | None:
             c = cin(w)
             xs, ys = a(w), b(w)
             if sub:
-                full = [x - y - (c >> i & 1) for i, (x, y) in enumerate(zip(xs, ys))]
+                full = [x - y - (c >> i & 1) for i, (x, y) in enumerate(zip(xs, ys, strict=False))]
                 carry = [r < 0 for r in full]
             else:
-                full = [x + y + (c >> i & 1) for i, (x, y) in enumerate(zip(xs, ys))]
+                full = [x + y + (c >> i & 1) for i, (x, y) in enumerate(zip(xs, ys, strict=False))]
                 carry = [r > FULL for r in full]
             ex = w.s[EXEC]
             write(w, [r & FULL for r in full])
@@ -238,10 +245,12 @@ def compile_special(inst: Instruction, ctx: Ctx, base: str) -> Step | None:
 
         def mad64(w: Wave) -> None:
             if signed:
-                full = [N.sext(x, 32) * N.sext(y, 32) + N.sext(z, 64) for x, y, z in zip(a(w), b(w), c(w))]
+                full = [
+                    N.sext(x, 32) * N.sext(y, 32) + N.sext(z, 64) for x, y, z in zip(a(w), b(w), c(w), strict=False)
+                ]
                 carry = [not -(1 << 63) <= r < (1 << 63) for r in full]
             else:
-                full = [x * y + z for x, y, z in zip(a(w), b(w), c(w))]
+                full = [x * y + z for x, y, z in zip(a(w), b(w), c(w), strict=False)]
                 carry = [r >> 64 != 0 for r in full]
             ex = w.s[EXEC]
             write(w, [r & 0xFFFFFFFFFFFFFFFF for r in full])
@@ -255,7 +264,7 @@ def compile_special(inst: Instruction, ctx: Ctx, base: str) -> Step | None:
         scale_fn = _div_scale(width)
 
         def div_scale(w: Wave) -> None:
-            res = [scale_fn(x, y, z) for x, y, z in zip(*(s(w) for s in srcs))]
+            res = [scale_fn(x, y, z) for x, y, z in zip(*(s(w) for s in srcs), strict=False)]
             ex = w.s[EXEC]
             write(w, N.floats_to_bits([r[0] for r in res], width))
             wflag(w, _mask_of([r[1] for r in res], ex))
@@ -271,7 +280,7 @@ def compile_special(inst: Instruction, ctx: Ctx, base: str) -> Step | None:
         def div_fmas(w: Wave) -> None:
             vcc = w.s[VCC]
             res = []
-            for i, (x, y, z) in enumerate(zip(*(s(w) for s in srcs))):
+            for i, (x, y, z) in enumerate(zip(*(s(w) for s in srcs), strict=False)):
                 r = fma(x, y, z)
                 if vcc >> i & 1:
                     e = N.frexp_exp(z) - 1 + bias if z != 0 and math.isfinite(z) else 0
@@ -310,33 +319,38 @@ def compile_special(inst: Instruction, ctx: Ctx, base: str) -> Step | None:
 
         def mbcnt(w: Wave) -> None:
             write(w, [(0 if hi else bin(mm & ((1 << i) - 1)).count("1")) + x & FULL
-                      for i, (mm, x) in enumerate(zip(m(w), add(w)))])  # fmt: skip
+                      for i, (mm, x) in enumerate(zip(m(w), add(w), strict=False))])  # fmt: skip
 
         return mbcnt
     if base in ("v_fmac_f32", "v_fmac_f16", "v_fmac_dx9_zero_f32", "v_fmaak_f32", "v_fmamk_f32", "v_fmaak_f16",
                 "v_fmamk_f16"):  # fmt: skip
         width = 16 if base.endswith("f16") else 32
         s0, s1 = _source(ops, 0, f"f{width}", ctx), _source(ops, 1, f"f{width}", ctx)
+        fa: Callable[[Wave], list]
+        fb: Callable[[Wave], list]
+        fc: Callable[[Wave], list]
         conv = to_domain("f", width, False)
         k = [N.bits_to_floats([(lit or 0) & ((1 << width) - 1)], width)[0]] * 32
         if base.startswith("v_fmac"):
-            if inst.encoding == "VOP3":
-                acc = _source(ops, 2, f"f{width}", ctx) if False else _dst_as_src(ops, width, conv)
-            else:
-                acc = _dst_as_src(ops, width, conv)
-            a, b, c = s0, s1, acc
+            fa, fb, fc = s0, s1, _dst_as_src(ops, width, conv)  # the destination is the addend
         elif base.startswith("v_fmaak"):
-            a, b, c = s0, s1, (lambda w: k)
+            fa, fb, fc = s0, s1, (lambda w: k)
         else:
-            a, b, c = s0, (lambda w: k), s1
+            fa, fb, fc = s0, (lambda w: k), s1
         out = _output(ops, f"f{width}", ctx)
         dx9 = "dx9" in base
 
         def fmac(w: Wave) -> None:
             if dx9:
-                out(w, [z if x == 0 or y == 0 else N.fma_narrow(x, y, z, width) for x, y, z in zip(a(w), b(w), c(w))])
+                out(
+                    w,
+                    [
+                        z if x == 0 or y == 0 else N.fma_narrow(x, y, z, width)
+                        for x, y, z in zip(fa(w), fb(w), fc(w), strict=False)
+                    ],
+                )
             else:
-                out(w, [N.fma_narrow(x, y, z, width) for x, y, z in zip(a(w), b(w), c(w))])
+                out(w, [N.fma_narrow(x, y, z, width) for x, y, z in zip(fa(w), fb(w), fc(w), strict=False)])
 
         return fmac
     if base in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
@@ -422,7 +436,7 @@ def _fma_mix(inst: Instruction, ops: Operands, base: str, ctx: Ctx) -> Step:
 
     def mix(w: Wave) -> None:
         a, b, c = (src(w, r) for r in readers)
-        res = [N.fma_narrow(x, y, z, out_w) for x, y, z in zip(a, b, c)]
+        res = [N.fma_narrow(x, y, z, out_w) for x, y, z in zip(a, b, c, strict=False)]
         if clamp:
             res = [0.0 if x != x or x < 0 else min(x, 1.0) for x in res]
         write(w, N.floats_to_bits(res, out_w))
@@ -460,15 +474,15 @@ def _packed(inst: Instruction, ops: Operands, base: str) -> Step:
     def step(w: Wave) -> None:
         srcs = [r(w) for r in reads]
         out = []
-        for sel, neg, nsel in ((f["opsel"], f["neg"], 0), (f["opsel_hi"], f["neg_hi"], 1)):
-            args = [[half(x, sel >> i & 1, neg >> i & 1) for x in srcs[i]] for i in range(3)]
+        for sel, neg in ((f["opsel"], f["neg"]), (f["opsel_hi"], f["neg_hi"])):
+            args: list[list] = [[half(x, sel >> i & 1, neg >> i & 1) for x in srcs[i]] for i in range(3)]
             if kind == "f":
                 args = [N.bits_to_floats(a, 16) for a in args]
-                res = N.floats_to_bits([fn(a, b, c) for a, b, c in zip(*args)], 16)
+                res = N.floats_to_bits([fn(a, b, c) for a, b, c in zip(*args, strict=False)], 16)
             else:
-                res = [fn(a, b, c) & 0xFFFF for a, b, c in zip(*args)]
+                res = [fn(a, b, c) & 0xFFFF for a, b, c in zip(*args, strict=False)]
             out.append(res)
-        write(w, [lo | hi << 16 for lo, hi in zip(*out)])
+        write(w, [lo | hi << 16 for lo, hi in zip(*out, strict=False)])
 
     return step
 
@@ -480,7 +494,7 @@ def _dot2(inst: Instruction, ops: Operands, base: str) -> Step:
 
     def dot2(w: Wave) -> None:
         res = []
-        for x, y, z in zip(a(w), b(w), c(w)):
+        for x, y, z in zip(a(w), b(w), c(w), strict=False):
             xl, xh = N.bits_to_floats([x & 0xFFFF, x >> 16], 16)
             yl, yh = N.bits_to_floats([y & 0xFFFF, y >> 16], 16)
             res.append(N.round_to(xl * yl + xh * yh + N.bits_f32(z), 32))

@@ -47,7 +47,7 @@ class GPUMemory(Protocol):
 class Wave:
     """Registers, masks and memories of one wave32."""
 
-    __slots__ = ("s", "v", "scc", "nlanes", "lds", "scratch", "mem", "wave_id", "group", "kernel", "pc", "lane_ids")
+    __slots__ = ("group", "kernel", "lane_ids", "lds", "mem", "nlanes", "pc", "s", "scc", "scratch", "v", "wave_id")
 
     def __init__(self, mem: GPUMemory, lds: bytearray, scratch_bytes: int, nlanes: int, wave_id: int,
                  group: tuple[int, int, int], kernel: str) -> None:  # fmt: skip
@@ -155,7 +155,7 @@ def vreader(src: int, width: int, literal: int | None, half: int = 0, kind: str 
         if width == 32:
             return lambda w: w.v[n]
         if width == 64:
-            return lambda w: [lo | hi << 32 for lo, hi in zip(w.v[n], w.v[n + 1])]
+            return lambda w: [lo | hi << 32 for lo, hi in zip(w.v[n], w.v[n + 1], strict=False)]
         if half:
             return lambda w: [x >> 16 for x in w.v[n]]
         return lambda w: [x & 0xFFFF for x in w.v[n]]
@@ -204,7 +204,7 @@ def vwriter(dst: int, width: int, half: int = 0) -> Callable[[Wave, list[int]], 
         ex = w.s[EXEC]
         reg = w.v[dst]
         if ex == FULL:
-            w.v[dst] = [(o & keep) | (r & 0xFFFF) << shift for o, r in zip(reg, res)]
+            w.v[dst] = [(o & keep) | (r & 0xFFFF) << shift for o, r in zip(reg, res, strict=False)]
         elif ex:
             reg = w.v[dst] = reg[:]
             for i in lanes_of(ex):

@@ -59,7 +59,7 @@ def floats_to_bits(values: list[float], width: int) -> list[int]:
 
 
 def f32_bits(x: float) -> int:
-    return _round_one(x, 32) if not (abs(x) < F32_OVERFLOW) else _round_one(x, 32)
+    return _round_one(x, 32)
 
 
 def bits_f32(b: int) -> float:
@@ -99,7 +99,7 @@ def fma_f64(a: float, b: float, c: float) -> float:
     """a*b+c with one rounding to double."""
     if hasattr(math, "fma"):
         try:
-            return math.fma(a, b, c)  # type: ignore[attr-defined]
+            return math.fma(a, b, c)  # type: ignore[attr-defined,unused-ignore]
         except (ValueError, OverflowError):
             pass
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
@@ -210,7 +210,7 @@ def cos_rev(x: float) -> float:
 
 
 def ftrunc(x: float) -> float:
-    return float(math.trunc(x)) if math.isfinite(x) else x if x == x else x
+    return math.copysign(float(math.trunc(x)), x) if math.isfinite(x) else x
 
 
 def ffloor(x: float) -> float:
@@ -251,7 +251,7 @@ def ldexp(x: float, e: int) -> float:
 
 def frexp_mant(x: float) -> float:
     if not math.isfinite(x):
-        return x if x == x else x
+        return x
     return math.frexp(x)[0]
 
 

@@ -6,6 +6,8 @@ unchanged. SOPC compares return only the new SCC. SOPK ops take the sign-extende
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tg.runtime.amd.sim.ops.numerics import sext
 
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
@@ -34,7 +36,7 @@ def _sub_i32(a: int, b: int) -> tuple[int, int]:
     return r & M32, int(not -(1 << 31) <= r < (1 << 31))
 
 
-def _lshl_add(n: int):  # noqa: ANN202
+def _lshl_add(n: int) -> Callable[[int, int, int], tuple[int, int]]:
     def f(a: int, b: int, scc: int) -> tuple[int, int]:
         r = (a << n) + b
         return r & M32, int(r > M32)
@@ -148,14 +150,25 @@ SAVEEXEC = {
     "or_not1": lambda s, e, m: (s | ~e) & m,
 }
 
+_ORDER = {"eq": int.__eq__, "lg": int.__ne__, "gt": int.__gt__, "ge": int.__ge__, "lt": int.__lt__, "le": int.__le__}
+
+
+def _sopc(compare: Callable[[int, int], bool], signed: bool) -> Callable[[int, int], int]:
+    if signed:
+        return lambda a, b: int(compare(sext(a, 32), sext(b, 32)))
+    return lambda a, b: int(compare(a, b))
+
+
+def _sopk_cmp(compare: Callable[[int, int], bool], signed: bool) -> Callable[[int, int], tuple[None, int]]:
+    if signed:
+        return lambda d, k: (None, int(compare(sext(d, 32), sext(k, 16))))
+    return lambda d, k: (None, int(compare(d, k)))
+
+
 # SOPC: (a, b) -> scc, on u32/i32/u64 values
 SOPC = {
-    **{f"s_cmp_{p}_i32": (lambda f: lambda a, b: int(f(sext(a, 32), sext(b, 32))))(f)
-       for p, f in (("eq", int.__eq__), ("lg", int.__ne__), ("gt", int.__gt__), ("ge", int.__ge__),
-                    ("lt", int.__lt__), ("le", int.__le__))},  # fmt: skip
-    **{f"s_cmp_{p}_u32": (lambda f: lambda a, b: int(f(a, b)))(f)
-       for p, f in (("eq", int.__eq__), ("lg", int.__ne__), ("gt", int.__gt__), ("ge", int.__ge__),
-                    ("lt", int.__lt__), ("le", int.__le__))},  # fmt: skip
+    **{f"s_cmp_{p}_i32": _sopc(f, True) for p, f in _ORDER.items()},
+    **{f"s_cmp_{p}_u32": _sopc(f, False) for p, f in _ORDER.items()},
     "s_cmp_eq_u64": lambda a, b: int(a == b),
     "s_cmp_lg_u64": lambda a, b: int(a != b),
     "s_bitcmp0_b32": lambda a, b: int(not a >> (b & 31) & 1),
@@ -164,25 +177,36 @@ SOPC = {
     "s_bitcmp1_b64": lambda a, b: int(a >> (b & 63) & 1),
 }
 
-# SOPK: (register value, simm16) -> (result or None, scc or None)
+# SOPK: (register value, simm16) -> (result or None, scc or None); s_cmovk_i32 needs SCC and is built in emu.py
 SOPK = {
     "s_movk_i32": lambda d, k: (sext(k, 16) & M32, None),
-    "s_cmovk_i32": None,  # needs SCC: built in emu.py
     "s_addk_i32": lambda d, k: _add_i32(d, sext(k, 16) & M32),
     "s_mulk_i32": lambda d, k: ((sext(d, 32) * sext(k, 16)) & M32, None),
-    **{f"s_cmpk_{p}_i32": (lambda f: lambda d, k: (None, int(f(sext(d, 32), sext(k, 16)))))(f)
-       for p, f in (("eq", int.__eq__), ("lg", int.__ne__), ("gt", int.__gt__), ("ge", int.__ge__),
-                    ("lt", int.__lt__), ("le", int.__le__))},  # fmt: skip
-    **{f"s_cmpk_{p}_u32": (lambda f: lambda d, k: (None, int(f(d, k))))(f)
-       for p, f in (("eq", int.__eq__), ("lg", int.__ne__), ("gt", int.__gt__), ("ge", int.__ge__),
-                    ("lt", int.__lt__), ("le", int.__le__))},  # fmt: skip
+    **{f"s_cmpk_{p}_i32": _sopk_cmp(f, True) for p, f in _ORDER.items()},
+    **{f"s_cmpk_{p}_u32": _sopk_cmp(f, False) for p, f in _ORDER.items()},
 }
 
 # SOPP instructions that do nothing in a simulation where memory completes at once
 SOPP_NOPS = frozenset(
-    {"s_nop", "s_waitcnt", "s_waitcnt_depctr", "s_delay_alu", "s_clause", "s_sendmsg", "s_set_inst_prefetch_distance",
-     "s_sleep", "s_setprio", "s_icache_inv", "s_wait_idle", "s_round_mode", "s_denorm_mode", "s_incperflevel",
-     "s_decperflevel", "s_ttracedata", "s_ttracedata_imm"}  # fmt: skip
+    {
+        "s_nop",
+        "s_waitcnt",
+        "s_waitcnt_depctr",
+        "s_delay_alu",
+        "s_clause",
+        "s_sendmsg",
+        "s_set_inst_prefetch_distance",
+        "s_sleep",
+        "s_setprio",
+        "s_icache_inv",
+        "s_wait_idle",
+        "s_round_mode",
+        "s_denorm_mode",
+        "s_incperflevel",
+        "s_decperflevel",
+        "s_ttracedata",
+        "s_ttracedata_imm",
+    }
 )
 # conditional branches: name -> predicate on the wave (scc, vcc, exec)
 BRANCHES = {

@@ -16,11 +16,6 @@ from tg.runtime.amd.sim.ops import numerics as N
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
 
-def _u(bits: int):  # noqa: ANN202 - tiny lambda factory
-    mask = (1 << bits) - 1
-    return lambda x: x & mask
-
-
 def _bfe_u(x: int, off: int, width: int) -> int:
     off, width = off & 31, width & 31
     return (x >> off) & ((1 << width) - 1) if width else 0

@@ -1,0 +1,185 @@
+"""The RDNA3 emulator runs the corpus kernels (LLVM 22 and clang-15 objects) and matches numpy."""
+
+from __future__ import annotations
+
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+from tg.runtime.amd.sim.codeobj import load_code_object
+from tg.runtime.amd.sim.decode import EmulatorError
+from tg.runtime.amd.sim.emu import launch, pack_args
+
+CORPUS = pathlib.Path(__file__).parent / "amd_corpus"
+OUT, IN1, IN2, IN3, IN4 = 0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000, 0x50_0000
+
+
+def obj(name: str) -> bytes:
+    return (CORPUS / f"{name}.o").read_bytes()
+
+
+def run(name: str, kernel: str, arrays: list[np.ndarray], groups: tuple, local: tuple, variables: tuple = ()) -> list:
+    addrs = [OUT, IN1, IN2, IN3, IN4][: len(arrays)]
+    bufs = {a: bytearray(x.tobytes()) for a, x in zip(addrs, arrays, strict=False)}
+    launch(obj(name), kernel, bufs, pack_args(addrs, variables), groups, local)
+    return [np.frombuffer(bytes(bufs[a]), x.dtype) for a, x in zip(addrs, arrays, strict=False)]
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint32 if x.itemsize == 4 else np.uint64 if x.itemsize == 8 else np.uint16)
+
+
+rng = np.random.default_rng(0)
+
+
+def test_elementwise_f32_bit_exact() -> None:
+    a, b = rng.standard_normal(128).astype(np.float32), rng.standard_normal(128).astype(np.float32)
+    a[:4] = [np.nan, np.inf, -0.0, 1e-40]
+    (out, *_) = run("elem_f32", "E_f32", [np.zeros(128, np.float32), a, b], (2, 1, 1), (64, 1, 1))
+    c = a + b
+    s = c * np.float32(3.5) - a
+    x = np.fmax(s, np.float32(0))
+    y = (x.astype(np.float64) * b + np.float64(-1.25)).astype(np.float32)  # exact fma of f32 values in f64
+    t = np.floor(np.trunc(y))
+    w = np.where(t < a, t, c)
+    want = -np.where(w != w, np.float32(np.nan), w)
+    np.testing.assert_array_equal(bits(out), bits(want.astype(np.float32)))
+
+
+def test_integer_ops_with_bounds_and_int8_int64() -> None:
+    n = 40
+    a = rng.integers(-(2**31), 2**31, 64, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-1000, 1000, 64).astype(np.int32)
+    b[b == 0] = 3
+    b[0], a[0] = -1, -(2**31)  # INT_MIN / -1 wraps on the GPU
+    i8 = rng.integers(-128, 128, 64).astype(np.int8)
+    i64 = rng.integers(-(2**40), 2**40, 64).astype(np.int64)
+    out, _, _, o8, o64 = run("elem_int", "E_int", [np.full(64, 7, np.int32), a, b, i8.copy(), i64.copy()], (2, 1, 1),
+                             (32, 1, 1), (n,))  # fmt: skip
+    A, B = a.astype(np.int64), b.astype(np.int64)
+    q = np.trunc(A / B).astype(np.int64)
+    q[0] = -(2**31)
+    r = A - q * B
+    uq, ur = (A & 0xFFFFFFFF) // 7, (B & 0xFFFFFFFF) % 10
+    s = ((q + r) & 0xFFFFFFFF) ^ uq
+    s = ((s << 3) & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64) >> 1
+    s = ((s & 0xFFFFFFFF) >> ur) & 65535 | ur
+    s = np.where(s > 100, s, -5)
+    mx = np.maximum(s, A)
+    want = np.minimum(mx & 0xFFFFFFFF, B & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(out[:n], want[:n])
+    np.testing.assert_array_equal(out[n:], np.full(64 - n, 7, np.int32))  # lanes past n are masked off
+    np.testing.assert_array_equal(o8[:n], (i8.astype(np.int64) * A).astype(np.int8)[:n])
+    m64 = i64 * A
+    d64 = np.trunc(m64 / 1000003).astype(np.int64)
+    d64 = np.array([int(x / 1) if False else (abs(int(m)) // 1000003) * (1 if m >= 0 else -1) for x, m in
+                    zip(d64, m64, strict=False)], np.int64)  # fmt: skip
+    np.testing.assert_array_equal(o64[:n], (d64.view(np.uint64) >> np.uint64(5)).view(np.int64)[:n])
+
+
+def test_reduction_through_lds_and_barrier() -> None:
+    a = rng.standard_normal(3 * 1024).astype(np.float32)
+    (out, _) = run("reduce_lds", "r_lds", [np.zeros(3, np.float32), a], (3, 1, 1), (64, 1, 1))
+    want = []
+    for g in range(3):
+        acc = np.zeros(64, np.float32)
+        for j in range(16):
+            acc = acc + a[g * 1024 + j * 64 : g * 1024 + j * 64 + 64]
+        s = np.float32(0)
+        for v in acc:
+            s = np.float32(s + v)
+        want.append(s)
+    np.testing.assert_array_equal(out, np.array(want, np.float32))
+
+
+@pytest.mark.parametrize("k", [0, 5, 36, 40])
+def test_private_array_in_scratch(k: int) -> None:
+    a = rng.standard_normal(32 + 37).astype(np.float32)
+    (out, _) = run("private", "priv", [np.zeros(32, np.float32), a], (1, 1, 1), (32, 1, 1), (k,))
+    np.testing.assert_array_equal(out, a[np.arange(32) + k % 37])
+
+
+def test_matmul_64_two_dimensional_grid() -> None:
+    a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+    (out, *_) = run("matmul", "r_mm", [np.zeros(64 * 64, np.float32), a.ravel(), b.ravel()], (4, 4, 1), (16, 16, 1))
+    # the kernel multiplies a[row, k:k+4] by the one value b[k, col] (a 4-wide accumulator), k = 0, 4, ..., 60
+    want = a.reshape(64, 16, 4).transpose(0, 2, 1) @ b[::4]
+    np.testing.assert_allclose(out.reshape(64, 64), want.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_half_and_double_kernels() -> None:
+    a = rng.standard_normal(64).astype(np.float16)
+    b = (rng.random(64) + 0.5).astype(np.float16)
+    (out, *_) = run("elem_f16", "E_f16", [np.zeros(64, np.float16), a, b], (2, 1, 1), (32, 1, 1))
+    assert np.isfinite(out.astype(np.float32)).sum() > 0  # transcendentals: checked loosely against f32 math
+    a64, b64 = rng.standard_normal(64) * 100, rng.random(64) + 0.5
+    (o64, *_) = run("elem_f64", "E_f64", [np.zeros(64), a64, b64], (2, 1, 1), (32, 1, 1))
+    c = a64 + b64
+    x = np.fmax(np.sqrt(c * 3.14159 / b64), 1.0)
+    t = np.trunc(x * b64 + -1.0)
+    w = np.where(t < a64, t, c)
+    want = (np.trunc(w).astype(np.int64) * 7).astype(np.float64).astype(np.float32).astype(np.float64)
+    np.testing.assert_array_equal(o64, want)
+
+
+def test_clang15_objects_run() -> None:
+    a, b = rng.standard_normal(128).astype(np.float32), rng.standard_normal(128).astype(np.float32)
+    bufs = {OUT: bytearray(512), IN1: bytearray(a.tobytes()), IN2: bytearray(b.tobytes())}
+    args = pack_args([OUT, IN1, IN2]) + struct.pack("<f", 2.5)
+    launch(obj("clang15"), "cl_axpy", bufs, args, (2, 1, 1), (64, 1, 1))
+    want = (np.float64(2.5) * a + b).astype(np.float32)  # fma: one rounding
+    np.testing.assert_array_equal(np.frombuffer(bytes(bufs[OUT]), np.float32), want)
+    ia = rng.integers(-(2**31), 2**31, 64, dtype=np.int64).astype(np.int32)
+    ib = rng.integers(-50, 50, 64).astype(np.int32)
+    out = run("clang15", "cl_idiv", [np.zeros(64, np.int32), ia, ib], (2, 1, 1), (32, 1, 1))[0]
+    d = np.where(ib == 0, 1, ib).astype(np.int64)
+    A = ia.astype(np.int64)
+    q = np.trunc(A / d).astype(np.int64)
+    q = np.array([(abs(x) // abs(y)) * (1 if (x >= 0) == (y > 0) else -1) for x, y in zip(A, d, strict=False)])
+    want = (q + (A - np.trunc(A / 7).astype(np.int64) * 7) - ((A & 0xFFFFFFFF) >> 3)) & 0xFFFFFFFF
+    r7 = np.array([x - (abs(x) // 7) * (1 if x >= 0 else -1) * 7 for x in A])
+    want = ((q + r7 - ((A & 0xFFFFFFFF) >> 3)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(out, want)
+    r = rng.standard_normal(512).astype(np.float32)
+    (red, _) = run("clang15", "cl_reduce", [np.zeros(2, np.float32), r], (2, 1, 1), (64, 1, 1))
+    np.testing.assert_allclose(red, r.reshape(2, 256).sum(1), rtol=1e-5)
+
+
+def test_invalid_instruction_patched_over_s_endpgm_fails_at_once_naming_it() -> None:
+    blob = bytearray(obj("elem_f32"))
+    i = blob.index(struct.pack("<I", 0xBFB00000))  # the first s_endpgm
+    blob[i : i + 4] = struct.pack("<I", 0x7E01FE00)
+    bufs = {OUT: bytearray(512), IN1: bytearray(512), IN2: bytearray(512)}
+    with pytest.raises(EmulatorError, match="unknown rdna3 instruction word=0x7e01fe00"):
+        launch(bytes(blob), "E_f32", bufs, pack_args([OUT, IN1, IN2]), (1, 1, 1), (64, 1, 1))
+
+
+def test_out_of_bounds_access_names_lane_address_and_instruction() -> None:
+    bufs = {OUT: bytearray(16), IN1: bytearray(512), IN2: bytearray(512)}  # output too small for 64 lanes
+    with pytest.raises(
+        EmulatorError, match=r"lane 4 of wave 0 \(group 0,0,0\) wrote 4 bytes at unmapped .*E_f32: global_store_b32"
+    ):
+        launch(obj("elem_f32"), "E_f32", bufs, pack_args([OUT, IN1, IN2]), (1, 1, 1), (64, 1, 1))
+
+
+def test_runaway_loop_hits_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.runtime.amd.sim import emu
+
+    monkeypatch.setattr(emu, "MAX_STEPS_BETWEEN_BARRIERS", 50)
+    a = rng.standard_normal(3 * 1024).astype(np.float32)
+    with pytest.raises(EmulatorError, match="infinite loop"):
+        run("reduce_lds", "r_lds", [np.zeros(3, np.float32), a], (1, 1, 1), (64, 1, 1))
+
+
+def test_unknown_kernel_lists_the_kernels() -> None:
+    with pytest.raises(EmulatorError, match=r"no kernel 'nope'; it has \['E_f32'\]"):
+        launch(obj("elem_f32"), "nope", {}, b"", (1, 1, 1), (1, 1, 1))
+
+
+def test_code_object_loader_reads_descriptors() -> None:
+    k = load_code_object(obj("private")).kernels["priv"]
+    assert k.private_segment_size > 0 and k.rsrc2 & 1  # scratch enabled
+    assert k.code_properties & 0x408 == 0x408  # kernarg pointer, wave32
+    assert load_code_object(obj("reduce_lds")).kernels["r_lds"].group_segment_size == 256

@@ -8,10 +8,13 @@ import os
 import numpy as np
 import pytest
 
+from tg.ir.target import Target
+
 
 def _devices() -> list[str]:
-    dev = os.environ.get("DEV", "").split(":")[0].upper()
-    return [dev] if dev else ["CPU", "PYTHON"]
+    """DEV's first target's instance name (`DEV=CPU:CLANG:x86-64-v2` -> CPU), else CPU and PYTHON."""
+    targets = Target.parse(os.environ.get("DEV", ""))
+    return [targets[0].name] if targets else ["CPU", "PYTHON"]
 
 
 @pytest.fixture(params=_devices())

@@ -67,12 +67,16 @@ def test_default_order_cuda_then_opencl_gpu_then_cpu(monkeypatch: pytest.MonkeyP
         def default_capable(self) -> bool:
             return self.gpu
 
+    class Missing(Fake):
+        def __init__(self, *args: object) -> None:
+            raise DeviceUnavailable("no libcuda")
+
     def registry(cuda: bool, cl_gpu: bool) -> device_mod._DeviceRegistry:
         reg = device_mod._DeviceRegistry()
 
         def device_class(backend: str):  # type: ignore[no-untyped-def]
             if backend == "CUDA" and not cuda:
-                return lambda name: (_ for _ in ()).throw(DeviceUnavailable("no libcuda"))
+                return Missing
             return type(f"{backend}Fake", (Fake,), {"gpu": cl_gpu if backend == "CL" else True})
 
         monkeypatch.setattr(reg, "_device_class", device_class)

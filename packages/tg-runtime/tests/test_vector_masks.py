@@ -157,8 +157,10 @@ def test_vector_trunc_matches_numpy_at_the_edges() -> None:
     ast = kernel(lambda x: x.trunc(), [f32], f32)
     x = values(f32, 3)
     ren = Device["CPU"].renderer
-    got, src = run(ast, "CPU", ClangRenderer(ren.vector_bytes, 1, ren.has_fma), 16, f32, [x])
-    assert "tg_trunc_tg_f32x16" in src
+    if not (lanes := ren.vector_bytes // f32.itemsize):
+        pytest.skip("the host C compiler has no vector registers")
+    got, src = run(ast, "CPU", ClangRenderer(ren.vector_bytes, 1, ren.has_fma), lanes, f32, [x])
+    assert f"tg_trunc_tg_f32x{lanes}" in src  # the widest float32 vector of this CPU (16 lanes on AVX-512, 4 on NEON)
     np.testing.assert_array_equal(got.view(np.uint32), np.trunc(x).view(np.uint32))  # -0.0 and NaN bits included
 
 

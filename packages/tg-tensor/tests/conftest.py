@@ -10,9 +10,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from tg.ir.target import Target
+
 
 def _device() -> str:
-    return os.environ.get("DEV", "").split(":")[0].upper() or "CPU"
+    """The instance name of DEV's first target (`DEV=CPU:CLANG:x86-64-v2` -> CPU, `DEV=HCQ+CPU` -> CPU)."""
+    targets = Target.parse(os.environ.get("DEV", ""))
+    return targets[0].name if targets else "CPU"
 
 
 @pytest.fixture

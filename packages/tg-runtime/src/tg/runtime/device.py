@@ -2,8 +2,11 @@
 
 A backend lives in ``tg.runtime.backends.<name>`` (lower-case) and defines a ``<Name>Device`` class (matched
 case-insensitively, e.g. ``CPUDevice`` in ``backends/cpu.py``) deriving from :class:`Compiled`. ``Device[name]``
-imports the module on first use and keeps one device object per canonical name (``CPU``, ``CPU:1``,
-``DISK:/tmp/x``).
+imports the module on first use and opens the device with its :class:`~tg.ir.target.Target`: the first target of
+``DEV`` naming that device (``DEV=CPU:CLANG:x86-64-v3`` gives every ``CPU`` instance the C renderer for an AVX2
+target), else the plain instance name. The device class says which interfaces, renderers and archs it accepts
+(:meth:`Compiled.for_target`); anything else is refused before anything is opened, with a ``TargetError`` naming
+the part that is wrong and the choices. One device object is kept per (instance name, target).
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import tempfile
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from tg.ir.dtype import DType
 from tg.ir.helpers import CACHELEVEL, DEBUG, DEV, GlobalCounters, cache_dir, dev_targets, getenv
+from tg.ir.target import Target, TargetError
 
 if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
@@ -42,7 +46,7 @@ class _DeviceRegistry:
     """``Device[name]`` opens (once) and returns the device object for a device name."""
 
     def __init__(self) -> None:
-        self._opened: dict[str, Compiled] = {}
+        self._opened: dict[Target, Compiled] = {}
 
     @functools.cached_property
     def _backends(self) -> tuple[str, ...]:
@@ -68,16 +72,23 @@ class _DeviceRegistry:
         return _canonicalize(device)
 
     def __getitem__(self, name: str) -> Compiled:
-        canonical = self.canonicalize(name)
-        if (dev := self._opened.get(canonical)) is not None:
+        target = self.target(name)
+        if (dev := self._opened.get(target)) is not None:
             return dev
-        dev = self._device_class(canonical.split(":", 1)[0])(canonical)
+        # backend classes take (name, target); Compiled's own constructor is the one they call with their parts
+        opener: Callable[[str, Target], Compiled] = self._device_class(target.device).for_target(target)
+        dev = opener(target.name, target)
         if DEBUG.value >= 1:
-            print(f"opened device {canonical} from pid:{os.getpid()}")
-        self._opened[canonical] = dev
+            print(f"opened device {target.name} ({target}) from pid:{os.getpid()}")
+        self._opened[target] = dev
         return dev
 
-    def _device_class(self, backend: str) -> Callable[[str], Compiled]:
+    def target(self, name: str | None) -> Target:
+        """The target ``Device[name]`` opens: the first ``DEV`` target of that device with this instance's index
+        (``DEV=CPU:CLANG:x86-64-v2`` gives ``CPU:1`` the target ``CPU:1:CLANG:x86-64-v2``), else the plain name."""
+        return _target_of(self.canonicalize(name), str(DEV.value))
+
+    def _device_class(self, backend: str) -> type[Compiled]:
         if not backend or backend not in self.backends:
             raise ValueError(f"unknown device {backend!r}; available devices: {', '.join(self.backends)}")
         module = importlib.import_module(f"tg.runtime.backends.{backend.lower()}")
@@ -88,8 +99,8 @@ class _DeviceRegistry:
 
     @property
     def opened(self) -> tuple[str, ...]:
-        """Canonical names of the devices opened so far in this process."""
-        return tuple(self._opened)
+        """Canonical names of the devices opened so far in this process (each once, whatever its targets)."""
+        return tuple(dict.fromkeys(t.name for t in self._opened))
 
     def get_available_devices(self) -> Iterator[str]:
         """Yield, best first, the names of the default-capable devices that open on this machine."""
@@ -144,6 +155,23 @@ def _canonicalize(device: str) -> str:
     if sep and rest == "0":
         return backend
     return backend + sep + rest
+
+
+@functools.lru_cache(maxsize=1024)
+def _target_of(canonical: str, dev_setting: str) -> Target:
+    backend, _, rest = canonical.partition(":")
+    if backend == "DISK":
+        return Target("DISK", path=rest)
+    if rest and not rest.isdigit():
+        raise ValueError(
+            f"{backend} device index must be a non-negative integer, got {canonical!r} (e.g. {backend}:1); "
+            f"a renderer or arch is chosen in the device string, e.g. DEV={canonical}"
+        )
+    index = int(rest) if rest else None
+    for target in Target.parse(dev_setting):
+        if target.device == backend:
+            return target if target.index == index else replace(target, index=index)
+    return Target(backend, index=index)
 
 
 Device = _DeviceRegistry()
@@ -530,8 +558,51 @@ class Compiled:
     """A device that runs compiled kernels: an allocator, a compiler, a program class and a renderer.
 
     ``renderer`` is a Renderer instance or a zero-argument factory (such as the Renderer class) that is called on
-    first use, so opening a device never imports code generation it does not need.
+    first use, so opening a device never imports code generation it does not need. ``target`` is the parsed device
+    string the device was opened with (``Device[...]`` passes it; default: the plain instance name).
+
+    How a backend receives its target: ``Device[name]`` calls ``<Name>Device.for_target(target)``, which picks the
+    class (``interfaces``), checks the renderer (``renderers``) and the arch (``check_arch``), then constructs
+    ``cls(name, target)``; the constructor builds the compiler and renderer that ``target.renderer``/``target.arch``
+    name (None: the backend's default).
     """
+
+    # IFACE+DEVICE: interface name -> "module:Class" of the device class that opens it (imported on first use);
+    # e.g. {"HCQ": "tg.runtime.hcq.cpu:HCQCPUDevice"}. A target without an interface opens this class.
+    interfaces: ClassVar[dict[str, str]] = {}
+    # DEVICE:RENDERER: the renderer names this class accepts, its default first (empty: the slot must stay empty)
+    renderers: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def for_target(cls, target: Target) -> type[Compiled]:
+        """The class that opens ``target``: this one, or the one its interface names; the renderer and arch are
+        checked against that class's choices (TargetError naming the part that is wrong and the choices)."""
+        chosen: type[Compiled] = cls
+        if target.iface is not None:
+            if target.iface not in cls.interfaces:
+                choices = ", ".join(cls.interfaces) if cls.interfaces else "none (no IFACE+ prefix)"
+                raise TargetError(
+                    f"device string {str(target)!r}: {target.device} has no interface {target.iface!r}; "
+                    f"available: {choices}"
+                )
+            chosen = _import_class(cls.interfaces[target.iface])
+        if target.renderer is not None and target.renderer not in chosen.renderers:
+            choices = ", ".join(chosen.renderers) if chosen.renderers else "none (it renders no kernels)"
+            via = f"{target.iface}+{target.device}" if target.iface else target.device
+            raise TargetError(
+                f"device string {str(target)!r}: {via} has no renderer {target.renderer!r}; available: {choices}"
+            )
+        chosen.check_arch(target)
+        return chosen
+
+    @classmethod
+    def check_arch(cls, target: Target) -> None:
+        """Refuse an arch this class cannot target (TargetError naming the choices). Default: no arch slot."""
+        if target.arch is not None:
+            raise TargetError(
+                f"device string {str(target)!r}: {target.device} takes no arch (got {target.arch!r}); "
+                f"use {target.device}" + (f":{target.renderer}" if target.renderer else "")
+            )
 
     def __init__(
         self,
@@ -540,8 +611,10 @@ class Compiled:
         compiler: Compiler | None,
         runtime: Callable[[str, bytes], Program] | None,
         renderer: Renderer | RendererSource | None = None,
+        target: Target | None = None,
     ) -> None:
         self.device, self.allocator = device, allocator
+        self.target: Target = target if target is not None else instance_target(device)
         self.compiler: Compiler = compiler if compiler is not None else Compiler()
         self.runtime_t = runtime
         self._renderer_source = renderer
@@ -579,6 +652,20 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}>"
+
+
+def instance_target(device: str) -> Target:
+    """The plain target of an instance name, whatever ``DEV`` says: ``CPU:1`` -> ``Target("CPU", index=1)``."""
+    return _target_of(_canonicalize(device), "")
+
+
+def _import_class(path: str) -> type[Compiled]:
+    """``"package.module:Class"`` -> the class (a device class named by an ``interfaces`` entry)."""
+    module, _, name = path.partition(":")
+    value = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(value, type) and issubclass(value, Compiled)):
+        raise RuntimeError(f"{path!r} does not name a device class (a subclass of Compiled)")
+    return value
 
 
 def check_device_index(device: str) -> int:

@@ -228,14 +228,16 @@ class ScheduleItemLike(Protocol):
     def bufs(self) -> tuple[UOp, ...]: ...
 
 
-# compiled kernels by (device, ast): ASTs are hash-consed, so an equal kernel is the same key; code generated under
-# a non-default TRANSCENDENTAL is kept under "DEVICE+TRANSCENDENTAL=n" (the setting changes the code)
+# compiled kernels by (device target, ast): ASTs are hash-consed, so an equal kernel is the same key; the device is
+# named by the target it is opened with ("CPU", or "CPU:CLANG:x86-64-v2" under that DEV: the target changes the code),
+# and code generated under a non-default TRANSCENDENTAL is kept under "TARGET+TRANSCENDENTAL=n"
 method_cache: dict[tuple[str, UOp], CompiledRunner] = {}
 
 
 def _runner_key(device: str, ast: UOp) -> tuple[str, UOp]:
     """The method_cache key of ``ast`` compiled for ``device`` (a canonical name) under the current settings."""
-    return (device if TRANSCENDENTAL.value == 1 else f"{device}+TRANSCENDENTAL={TRANSCENDENTAL.value}", ast)
+    target = str(Device.target(device))
+    return (target if TRANSCENDENTAL.value == 1 else f"{target}+TRANSCENDENTAL={TRANSCENDENTAL.value}", ast)
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:

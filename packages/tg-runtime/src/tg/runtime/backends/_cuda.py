@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tg.ir.target import Target, TargetError
 from tg.runtime.device import CompileError, Compiler, DeviceUnavailable
 
 DRIVER_HINT = "install the NVIDIA driver (it provides libcuda.so.1); CUDA needs an NVIDIA GPU"
@@ -131,11 +132,25 @@ def nvrtc_compile(src: str, arch: str, options: tuple[str, ...] = ()) -> tuple[b
 NVRTC_OPTIONS = ("--fmad=false", "-default-device")
 
 
+def is_cuda_arch(arch: str) -> bool:
+    """Whether ``arch`` names an NVIDIA GPU architecture the way NVRTC wants it: ``sm_XY`` (``sm_90a``, ``sm_100f``)."""
+    return arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()
+
+
+def check_cuda_arch(target: Target) -> None:
+    """Refuse an arch slot that is not ``sm_XY`` (TargetError with examples)."""
+    if target.arch is not None and not is_cuda_arch(target.arch):
+        raise TargetError(
+            f"device string {str(target)!r}: CUDA arch {target.arch!r} is not an sm_XY architecture; "
+            "e.g. sm_75, sm_80, sm_86, sm_89, sm_90"
+        )
+
+
 class CUDACompiler(Compiler):
     """CUDA C++ -> cubin for one GPU architecture (``sm_90``) with NVRTC; usable without a GPU or a driver."""
 
     def __init__(self, arch: str) -> None:
-        if not (arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
+        if not is_cuda_arch(arch):
             raise ValueError(f"CUDA architecture must look like sm_90, got {arch!r}")
         self.arch = arch
         libnvrtc()  # fail now, with the install hint, rather than at the first kernel

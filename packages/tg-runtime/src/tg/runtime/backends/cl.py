@@ -26,6 +26,7 @@ from tg.runtime.device import (
 
 if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
+    from tg.ir.target import Target
 
 
 class CLBuffer:
@@ -200,7 +201,9 @@ def _opencl_renderer(dev: CLDevice) -> Renderer:
 class CLDevice(Compiled):
     """One OpenCL device: a context and an in-order command queue with profiling, an OpenCLRenderer."""
 
-    def __init__(self, device: str = "CL") -> None:
+    renderers = ("CL",)
+
+    def __init__(self, device: str = "CL", target: Target | None = None) -> None:
         index = check_device_index(device)
         devices = cl.all_devices()
         if not devices:
@@ -235,6 +238,7 @@ class CLDevice(Compiled):
             CLCompiler(self),
             functools.partial(CLProgram, self),
             functools.partial(_opencl_renderer, self),
+            target,
         )
 
     @property

@@ -1,6 +1,8 @@
 """The CPU device: C kernels compiled by the host compiler (gcc or clang) and called through ctypes.
 
-``CPU``, ``CPU:1``, ``CPU:2``, ... are separate logical devices on the same host memory.
+``CPU``, ``CPU:1``, ``CPU:2``, ... are separate logical devices on the same host memory. The device string picks
+the renderer and the arch: ``CPU:CLANG:x86-64-v3`` renders 8-lane float32 vectors and compiles with
+``-march=x86-64-v3`` (tg.runtime.cpu_arch); an arch this host cannot run is refused with the reason.
 """
 
 from __future__ import annotations
@@ -17,8 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tg.ir.helpers import cache_dir, getenv
-from tg.runtime.c_compiler import CCompiler
-from tg.runtime.device import BufferSpec, Compiled, LRUAllocator, Program, check_device_index
+from tg.ir.target import Target
+from tg.runtime.c_compiler import CCompiler, host_cpu_flags, target_macros
+from tg.runtime.cpu_arch import CPUArch, cpu_arch, host_machine
+from tg.runtime.device import (
+    BufferSpec,
+    Compiled,
+    DeviceUnavailable,
+    LRUAllocator,
+    Program,
+    check_device_index,
+    instance_target,
+)
 
 if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
@@ -258,20 +270,52 @@ class CPUProgram(Program):
         return time.perf_counter() - start if wait else None
 
 
-def clang_renderer(compiler: CCompiler | None = None) -> Renderer:
-    """A ClangRenderer for the host: vectors as wide as `compiler` targets, threads from `cpu_count()` (tg.codegen
-    is imported only when a renderer is first needed)."""
+def clang_renderer(compiler: CCompiler | None = None, arch: CPUArch | None = None) -> Renderer:
+    """A ClangRenderer for `arch` (default: the host as `compiler` targets it, vector widths probed; no compiler:
+    scalar C), with threads from `cpu_count()` (tg.codegen is imported only when a renderer is first needed)."""
     from tg.codegen.render.cstyle import ClangRenderer
 
-    if compiler is None:
+    if arch is not None and not arch.is_native:
+        vector_bytes, fma = arch.vector_bytes, arch.fma
+    elif compiler is not None:
+        vector_bytes, fma = compiler.vector_bytes, compiler.has_fma
+    else:
         return ClangRenderer(0, cpu_count())
-    return ClangRenderer(compiler.vector_bytes, cpu_count(), compiler.has_fma and compiler.vector_bytes >= 32)
+    return ClangRenderer(vector_bytes, cpu_count(), fma and vector_bytes >= 32)
+
+
+def check_runs_here(target: Target, arch: CPUArch, compiler: CCompiler) -> None:
+    """Refuse (DeviceUnavailable, saying what is missing) an arch whose code this host cannot execute."""
+    if arch.is_native:
+        return
+    where = f"device string {str(target)!r}"
+    if arch.machine != (host := host_machine()):
+        raise DeviceUnavailable(
+            f"{where}: {arch.name} is an {arch.machine} arch and this machine is {host}; "
+            f"NULL:CLANG:{arch.name} renders its code without running it"
+        )
+    if missing := [f for f in arch.features if f not in target_macros(compiler.cc, host_cpu_flags())]:
+        raise DeviceUnavailable(
+            f"{where}: this CPU lacks {', '.join(m.strip('_') for m in missing)} that {arch.name} code uses; "
+            f"NULL:CLANG:{arch.name} compiles for it without running it"
+        )
 
 
 class CPUDevice(Compiled):
-    """The host CPU: ClangRenderer C, compiled by gcc or clang, run through ctypes."""
+    """The host CPU: ClangRenderer C for the target's arch, compiled by gcc or clang, run through ctypes."""
 
-    def __init__(self, device: str = "CPU") -> None:
+    renderers = ("CLANG",)
+
+    @classmethod
+    def check_arch(cls, target: Target) -> None:
+        """CLANG archs: ``native`` (default) or a name of tg.runtime.cpu_arch.CPU_ARCHS."""
+        cpu_arch(target)
+
+    def __init__(self, device: str = "CPU", target: Target | None = None) -> None:
         check_device_index(device)
-        compiler = CCompiler()
-        super().__init__(device, CPUAllocator(self), compiler, CPUProgram, lambda: clang_renderer(compiler))
+        target = target if target is not None else instance_target(device)
+        self.arch = arch = cpu_arch(target)
+        compiler = CCompiler(flags=arch.flags)
+        check_runs_here(target, arch, compiler)
+        renderer = lambda: clang_renderer(compiler, arch)
+        super().__init__(device, CPUAllocator(self), compiler, CPUProgram, renderer, target)

@@ -1,8 +1,8 @@
 """The CUDA device: CUDA C++ compiled to a cubin by NVRTC, loaded and launched through the driver API (ctypes).
 
 ``CUDA`` is GPU 0, ``CUDA:1`` GPU 1. Kernels are compiled for the GPU's own architecture (``sm_XY`` from its
-compute capability; ``CUDA_ARCH=sm_90`` overrides) and cached on disk. Each device has one stream; kernel timing
-uses events on it. Copies between two CUDA devices go GPU to GPU (``cuMemcpyPeer``).
+compute capability; the device string's arch overrides it: ``DEV=CUDA::sm_90``) and cached on disk. Each device
+has one stream; kernel timing uses events on it. Copies between two CUDA devices go GPU to GPU (``cuMemcpyPeer``).
 
 Not yet verified on hardware: the development machine has no GPU. CUDA code generation is checked there by
 compiling every kernel of the test suite with NVRTC (and ``ptxas``); ``scripts/gpu_check.sh`` runs the tests and
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from typing import TYPE_CHECKING, Any
 
 from tg.runtime.backends._cuda import (
@@ -22,12 +21,22 @@ from tg.runtime.backends._cuda import (
     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
     CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
     CUDACompiler,
+    check_cuda_arch,
     cu,
 )
-from tg.runtime.device import BufferSpec, Compiled, DeviceUnavailable, LRUAllocator, Program, check_device_index
+from tg.runtime.device import (
+    BufferSpec,
+    Compiled,
+    DeviceUnavailable,
+    LRUAllocator,
+    Program,
+    check_device_index,
+    instance_target,
+)
 
 if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
+    from tg.ir.target import Target
 
 
 class CUDABuffer:
@@ -136,10 +145,18 @@ def _cuda_renderer(dev: CUDADevice) -> Renderer:
 class CUDADevice(Compiled):
     """One NVIDIA GPU: its primary context, a stream, an NVRTC compiler for its architecture, a CUDARenderer."""
 
-    def __init__(self, device: str = "CUDA") -> None:
+    renderers = ("CUDA",)
+
+    @classmethod
+    def check_arch(cls, target: Target) -> None:
+        """An ``sm_XY`` arch (default: the GPU's own)."""
+        check_cuda_arch(target)
+
+    def __init__(self, device: str = "CUDA", target: Target | None = None) -> None:
         from tg.runtime.backends._cuda import libcuda
 
         index = check_device_index(device)
+        target = target if target is not None else instance_target(device)
         libcuda()
         count = ctypes.c_int()
         cu("cuDeviceGetCount", ctypes.byref(count))
@@ -154,7 +171,7 @@ class CUDADevice(Compiled):
             self._attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
             self._attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
         )
-        self.arch = os.environ.get("CUDA_ARCH") or f"sm_{major}{minor}"
+        self.arch = target.arch or f"sm_{major}{minor}"
         self.max_threads = self._attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         self.shared_max = self._attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
         self.context = ctypes.c_void_p()
@@ -168,6 +185,7 @@ class CUDADevice(Compiled):
             CUDACompiler(self.arch),
             functools.partial(CUDAProgram, self),
             functools.partial(_cuda_renderer, self),
+            target,
         )
 
     def _attr(self, attr: int) -> int:

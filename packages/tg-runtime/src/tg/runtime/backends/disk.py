@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tg.ir.target import Target
 from tg.runtime.device import Allocator, BufferSpec, Compiled
 
 
@@ -65,14 +66,14 @@ class DiskAllocator(Allocator["DISKDevice"]):
 class DISKDevice(Compiled):
     """A file as a device. The path is checked when the device is opened; the file is created on first use."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, target: Target | None = None) -> None:
         _, _, path = device.partition(":")
         if not path:
             raise ValueError(f"DISK device needs a file path, e.g. DISK:/tmp/weights.bin; got {device!r}")
         self.path = os.path.expanduser(path)
-        target = Path(self.path)
-        if target.is_dir():
+        file = Path(self.path)
+        if file.is_dir():
             raise ValueError(f"DISK device path {self.path!r} is a directory, not a file")
-        if not target.parent.is_dir():
-            raise ValueError(f"DISK device path {self.path!r}: directory {str(target.parent)!r} does not exist")
-        super().__init__(device, DiskAllocator(self), None, None, None)
+        if not file.parent.is_dir():
+            raise ValueError(f"DISK device path {self.path!r}: directory {str(file.parent)!r} does not exist")
+        super().__init__(device, DiskAllocator(self), None, None, None, target)

@@ -30,6 +30,7 @@ from tg.ir.floats import (
     truncate,
 )
 from tg.ir.ops import GroupOp, Ops
+from tg.ir.target import Target
 from tg.runtime.device import BufferSpec, Compiled, Compiler, LRUAllocator, Program, check_device_index
 
 
@@ -359,6 +360,8 @@ def python_renderer() -> Any:
 class PYTHONDevice(Compiled):
     """The reference emulator device: kernels rendered by PythonRenderer, interpreted in Python."""
 
-    def __init__(self, device: str = "PYTHON") -> None:
+    renderers = ("PYTHON",)
+
+    def __init__(self, device: str = "PYTHON", target: Target | None = None) -> None:
         check_device_index(device)
-        super().__init__(device, PythonAllocator(self), Compiler(), PythonProgram, python_renderer)
+        super().__init__(device, PythonAllocator(self), Compiler(), PythonProgram, python_renderer, target)

@@ -26,6 +26,7 @@ from tg.ir.floats import (
     fp8_to_float,
     truncate,
 )
+from tg.ir.hcq import HCQRole, QOp, QueueKey
 from tg.ir.helpers import (
     BEAM,
     CACHELEVEL,
@@ -57,7 +58,7 @@ from tg.ir.helpers import (
 from tg.ir.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg.ir.pattern import PatternMatcher, RewriteError, UPat, graph_rewrite, graph_rewrite_map, track_rewrites
 from tg.ir.printer import pretty_print, print_uops, pyrender, render_expr
-from tg.ir.spec import SpecError, kernel_spec, program_spec, tensor_spec, type_verify, verify
+from tg.ir.spec import SpecError, hcq_spec, kernel_spec, program_spec, tensor_spec, type_verify, verify
 from tg.ir.symbolic import pm_dead_ranges, simplify, symbolic, symbolic_simple
 from tg.ir.target import Target, TargetError
 from tg.ir.uop import UOp, Variable, resolve, sint, sint_to_uop, smax, smin, ssimplify, sym_infer
@@ -78,10 +79,13 @@ __all__ = [
     "DTypeLike",
     "GlobalCounters",
     "GroupOp",
+    "HCQRole",
     "KernelInfo",
     "Ops",
     "PatternMatcher",
     "PtrDType",
+    "QOp",
+    "QueueKey",
     "RewriteError",
     "SpecError",
     "Target",
@@ -116,6 +120,7 @@ __all__ = [
     "getenv",
     "graph_rewrite",
     "graph_rewrite_map",
+    "hcq_spec",
     "kernel_spec",
     "least_upper_dtype",
     "least_upper_float",

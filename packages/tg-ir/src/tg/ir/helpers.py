@@ -129,6 +129,19 @@ RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)
 # 1: math ops (EXP2, LOG2, SIN, SQRT, POW) native where the target has them (libm on CPU); 2: polynomial
 # decompositions on every target (what GPUs without these ops run), to check them on CPU and PYTHON
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
+# hardware command queues (tg.runtime.hcq, shared/specs/hcq.md): where submitter programs run (CPU: compiled C,
+# PYTHON: interpreted over MMIO views, auto: CPU when every bound region is host memory), the host wait timeout
+# without progress, the first-submit cap of a queue (doubling; 0 = none), executions of one linked program in flight,
+# linked programs kept, and the timeline value above which an idle device rebases its timeline
+HCQ_RUNTIME_DEV = ContextVar("HCQ_RUNTIME_DEV", "auto")
+HCQDEV_WAIT_TIMEOUT_MS = ContextVar("HCQDEV_WAIT_TIMEOUT_MS", 30000)
+HCQ_BATCH_SIZE = ContextVar("HCQ_BATCH_SIZE", 32)
+HCQ_LINK_COPIES = ContextVar("HCQ_LINK_COPIES", 2)
+HCQ_LINK_CACHE = ContextVar("HCQ_LINK_CACHE", 256)
+HCQ_TIMELINE_WRAP = ContextVar("HCQ_TIMELINE_WRAP", 1 << 31)
+# 1: HCQ devices record start/end timestamps of every command (tg.runtime.hcq.profile) and write a Chrome/Perfetto
+# trace at exit (to PROFILE_PATH when set)
+PROFILE = ContextVar("PROFILE", 0)
 
 
 def dev_targets() -> tuple[Target, ...]:

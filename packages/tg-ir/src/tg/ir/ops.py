@@ -109,6 +109,13 @@ class Ops(IntEnum):
     SHRINK = auto()
     FLIP = auto()
 
+    # hardware command queues (tg.runtime.hcq; arg types in tg.ir.hcq)
+    QUEUE = auto()  # one submit to one queue: src = commands in order, arg = QueueKey(devices, name)
+    QCMD = auto()  # an abstract queue command, arg = QOp: WAIT/SIGNAL (signal, value), TIMESTAMP (signal,), BARRIER ()
+    PACKET = auto()  # an encoded command: src = its words (uint32/uint64 CONSTs or expressions), arg = packet name
+    GETADDR = auto()  # uint64: the address device `arg` uses for src[0] (a slot PARAM or an HCQBUF)
+    HCQBUF = auto()  # a placeholder resolved at link: src = (DEVICE,), arg = HCQRole(role, key)
+
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 
@@ -142,6 +149,7 @@ class GroupOp:
     Ordering = frozenset({Ops.STORE, Ops.AFTER, Ops.SINK, Ops.GROUP, Ops.RANGE, Ops.END, Ops.LINEAR, Ops.CALL,
                           Ops.KERNEL})  # fmt: skip
     Markers = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY})
+    HCQ = frozenset({Ops.QUEUE, Ops.QCMD, Ops.PACKET, Ops.GETADDR, Ops.HCQBUF})
     CodegenOnly = frozenset({Ops.INDEX, Ops.LOAD, Ops.SPECIAL, Ops.BARRIER, Ops.IF, Ops.ENDIF, Ops.WMMA, Ops.VECTORIZE,
                              Ops.GEP, Ops.PROGRAM, Ops.SOURCE, Ops.BINARY, Ops.CUSTOM, Ops.CUSTOMI})  # fmt: skip
     All = frozenset(Ops)

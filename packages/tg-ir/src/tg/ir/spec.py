@@ -5,6 +5,7 @@ matches is wrong too. `verify(graph, spec)` raises SpecError with the offending 
 - `tensor_spec`: the tensor-level graph (buffers, movement ops, elementwise math, REDUCE_AXIS, COPY, ASSIGN, ...).
 - `kernel_spec`: a kernel AST (SINK of END(STORE(INDEX(PARAM, idx), value), *ranges), LOAD, RANGE, REDUCE, ...).
 - `program_spec`: a linear program (kernel_spec after lowering: no REDUCE, ordered sources).
+- `hcq_spec`: a schedule lowered to hardware command queues (LINEARs of QUEUEs of QCMD/CALL/PACKET, tg.ir.hcq).
 Later stages extend them with `+`.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tg.ir.dtype import AddrSpace, PtrDType, dtypes
+from tg.ir.hcq import HCQRole, QOp, QueueKey
 from tg.ir.ops import AxisType, GroupOp, KernelInfo, Ops
 from tg.ir.pattern import PatternMatcher, UPat
 from tg.ir.printer import pretty_print
@@ -191,6 +193,83 @@ kernel_spec = shared_spec + PatternMatcher([
 program_spec = PatternMatcher([(UPat(Ops.REDUCE), lambda: False)]) + kernel_spec + PatternMatcher([
     (UPat((Ops.LINEAR, Ops.PROGRAM, Ops.SOURCE, Ops.BINARY)), lambda: True),
 ])  # fmt: skip
+
+
+# ---- hardware command queues (tg.ir.hcq) ---------------------------------------------------------------------------
+
+# roles a WAIT/SIGNAL/TIMESTAMP may address: signal memory (16 bytes: value, timestamp)
+_SIGNAL_ROLES = frozenset({"signal", "timeline", "sentinel", "epoch"})
+_WORD_DTYPES = (dtypes.uint32, dtypes.uint64)
+
+
+def _qcmd_ok(x: UOp) -> bool:
+    if not isinstance(x.arg, QOp) or x.dtype is not dtypes.void:
+        return False
+    if x.arg is QOp.BARRIER:
+        return not x.src
+    want = 1 if x.arg is QOp.TIMESTAMP else 2
+    if len(x.src) != want:
+        raise SpecError(f"QCMD {x.arg.name} takes {want} sources, got {len(x.src)}")
+    sig = x.src[0]
+    if sig.op is not Ops.HCQBUF or sig.arg.role not in _SIGNAL_ROLES:
+        raise SpecError(f"QCMD {x.arg.name} needs a signal HCQBUF as its first source, got {sig.op} {sig.arg}")
+    if want == 2 and x.src[1].dtype not in _WORD_DTYPES:
+        raise SpecError(f"QCMD {x.arg.name} value must be uint32 or uint64, got {x.src[1].dtype}")
+    return True
+
+
+def _queue_ok(x: UOp) -> bool:
+    if not isinstance(x.arg, QueueKey) or x.dtype is not dtypes.void:
+        return False
+    for s in x.src:
+        if s.op not in (Ops.QCMD, Ops.CALL, Ops.PACKET):
+            raise SpecError(f"QUEUE {x.arg} holds a {s.op}; a queue holds QCMDs, CALLs or PACKETs")
+    return True
+
+
+def _qcmd_outside_queue(x: UOp) -> bool | None:
+    """Refuses any node but a QUEUE that has a QCMD among its sources (None: no opinion, other rules decide)."""
+    for s in x.src:
+        if s.op is Ops.QCMD:
+            raise SpecError(f"{s.arg.name} outside a QUEUE (a source of {x.op}): queue commands only exist in QUEUEs")
+    return None
+
+
+def _getaddr_ok(x: UOp, b: UOp) -> bool:
+    if x.dtype is not dtypes.uint64 or not isinstance(x.arg, str):
+        return False
+    if b.op is Ops.PARAM:  # a slot: tensor-level PARAM(DEVICE) of the slotted schedule
+        return len(b.src) == 1 and b.src[0].op is Ops.DEVICE
+    return b.op is Ops.HCQBUF
+
+
+hcq_spec = PatternMatcher([
+    (UPat(GroupOp.All - {Ops.QUEUE}, name="x"), _qcmd_outside_queue),
+    (UPat(Ops.LINEAR, dtypes.void, name="x"),
+     lambda x: all(s.op in (Ops.QUEUE, Ops.CALL, Ops.LINEAR) for s in x.src)),
+    (UPat(Ops.QUEUE, name="x"), _queue_ok),
+    (UPat(Ops.QCMD, name="x"), _qcmd_ok),
+    (UPat(Ops.PACKET, dtypes.void, name="x"),
+     lambda x: isinstance(x.arg, str) and len(x.src) >= 1 and all(w.dtype in _WORD_DTYPES for w in x.src)),
+    (UPat(Ops.GETADDR, name="x", src=(UPat(name="b"),)), _getaddr_ok),
+    (UPat(Ops.HCQBUF, name="x", src=(UPat(Ops.DEVICE),)),
+     lambda x: isinstance(x.arg, HCQRole) and isinstance(x.dtype, PtrDType) and isinstance(x.src[0].arg, str)),
+    # the calls of a queue: kernels (lowered to PROGRAM by stage S0) and copies, over slot buffers
+    (UPat(Ops.CALL, dtypes.void, name="x", src=(UPat((Ops.PROGRAM, Ops.COPY)),), allow_any_len=True),
+     lambda x: all(a.op in (Ops.PARAM, Ops.BUFFER_VIEW, Ops.BUFFER, Ops.HCQBUF, Ops.BIND, Ops.DEFINE_VAR)
+                   for a in x.src[1:])),
+    (UPat(Ops.PROGRAM, src=()), lambda: True),
+    (UPat(Ops.PARAM, name="x", src=(UPat(Ops.DEVICE),)), lambda x: isinstance(x.arg, tuple) and len(x.arg) == 2),
+    (UPat(Ops.BUFFER_VIEW, name="x", src=(UPat((Ops.PARAM, Ops.BUFFER, Ops.BUFFER_VIEW, Ops.HCQBUF)),)),
+     lambda x: isinstance(x.arg, tuple) and len(x.arg) == 2),
+    (UPat(Ops.BUFFER, src=(UPat(Ops.UNIQUE), UPat(Ops.DEVICE))), lambda: True),
+    (UPat(Ops.COPY, src=(UPat(Ops.DEVICE),)), lambda: True),
+    # word and value expressions: constants, variables, the epoch (a load of the timeline value), ALU and casts
+    (UPat(Ops.INDEX, name="x", src=(UPat(Ops.HCQBUF), UPat())), lambda x: dtypes.is_int(x.src[1].dtype)),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),)), lambda: True),
+    (UPat((Ops.CONST,), name="x", src=()), _const_ok),
+    (UPat(GroupOp.ALU, name="x"), _alu_ok),
+]) + shared_spec  # fmt: skip
 
 
 def verify(graph: UOp | Sequence[UOp], spec: PatternMatcher) -> bool:

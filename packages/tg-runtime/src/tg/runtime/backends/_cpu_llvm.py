@@ -8,10 +8,11 @@ axes through the `<name>_entry(args, core_id)` wrapper the renderer emits.
 from __future__ import annotations
 
 import ctypes
-import platform
 from typing import TYPE_CHECKING, Any
 
+from tg.ir.target import Target, TargetError
 from tg.runtime.backends.cpu import CPUProgram, cpu_count
+from tg.runtime.cpu_arch import X86_64, CPUArch, cpu_arch, host_machine
 from tg.runtime.device import DeviceUnavailable, Program
 from tg.runtime.elf import ElfObject, load_executable
 from tg.runtime.llvm import LLVMCompiler, host_target
@@ -54,20 +55,55 @@ class CPULLVMProgram(CPUProgram):
         self._entry: int | None = symbols.get(f"{name}_entry")
 
 
-def host_llvm_target() -> tuple[str, str, str]:
-    """(triple, cpu, features) CPU:LLVM compiles for: this machine (x86-64 only: the loader's relocations)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        raise DeviceUnavailable(f"CPU:LLVM loads x86-64 objects only; this machine is {platform.machine()}")
-    return host_target()
+X86_64_TRIPLE = "x86_64-unknown-linux-gnu"
 
 
-def cpu_llvm_compiler() -> LLVMCompiler:
-    """The host's LLVMCompiler (raises DeviceUnavailable without llvmlite or on a non-x86-64 host)."""
-    return LLVMCompiler(*host_llvm_target())
+def _features(arch: CPUArch) -> str:
+    """LLVM feature flags of a named x86-64 level (from the C macros it predefines; F16C comes with AVX2 levels)."""
+    names = [m.strip("_").lower().replace("_", ".") for m in arch.features]
+    return ",".join(f"+{n}" for n in [*names, *(["f16c"] if arch.vector_bytes >= 32 else [])])
 
 
-def cpu_llvm_renderer(compiler: LLVMCompiler) -> CPULLVMRenderer:
-    """The CPU LLVM renderer for `compiler`'s target, threads from `cpu_count()`."""
+def llvm_cpu_target(target: Target) -> tuple[str, str, str, str]:
+    """(triple, cpu, compiler features, renderer features) of a ``CPU:LLVM[:ARCH]`` target: the host for ``native``
+    (the default), else the x86-64 level named (LLVM knows ``x86-64-v3`` as a cpu)."""
+    arch = cpu_arch(target)
+    if arch.machine != X86_64:
+        raise TargetError(f"device string {str(target)!r}: CPU:LLVM compiles for x86-64 (the ELF loader's "
+                          f"relocations); {arch.name} is an {arch.machine} arch")  # fmt: skip
+    if arch.is_native:
+        if host_machine() != X86_64:
+            raise DeviceUnavailable(f"CPU:LLVM loads x86-64 objects only; this machine is {host_machine()}")
+        triple, cpu, features = host_target()
+        return triple, cpu, features, features
+    return X86_64_TRIPLE, arch.name, "", _features(arch)
+
+
+def check_llvm_runs_here(target: Target, renderer_features: str) -> None:
+    """Refuse (DeviceUnavailable) a named arch whose instructions this CPU lacks."""
+    if cpu_arch(target).is_native:
+        return
+    if host_machine() != X86_64:
+        raise DeviceUnavailable(f"CPU:LLVM loads x86-64 objects only; this machine is {host_machine()}")
+    have = set(host_target()[2].split(","))
+    if missing := [f[1:] for f in renderer_features.split(",") if f and f not in have]:
+        raise DeviceUnavailable(
+            f"device string {str(target)!r}: this CPU lacks {', '.join(missing)} that {target.arch} code uses; "
+            f"NULL:LLVM:{target.arch} compiles for it without running it"
+        )
+
+
+def cpu_llvm_toolchain(target: Target, run: bool = True) -> tuple[LLVMCompiler, Any]:
+    """(compiler, renderer factory) of a ``CPU:LLVM[:ARCH]`` target; `run`: refuse archs this CPU cannot execute."""
+    triple, cpu, features, renderer_features = llvm_cpu_target(target)
+    if run:
+        check_llvm_runs_here(target, renderer_features)
+    compiler = LLVMCompiler(triple, cpu, features)
+    return compiler, lambda: cpu_llvm_renderer(triple, cpu, renderer_features)
+
+
+def cpu_llvm_renderer(triple: str, cpu: str, features: str) -> CPULLVMRenderer:
+    """The CPU LLVM renderer for (triple, cpu, features), threads from `cpu_count()`."""
     from tg.codegen.render.llvmir import CPULLVMRenderer
 
-    return CPULLVMRenderer(compiler.triple, compiler.cpu, compiler.features, cpu_count())
+    return CPULLVMRenderer(triple, cpu, features, cpu_count())

@@ -302,9 +302,10 @@ def check_runs_here(target: Target, arch: CPUArch, compiler: CCompiler) -> None:
 
 
 class CPUDevice(Compiled):
-    """The host CPU: ClangRenderer C for the target's arch, compiled by gcc or clang, run through ctypes."""
+    """The host CPU: ClangRenderer C for the target's arch, compiled by gcc or clang, run through ctypes; with the
+    LLVM renderer (``CPU:LLVM``) LLVM IR compiled in-process by llvmlite and loaded by tg.runtime.elf."""
 
-    renderers = ("CLANG",)
+    renderers = ("CLANG", "LLVM")
 
     @classmethod
     def check_arch(cls, target: Target) -> None:
@@ -315,6 +316,12 @@ class CPUDevice(Compiled):
         check_device_index(device)
         target = target if target is not None else instance_target(device)
         self.arch = arch = cpu_arch(target)
+        if target.renderer == "LLVM":
+            from tg.runtime.backends._cpu_llvm import CPULLVMProgram, cpu_llvm_toolchain
+
+            llvm, llvm_renderer = cpu_llvm_toolchain(target)
+            super().__init__(device, CPUAllocator(self), llvm, CPULLVMProgram, llvm_renderer, target)
+            return
         compiler = CCompiler(flags=arch.flags)
         check_runs_here(target, arch, compiler)
         renderer = lambda: clang_renderer(compiler, arch)

@@ -3,7 +3,9 @@
 With a renderer in the device string it generates code for that target, and compiles it where the compiler needs
 no device: ``NULL:CLANG:x86-64-v4`` (C for AVX-512, compiled by the host C compiler when the arch is of the host's
 family, else only rendered), ``NULL:CUDA:sm_90`` (NVRTC), ``NULL:CL`` (OpenCL C, rendered only: its compiler is the
-OpenCL driver of a device), ``NULL:PYTHON``. Plain ``NULL`` renders scalar C and compiles nothing.
+OpenCL driver of a device), ``NULL:PYTHON``, ``NULL:LLVM[:x86-64-v4]`` (CPU LLVM IR, compiled by llvmlite),
+``NULL:AMD:gfx1100`` (AMD code objects compiled by llvmlite and checked by tg.runtime.amd.program, no GPU needed).
+Plain ``NULL`` renders scalar C and compiles nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tg.ir.target import Target
+from tg.ir.target import Target, TargetError
 from tg.runtime.backends.cpu import clang_renderer
 from tg.runtime.c_compiler import CCompiler
 from tg.runtime.cpu_arch import cpu_arch, host_machine
@@ -88,6 +90,38 @@ def _cuda(target: Target) -> Toolchain:
     return CUDACompiler(arch), lambda: CUDARenderer(arch)
 
 
+def _llvm(target: Target) -> Toolchain:
+    from tg.runtime.backends._cpu_llvm import cpu_llvm_toolchain
+
+    return cpu_llvm_toolchain(target, run=False)
+
+
+def _amd(target: Target) -> Toolchain:
+    from tg.codegen.render.llvmir import AMDLLVMRenderer
+    from tg.runtime.llvm import AMDGPU_TRIPLE, LLVMCompiler
+
+    arch = target.arch or "gfx1100"
+    return LLVMCompiler(AMDGPU_TRIPLE, arch), lambda: AMDLLVMRenderer(arch)
+
+
+def _check_amd_arch(target: Target) -> None:
+    from tg.codegen.render.llvmir import AMD_ARCHS
+
+    if target.arch is not None and target.arch not in AMD_ARCHS:
+        raise TargetError(f"device string {str(target)!r}: unknown AMD arch {target.arch!r}; available: "
+                          f"{', '.join(AMD_ARCHS)}")  # fmt: skip
+
+
+class NullAMDProgram(NullProgram):
+    """Runs nothing, but loads the code object first: its header and kernel descriptor are checked (amd.md 2.3)."""
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        from tg.runtime.amd.program import CodeObject
+
+        super().__init__(name, lib)
+        self.code_object = CodeObject(lib, name)
+
+
 def _check_cuda_arch(target: Target) -> None:
     from tg.runtime.backends._cuda import check_cuda_arch
 
@@ -100,9 +134,14 @@ NULL_TOOLCHAINS: dict[str, Callable[[Target], Toolchain]] = {
     "PYTHON": _python,
     "CL": _opencl,
     "CUDA": _cuda,
+    "LLVM": _llvm,
+    "AMD": _amd,
 }
+# renderer -> the program class of NULL (default NullProgram): code objects that can be checked without running them
+NULL_PROGRAMS: dict[str, Callable[[str, bytes], Program]] = {"AMD": NullAMDProgram}
 # renderer -> the check of its arch slot (TargetError naming the choices); renderers not listed take no arch
-NULL_ARCH_CHECKS: dict[str, Callable[[Target], Any]] = {"CLANG": cpu_arch, "CUDA": _check_cuda_arch}
+NULL_ARCH_CHECKS: dict[str, Callable[[Target], Any]] = {"CLANG": cpu_arch, "CUDA": _check_cuda_arch, "LLVM": cpu_arch,
+                                                       "AMD": _check_amd_arch}  # fmt: skip
 
 
 class NULLDevice(Compiled):
@@ -128,4 +167,5 @@ class NULLDevice(Compiled):
             compiler, renderer = Compiler(), clang_renderer
         else:
             compiler, renderer = NULL_TOOLCHAINS[target.renderer](target)
-        super().__init__(device, NullAllocator(self), compiler, NullProgram, renderer, target)
+        program = NULL_PROGRAMS.get(target.renderer or "", NullProgram)
+        super().__init__(device, NullAllocator(self), compiler, program, renderer, target)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "plugins"))
 
-from kernel_capture import record_binary, write_binaries  # noqa: E402
+from kernel_capture import record_binary, write_binaries
 
-from tg.codegen.program import get_program  # noqa: E402
-from tg.codegen.render.llvmir import AMDLLVMRenderer  # noqa: E402
-from tg.runtime.amd.program import CodeObject  # noqa: E402
-from tg.runtime.llvm import AMDGPU_TRIPLE, LLVMCompiler  # noqa: E402
+from tg.codegen.program import get_program
+from tg.codegen.render.llvmir import AMDLLVMRenderer
+from tg.runtime.amd.program import CodeObject
+from tg.runtime.llvm import AMDGPU_TRIPLE, LLVMCompiler
 
 
 def compile_for_amd(asts: list, arch: str = "gfx1100", listing: bool = False) -> tuple[dict, list[str]]:  # type: ignore[type-arg]

@@ -50,8 +50,9 @@ def record_binary(into: dict[str, dict[str, Any]], p: Any, lib: bytes) -> None:
         return
     sizes = {k: None if v is None else [int(x) if isinstance(x, int) else str(x) for x in v]
              for k, v in (("global_size", p.global_size), ("local_size", p.local_size))}  # fmt: skip
-    into[sha] = {"name": p.name, "file": f"{p.name}-{sha}.bin", "source": f"{p.name}-{sha}.src", "lib": lib,
-                 "src": p.src, "globals": list(p.globals), "vars": [str(v.arg[0]) for v in p.vars], **sizes}  # fmt: skip
+    files = {"file": f"{p.name}-{sha}.bin", "source": f"{p.name}-{sha}.src"}
+    into[sha] = {"name": p.name, **files, "lib": lib, "src": p.src, "globals": list(p.globals),
+                 "vars": [str(v.arg[0]) for v in p.vars], **sizes}  # fmt: skip
 
 
 def write_binaries(folder: str | Path, binaries: dict[str, dict[str, Any]]) -> None:

@@ -220,3 +220,68 @@ def test_cpu_half_conversions_without_f16c_use_bit_operations() -> None:
     got = _run((ren, comp), ast, np.zeros(64, np.uint16), xs)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(got, xs.astype(np.float16).view(np.uint16))
+
+
+# *** device strings: CPU:LLVM, NULL:LLVM, NULL:AMD:gfx1100 ***
+
+
+@needs_x86
+def test_cpu_llvm_device_runs_kernels_and_beam(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.ir.helpers import Context
+    from tg.runtime.backends._cpu_llvm import CPULLVMProgram
+    from tg.runtime.device import Device
+    from tg.tensor import Tensor
+
+    monkeypatch.setenv("IGNORE_BEAM_CACHE", "1")
+    monkeypatch.setenv("BEAM_TIME", "1")
+    x = np.random.default_rng(5).standard_normal((64, 48)).astype(np.float32)
+    with Context(DEV="CPU:LLVM"):
+        dev = Device["CPU"]
+        assert isinstance(dev.renderer, CPULLVMRenderer) and isinstance(dev.compiler, LLVMCompiler)
+        assert dev.runtime_t is CPULLVMProgram
+        np.testing.assert_allclose((Tensor(x) * 2).exp().sum(1).numpy(), np.exp(x * 2).sum(1), rtol=1e-5)
+        with Context(BEAM=1):
+            np.testing.assert_allclose((Tensor(x) + 1).max(0).numpy(), (x + 1).max(0))
+
+
+def test_llvm_device_strings_refuse_wrong_archs() -> None:
+    from tg.ir.helpers import Context
+    from tg.ir.target import TargetError
+    from tg.runtime.device import Device
+
+    with Context(DEV="CPU:LLVM:armv8-a"), pytest.raises(TargetError, match="CPU:LLVM compiles for x86-64"):
+        Device["CPU"]
+    with (
+        Context(DEV="NULL:AMD:gfx900"),
+        pytest.raises(TargetError, match="unknown AMD arch 'gfx900'; available: gfx1100"),
+    ):
+        Device["NULL"]
+
+
+def test_null_amd_compiles_and_checks_code_objects() -> None:
+    from tg.ir.helpers import Context
+    from tg.runtime.backends.null import NullAMDProgram
+    from tg.runtime.device import Device
+    from tg.runtime.engine import method_cache
+    from tg.tensor import Tensor
+
+    with Context(DEV="NULL:AMD:gfx1100"):
+        before = set(method_cache)
+        (Tensor.ones(300, 7).sum(1) * 3).realize()
+        runners = [method_cache[k] for k in set(method_cache) - before]
+        assert runners and isinstance(Device["NULL"].renderer, AMDLLVMRenderer)
+        for r in runners:
+            prg = r._prg
+            assert isinstance(prg, NullAMDProgram) and prg.code_object.descriptor.wave32
+            prg.code_object.check_kernargs(len(r.p.globals), len(r.p.vars))
+
+
+def test_null_llvm_compiles_for_a_wider_x86_level() -> None:
+    from tg.ir.helpers import Context
+    from tg.runtime.device import Device
+    from tg.tensor import Tensor
+
+    with Context(DEV="NULL:LLVM:x86-64-v4"):
+        ren = Device["NULL"].renderer
+        assert isinstance(ren, CPULLVMRenderer) and ren.vector_bytes == 64 and ren.has_fma
+        (Tensor.ones(64, 64) @ Tensor.ones(64, 64)).realize()

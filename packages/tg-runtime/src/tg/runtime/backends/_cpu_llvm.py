@@ -59,9 +59,10 @@ X86_64_TRIPLE = "x86_64-unknown-linux-gnu"
 
 
 def _features(arch: CPUArch) -> str:
-    """LLVM feature flags of a named x86-64 level (from the C macros it predefines; F16C comes with AVX2 levels)."""
+    """LLVM feature flags of a named x86-64 level: its C macros, FMA where it has it, F16C with AVX2 levels."""
     names = [m.strip("_").lower().replace("_", ".") for m in arch.features]
-    return ",".join(f"+{n}" for n in [*names, *(["f16c"] if arch.vector_bytes >= 32 else [])])
+    names += [f for f, has in (("fma", arch.fma), ("f16c", arch.vector_bytes >= 32)) if has and f not in names]
+    return ",".join(f"+{n}" for n in names)
 
 
 def llvm_cpu_target(target: Target) -> tuple[str, str, str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OP_TESTS = ["test_tensor_ops.py", "test_numerics_nan.py", "test_tensor_movement.py"]
+OP_TESTS = ["test_tensor_ops.py", "test_numerics_nan.py"]
 
 pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.slow

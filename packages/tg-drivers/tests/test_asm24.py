@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tg.drivers.errors import LinkDownError, MockAccessError, PCIeCompletionError
+from tg.drivers.errors import LinkDownError, MockAccessError, PCIeCompletionError, ShortReadError
 from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice
 from tg.drivers.mock.usb import MockASM24Bridge
 from tg.drivers.usb import USBMMIO, ASM24Controller
@@ -203,6 +203,44 @@ def test_usbmmio_sram_window() -> None:
         USBMMIO(ctrl, 0xF000, 0x80001, pcimem=False)
     with pytest.raises(ValueError, match="exceeds"):
         USBMMIO(ctrl, 0xE000, 0x2000, pcimem=False)
+
+
+def test_short_usb_reads_raise_instead_of_returning_less_data() -> None:
+    """Issue 29 finding 9: a 0x1000-byte read through the bridge returned 2048 bytes without any error."""
+    ctrl, bridge = _ctrl()
+    bridge.sram[:0x1000] = bytes(range(256)) * 16
+    sram = USBMMIO(ctrl, 0xF000, 0x10000, pcimem=False)
+    assert sram.read(0, 0x1000) == bytes(bridge.sram[:0x1000])  # complete transfers still work
+    bridge.short_reads = 2048
+    with pytest.raises(ShortReadError, match=r"SRAM read returned 0x800 of 0x1000 bytes"):
+        sram.read(0, 0x1000)
+    with pytest.raises(ShortReadError, match="SRAM read"):
+        ctrl.scsi_read_arm(0x1000)
+        ctrl.scsi_read(0x1000)
+    bridge.gpu.write_config(0x04, 0x2, 2)  # memory decoding on, BAR0 at its reset address
+    bridge.short_reads = 8
+    with pytest.raises(ShortReadError, match="pcie_mem_read short read"):
+        ctrl.pcie_mem_read(bridge.gpu.bar_info(0)[0], 0x1000)
+    bridge.short_reads = 100
+    with pytest.raises(ShortReadError, match="XDATA read at 0x2000 returned 100 of 255 bytes"):
+        ctrl.read(0x2000, 300)
+    bridge.short_reads = 7
+    with pytest.raises(ShortReadError, match="0xF0 IN"):
+        ctrl.pcie_cfg_req(0, bus=4)
+
+
+def test_mmio_views_refuse_a_backend_that_returns_the_wrong_length() -> None:
+    from tg.drivers.mmio import MMIOView
+
+    class Truncating(MMIOView):  # a backend that drops data: the view must not hand out a short result
+        def _read_bytes(self, off: int, n: int) -> bytes:
+            return bytes(n // 2)
+
+    view = Truncating(0x1000, "I")
+    for read in (lambda: view.read(0, 0x1000), lambda: view[0:4], lambda: view[3], lambda: view.read32(8)):
+        with pytest.raises(ShortReadError, match=r"Truncating: read of 0x\w+ bytes at offset 0x\w+ returned"):
+            read()
+    assert view.read(0, 0) == b""
 
 
 def test_bridge_dma_windows() -> None:

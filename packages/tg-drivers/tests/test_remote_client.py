@@ -296,6 +296,78 @@ def test_map_sysmem_fd_over_unix(fake: Callable[..., FakeServer], tmp_path: obje
     dev.close()
 
 
+def _fd_server(fake: Callable[..., FakeServer], mapped: int, file_size: int, table: bytes) -> FakeServer:
+    srv: FakeServer
+
+    def script(header: bytes, payload: bytes) -> bytes | None:
+        if header[0] != RemoteCmd.MAP_SYSMEM_FD:
+            return zeros(header, payload)
+        fd = os.memfd_create("hostile-sysmem")
+        os.ftruncate(fd, file_size)
+        os.pwrite(fd, table, 0)
+        socket.send_fds(srv.peer, [pack_response(mapped, 1)], [fd])
+        os.close(fd)
+        return None
+
+    srv = fake(script, socket.AF_UNIX)
+    return srv
+
+
+@pytest.mark.parametrize(
+    ("mapped", "file_size", "table", "message"),
+    [
+        # issue 29 finding 10: a table entry of 2^34 pages was expanded whole (181 MiB) for an 8 KiB request
+        (8192, 8192, struct.pack("<QQ", 0x100000, 1 << 46), "describes more than the 0x2000 bytes"),
+        (1 << 40, 8192, encode_addr_table([(0x100000, 0x2000)]), "mapping of 0x10000000000 bytes for a request"),
+        (4096, 4096, encode_addr_table([(0x100000, 0x2000)]), "mapping of 0x1000 bytes for a request of 0x2000"),
+        (16384, 8192, encode_addr_table([(0x100000, 0x2000)]), "0x2000-byte file for 0x4000 bytes"),
+        (8192, 8192, struct.pack("<QQ", 0x100800, 0x2000), "not page aligned"),
+        (8192, 8192, struct.pack("<QQ", 2**64 - 4096, 0x2000), "runs past 2\\*\\*64"),
+    ],
+)
+def test_map_sysmem_fd_lengths_are_checked_against_the_request(
+    fake: Callable[..., FakeServer], mapped: int, file_size: int, table: bytes, message: str
+) -> None:
+    srv = _fd_server(fake, mapped, file_size, table)
+    dev = RemotePCIDevice("AM", "remote:unix:/tmp/x.sock:mock:0:0", RemoteConnection(srv.client, rpc_timeout=2.0))
+    with pytest.raises(RemoteError, match=message):
+        dev.alloc_sysmem(8192)
+    assert dev.connection.rpc(RemoteCmd.PING)[0] == 0  # a refused reply leaves the connection in step
+    dev.close()
+
+
+def test_an_oversized_range_expands_only_the_pages_requested(fake: Callable[..., FakeServer]) -> None:
+    srv = _fd_server(fake, 16384, 16384, struct.pack("<QQ", 0x100000, 0x4000))
+    dev = RemotePCIDevice("AM", "remote:unix:/tmp/x.sock:mock:0:0", RemoteConnection(srv.client, rpc_timeout=2.0))
+    assert dev.alloc_sysmem(5000)[1] == [0x100000, 0x101000]  # a range longer than needed is cut, never expanded
+    dev.close()
+
+
+def test_read_replies_must_announce_the_requested_length(fake: Callable[..., FakeServer]) -> None:
+    def script(header: bytes, payload: bytes) -> bytes | None:
+        if header[0] == RemoteCmd.MMIO_READ:
+            return pack_response(1 << 34, 0, bytes(unpack_request_header(header).arg1))  # lies about its length
+        return zeros(header, payload)
+
+    srv = fake(script)
+    dev = device(srv)
+    with pytest.raises(ConnectionClosedError, match="announces 17179869184 bytes, 16 were requested"):
+        dev.map_bar(0).read(0, 16)
+    with pytest.raises(ConnectionClosedError):  # the stream can no longer be trusted: the connection is broken
+        dev.read_config(0, 4)
+    dev.close()
+
+
+def test_probe_count_must_match_the_listed_devices(
+    fake: Callable[..., FakeServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = b"0000:03:00.0:0"
+    srv = fake(lambda h, p: pack_response(len(text), 5, text))
+    monkeypatch.setattr("tg.drivers.remote.client.get_connection", lambda addr: RemoteConnection(srv.client, addr))
+    with pytest.raises(RemoteError, match="announced 5 devices and listed 1"):
+        remote_list(0x1002, ((0xFFFF, (0x744C,)),), remote="10.0.0.5")
+
+
 def test_map_sysmem_fd_error_without_fd(fake: Callable[..., FakeServer]) -> None:
     answers = iter(
         [

@@ -115,6 +115,14 @@ def test_paddrs_and_addr_table() -> None:
         decode_addr_table(table, 0x3001)
     with pytest.raises(ValueError, match="ends after"):
         decode_addr_table(table[:16], 0x3000)
+    # issue 29 finding 10: a count of 2^34 pages was expanded whole; only the requested pages are, and `mapped` bounds
+    huge = struct.pack("<QQ", 0x100000, 1 << 46)
+    assert decode_addr_table(huge, 0x2000) == [0x100000, 0x101000]
+    with pytest.raises(ValueError, match="describes more than the 0x2000 bytes the server mapped"):
+        decode_addr_table(huge, 0x2000, mapped=0x2000)
+    assert decode_addr_table(table, 0x3000, mapped=0x3000) == [0x10000, 0x11000, 0x40000]
+    with pytest.raises(ValueError, match="not page aligned"):
+        decode_addr_table(struct.pack("<QQ", 0x10000, 0x1800), 0x1000)
 
 
 CAPS = {RemoteCmd.PROBE: 64, RemoteCmd.MMIO_WRITE: 1024, RemoteCmd.SYSMEM_WRITE: 1024, RemoteCmd.AUTH: 256}

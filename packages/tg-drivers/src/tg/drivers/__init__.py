@@ -19,6 +19,7 @@ from tg.drivers.errors import (
     NoPCIBusError,
     PCIeCompletionError,
     RemoteError,
+    ShortReadError,
     TGDriversError,
     UnsupportedFirmwareError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "PCIDevice",
     "PCIeCompletionError",
     "RemoteError",
+    "ShortReadError",
     "TGDriversError",
     "UnsupportedFirmwareError",
     "__version__",

@@ -73,6 +73,13 @@ class DeviceGoneError(TGDriversError, OSError):
     """The USB device disappeared (``LIBUSB_ERROR_NO_DEVICE``)."""
 
 
+class ShortReadError(TGDriversError, OSError):
+    """A read returned fewer (or more) bytes than requested: a USB transfer cut short, a backend that dropped data.
+
+    Never silently padded or truncated: a short register or flash read must not pass for real data.
+    """
+
+
 class RemoteError(TGDriversError, RuntimeError):
     """A remote PCI server answered with an error response (``"RPC failed: ..."``)."""
 

@@ -23,7 +23,7 @@ import ctypes
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from tg.drivers.errors import MockAccessError
+from tg.drivers.errors import MockAccessError, ShortReadError
 
 __all__ = ["FORMATS", "BufferMMIO", "HostMMIO", "MMIOView", "ModelMMIO"]
 
@@ -69,7 +69,16 @@ class MMIOView:
 
     def _read_item(self, off: int, size: int) -> int:
         """One element access of ``size`` bytes (backends with width guarantees override this)."""
-        return int.from_bytes(self._read_bytes(off, size), "little")
+        return int.from_bytes(self._read_exact(off, size), "little")
+
+    def _read_exact(self, off: int, n: int) -> bytes:
+        """``_read_bytes`` that raises ``ShortReadError`` unless exactly ``n`` bytes came back (never pads or cuts)."""
+        data = bytes(self._read_bytes(off, n)) if n else b""
+        if len(data) != n:
+            raise ShortReadError(
+                f"{type(self).__name__}: read of {n:#x} bytes at offset {off:#x} returned {len(data):#x} bytes"
+            )
+        return data
 
     def _write_item(self, off: int, size: int, value: int) -> None:
         self._write_bytes(off, value.to_bytes(size, "little"))
@@ -136,9 +145,9 @@ class MMIOView:
             start, stop = self._slice_bounds(index)
             off, n = start * self.itemsize, (stop - start) * self.itemsize
             self._check_range(off, n)
-            data = self._read_bytes(off, n) if n else b""
+            data = self._read_exact(off, n)
             if self.fmt == "B":
-                return bytes(data)
+                return data
             size = self.itemsize
             return [int.from_bytes(data[i : i + size], "little", signed=signed) for i in range(0, n, size)]
         off = self._element_offset(index)
@@ -206,7 +215,7 @@ class MMIOView:
     def read(self, off: int, n: int) -> bytes:
         """Copy ``n`` bytes starting at byte offset ``off``."""
         self._check_range(off, n)
-        return bytes(self._read_bytes(off, n)) if n else b""
+        return self._read_exact(off, n)
 
     def write(self, off: int, data: bytes | bytearray | memoryview) -> None:
         """Copy ``data`` to byte offset ``off``."""

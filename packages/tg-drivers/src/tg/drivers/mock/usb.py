@@ -15,7 +15,8 @@ real bridge gets:
   be enabled in its COMMAND register).
 
 Fault injection: ``fail_next_completions`` (``ret_status=1`` for the next n completions), ``completion_status``
-(``{dword address: status}``), ``link_never_up``. ``tlps`` records every mode-0 TLP as
+(``{dword address: status}``), ``link_never_up``, ``short_reads`` (every bulk IN and control IN delivers at most that
+many bytes, as a USB stack that ends a transfer with a short packet would). ``tlps`` records every mode-0 TLP as
 ``(fmt_type, address, byte_enable, value)``; ``requests`` every vendor request as ``(bRequest, wValue, wIndex, len)``
 (both keep the last ``log_size`` entries).
 A GPU register model can reach bridge memory by DMA through :meth:`dma_read`/:meth:`dma_write`.
@@ -55,6 +56,7 @@ class MockASM24Bridge:
         product: str = "custom ASM2464PD",
         fail_next_completions: int = 0,
         completion_status: dict[int, int] | None = None,
+        short_reads: int | None = None,
         log_size: int = 100_000,
     ) -> None:
         if gpu is None:
@@ -70,6 +72,8 @@ class MockASM24Bridge:
         self.link_never_up = link_never_up
         self.fail_next_completions = fail_next_completions
         self.completion_status: dict[int, int] = dict(completion_status or {})
+        #: fault: IN transfers are cut to at most this many bytes (None: complete transfers)
+        self.short_reads = short_reads
         self.xdata = bytearray(0x10000)
         self.sram = bytearray(SRAM_SIZE)
         self.sysbuf = bytearray(0x1000)  # XDATA 0xA000, bus 0x820000
@@ -150,6 +154,12 @@ class MockASM24Bridge:
 
     def control_read(self, request: int, length: int, value: int = 0, index: int = 0, timeout: int = 1000) -> bytes:
         """A vendor control IN: ``0xE4`` XDATA reads and ``0xF0`` completions."""
+        return self._cut(self._control_read(request, length, value, index))
+
+    def _cut(self, data: bytes) -> bytes:
+        return data if self.short_reads is None else data[: self.short_reads]
+
+    def _control_read(self, request: int, length: int, value: int, index: int) -> bytes:
         self.requests.append((request, value, index, length))
         if request == 0xE4:
             if not 0 < length <= 0xFF:
@@ -186,6 +196,9 @@ class MockASM24Bridge:
 
     def bulk_read(self, length: int, timeout: int = 1000) -> bytes:
         """Bulk IN: the data phase of an armed streaming read (``0xF0`` mode 2 or ``0xF2`` read-arm)."""
+        return self._cut(self._bulk_read(length))
+
+    def _bulk_read(self, length: int) -> bytes:
         stream, self._stream = self._stream, None
         if stream is None or stream[0] not in ("mem_read", "sram_read"):
             self._bad(f"bulk IN of {length} bytes without an armed read")

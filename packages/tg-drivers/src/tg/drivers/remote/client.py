@@ -60,6 +60,13 @@ CHUNK = 16 << 20
 _MAX_ERROR_MSG = 1 << 16
 _MAX_PROBE_TEXT = 16 << 20
 _SOCK_BUF = 64 << 20
+#: servers round a MAP_SYSMEM_FD mapping up to their page size (4 KiB here, 16 KiB on macOS's TinyGPU server)
+_FD_MAPPING_GRANULE = 16 << 10
+
+
+def _max_mapping(size: int) -> int:
+    """The largest mapping a server may announce for a MAP_SYSMEM_FD request of `size` bytes."""
+    return -(-max(size, _FD_MAPPING_GRANULE) // _FD_MAPPING_GRANULE) * _FD_MAPPING_GRANULE
 
 
 def _env_float(name: str, default: float) -> float:
@@ -329,12 +336,14 @@ class RemoteConnection:
         trailing: int | None = 0,
         max_trailing: int = 0,
         want_fd: bool = False,
+        announced: bool = False,
     ) -> tuple[int, int, bytes, int | None]:
         """Send a request and wait for its response; return `(resp0, resp1, trailing_data, fd)`.
 
         `trailing` is the exact number of bytes expected after an OK header, or `None` for "`resp0` bytes, at most
-        `max_trailing`". An error response raises `RemoteError`; a timeout raises `TimeoutError` and breaks the
-        connection, as does any framing inconsistency.
+        `max_trailing`"; with `announced`, the server's `resp0` must also equal `trailing` (reads announce their
+        length). An error response raises `RemoteError`; a timeout raises `TimeoutError` and breaks the connection, as
+        does any framing inconsistency (a length the server announces is never trusted beyond what was asked for).
         """
         name = command_name(cmd)
         with self._lock:
@@ -364,6 +373,11 @@ class RemoteConnection:
                         raise ConnectionClosedError(f"Connection closed: {name} error message of {resp0} bytes")
                     msg = self._recv_exact(resp0).decode("utf-8", errors="replace") if resp0 else "unknown error"
                     raise RemoteError(f"RPC failed: {msg}")
+                if announced and trailing is not None and resp0 != trailing:
+                    self._fail(f"{name} response announces {resp0} bytes for a {trailing}-byte request")
+                    raise ConnectionClosedError(
+                        f"Connection closed: {name} response announces {resp0} bytes, {trailing} were requested"
+                    )
                 if trailing is None:
                     if resp0 > max_trailing:
                         self._fail(f"{name} response announces {resp0} bytes")
@@ -442,6 +456,8 @@ def remote_list(
             max_trailing=_MAX_PROBE_TEXT,
         )
         lines = [line for line in text.decode("utf-8", errors="replace").split("\n") if line] if count else []
+        if len(lines) != count:
+            raise RemoteError(f"RPC failed: PROBE of {address.label} announced {count} devices and listed {len(lines)}")
         out.extend((conn, f"remote:{address.label}:{line}") for line in lines)
     return out
 
@@ -476,7 +492,7 @@ class RemoteMMIO(MMIOView):
         for pos in range(0, n, CHUNK):
             size = min(CHUNK, n - pos)
             _, _, data, _ = conn.rpc(
-                self.rd_cmd, self.dev.dev_id, self.residx, self.off + off + pos, size, trailing=size
+                self.rd_cmd, self.dev.dev_id, self.residx, self.off + off + pos, size, trailing=size, announced=True
             )
             out += data
         return bytes(out)
@@ -614,6 +630,8 @@ class RemotePCIDevice(PCIDevice):
         paddrs = decode_paddrs(data)
         if len(paddrs) != npages:
             raise RemoteError(f"RPC failed: server returned {len(paddrs)} page addresses for {npages} pages")
+        if handle > 0xFFFFFFFF:  # handles travel back in the 32-bit `bar` field
+            raise RemoteError(f"RPC failed: server returned sysmem handle {handle:#x}, which does not fit 32 bits")
         return RemoteMMIO(self, handle, size, "B", 0, RemoteCmd.SYSMEM_READ, RemoteCmd.SYSMEM_WRITE), paddrs
 
     def _alloc_sysmem_fd(self, size: int, contiguous: bool) -> tuple[MMIOView, list[int]]:
@@ -623,12 +641,23 @@ class RemotePCIDevice(PCIDevice):
         if fd is None:
             raise RemoteError("RPC failed: MAP_SYSMEM_FD response carried no file descriptor")
         try:
-            if mapped < size:
-                raise RemoteError(f"RPC failed: MAP_SYSMEM_FD mapped {mapped} bytes, {size} requested")
+            # the server's numbers are checked against the request before anything is mapped or expanded
+            if not size <= mapped <= _max_mapping(size):
+                raise RemoteError(
+                    f"RPC failed: MAP_SYSMEM_FD announced a mapping of {mapped:#x} bytes for a request of {size:#x}"
+                )
+            actual = os.fstat(fd).st_size
+            if actual < mapped:  # touching pages past the end of the file would kill this process (SIGBUS)
+                raise RemoteError(f"RPC failed: MAP_SYSMEM_FD sent a {actual:#x}-byte file for {mapped:#x} bytes")
             mm = mmap.mmap(fd, mapped, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        paddrs = decode_addr_table(mm[: min(mapped, 16 * (mapped // PAGE_SIZE + 1))], size)
+        npages = -(-size // PAGE_SIZE)
+        try:
+            paddrs = decode_addr_table(mm[: min(mapped, 16 * (npages + 1))], size, mapped)
+        except ValueError as e:
+            mm.close()
+            raise RemoteError(f"RPC failed: MAP_SYSMEM_FD address table: {e}") from None
         addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
         self._sysmem_maps[addr] = mm
         del handle

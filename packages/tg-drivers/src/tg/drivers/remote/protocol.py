@@ -193,20 +193,37 @@ def encode_addr_table(ranges: list[tuple[int, int]]) -> bytes:
     return b"".join(struct.pack("<QQ", paddr, size) for paddr, size in ranges) + struct.pack("<QQ", 0, 0)
 
 
-def decode_addr_table(data: bytes, size: int) -> list[int]:
-    """Expand the (paddr, size) pairs at the start of a MAP_SYSMEM_FD buffer into `ceil(size/4096)` page addresses."""
+def decode_addr_table(data: bytes, size: int, mapped: int | None = None) -> list[int]:
+    """Expand the (paddr, size) pairs at the start of a MAP_SYSMEM_FD buffer into `ceil(size/4096)` page addresses.
+
+    The table comes from the server, so it is checked against the request rather than trusted: every range must be
+    page aligned and inside the 64-bit bus address space, together they may not describe more than `mapped` bytes
+    (the size of the mapping the server announced, when given), and only the pages the request needs are expanded,
+    so a range that claims 2^46 bytes costs nothing. Raises `ValueError` for any inconsistency.
+    """
     npages = (size + PAGE_SIZE - 1) // PAGE_SIZE
+    limit = None if mapped is None else mapped // PAGE_SIZE
     pages: list[int] = []
+    described = 0
     off = 0
     while len(pages) < npages:
         if off + 16 > len(data):
             raise ValueError(f"address table ends after {len(pages)} pages, need {npages}")
         paddr, length = struct.unpack_from("<QQ", data, off)
+        entry = off // 16
         if length == 0:
             raise ValueError(f"address table covers {len(pages)} pages, need {npages}")
-        pages.extend(range(paddr, paddr + length, PAGE_SIZE))
+        if paddr % PAGE_SIZE or length % PAGE_SIZE:
+            raise ValueError(f"address table entry {entry} ({paddr:#x}, {length:#x}) is not page aligned")
+        if paddr + length > _U64 + 1:
+            raise ValueError(f"address table entry {entry} ({paddr:#x}, {length:#x}) runs past 2**64")
+        described += length // PAGE_SIZE
+        if limit is not None and described > limit:
+            raise ValueError(f"address table describes more than the {mapped:#x} bytes the server mapped")
+        take = min(length // PAGE_SIZE, npages - len(pages))
+        pages.extend(range(paddr, paddr + take * PAGE_SIZE, PAGE_SIZE))
         off += 16
-    return pages[:npages]
+    return pages
 
 
 class ProtocolError(Exception):

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tg.drivers.errors import LinkDownError, PCIeCompletionError
+from tg.drivers.errors import LinkDownError, PCIeCompletionError, ShortReadError
 from tg.drivers.mmio import MMIOView
 
 __all__ = [
@@ -108,7 +108,10 @@ class ASM24Controller:
         out = bytearray()
         for off in range(0, length, XDATA_CHUNK):
             n = min(XDATA_CHUNK, length - off)
-            out += self.usb.control_read(0xE4, n, value=base_addr + off)
+            got = bytes(self.usb.control_read(0xE4, n, value=base_addr + off))
+            if len(got) != n:
+                raise ShortReadError(f"XDATA read at {base_addr + off:#x} returned {len(got)} of {n} bytes")
+            out += got
         return bytes(out)
 
     def write(self, base_addr: int, data: bytes) -> None:
@@ -124,6 +127,8 @@ class ASM24Controller:
 
     def _f0_in(self) -> tuple[int, int, int]:
         data = bytes(self.usb.control_read(0xF0, 8, timeout=5000))
+        if len(data) != 8:
+            raise ShortReadError(f"TLP completion (0xF0 IN) returned {len(data)} of 8 bytes")
         return struct.unpack_from("<I", data)[0], (data[4] >> 5) & 0x7, data[7]
 
     def pcie_request(
@@ -205,7 +210,7 @@ class ASM24Controller:
             self._f0_out(MEM_READ64, 0x0F, address + off, n // 4, mode=2)
             got = bytes(self.usb.bulk_read(n, timeout=30000))
             if len(got) != n:
-                raise OSError(f"pcie_mem_read short read at {address + off:#x}: {len(got)} of {n} bytes")
+                raise ShortReadError(f"pcie_mem_read short read at {address + off:#x}: {len(got)} of {n} bytes")
             out += got
         return bytes(out)
 
@@ -228,8 +233,15 @@ class ASM24Controller:
         self.usb.control_write(0xF2, value=(sectors & 0x7FFF) | 0x8000, index=(slots & 0xFF) << 8)
 
     def scsi_read(self, size: int) -> bytes:
-        """Bulk IN the armed SRAM data (rounded up to 512 bytes), truncated to ``size``."""
-        return bytes(self.usb.bulk_read(-(-size // 512) * 512, timeout=10000))[:size]
+        """Bulk IN the armed SRAM data (the whole 512-byte sectors), returning its first ``size`` bytes.
+
+        A transfer shorter than the armed sectors raises ``ShortReadError``: the tail would otherwise be missing data.
+        """
+        want = -(-size // 512) * 512
+        data = bytes(self.usb.bulk_read(want, timeout=10000))
+        if len(data) != want:
+            raise ShortReadError(f"SRAM read returned {len(data):#x} of {want:#x} bytes (armed for {size:#x})")
+        return data[:size]
 
 
 class USBMMIO(MMIOView):

@@ -1,7 +1,7 @@
 """End to end: tg.drivers' RemotePCIDevice against a real `tg-pci-server` process serving simulated devices.
 
 1. Integration: config reads, BAR reads/writes, sysmem alloc/read/write, reset, resize, state persisting across
-   sessions, a token-protected server.
+   sessions, the token every TCP listener requires (generated into a 0600 token file the client reads, or given).
 2. Socket-level fuzzing of the server process (spec §8.4 b): thousands of malformed frames over hundreds of
    connections (random bytes, boundary-valued headers, truncated/overlong payloads, mutated recorded sessions, bad
    commands and BAR indices, abrupt disconnects, a slow drip, concurrent clients). Oracles: the process stays alive
@@ -57,8 +57,11 @@ class ServerProcess:
     def __init__(self, workdir: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = workdir / "server.log"
         out = workdir / "server.out"
-        full_env = {**os.environ, "TG_DRIVERS_LOCK_DIR": str(workdir), **(env or {})}
-        full_env.pop("TG_REMOTE_TOKEN", None)
+        full_env = {**os.environ, "TG_DRIVERS_LOCK_DIR": str(workdir), "XDG_CONFIG_HOME": str(workdir / "config")}
+        for name in ("TG_REMOTE_TOKEN", "REMOTE_TOKEN", "TG_REMOTE_TOKEN_FILE"):
+            full_env.pop(name, None)
+        full_env.update(env or {})
+        self.token_file: str | None = None
         with open(out, "wb") as stdout, open(self.log, "wb") as stderr:
             self.proc = subprocess.Popen(
                 [*server_command(), "--port", "0", *args], stdout=stdout, stderr=stderr, env=full_env
@@ -67,6 +70,8 @@ class ServerProcess:
         while time.monotonic() < deadline:
             text = out.read_text()
             if "listening on " in text:
+                if "token file: " in text:  # printed before "listening on" when the server made or read one
+                    self.token_file = text.split("token file: ", 1)[1].split()[0]
                 self.address = text.split("listening on ", 1)[1].split()[0]
                 if self.address.startswith("/"):  # a unix socket
                     self.address, self.host, self.port = f"unix:{self.address}", "", 0
@@ -83,6 +88,14 @@ class ServerProcess:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def auth(self) -> bytes:
+        """The AUTH frame a raw client sends first (nothing for a server without a token file)."""
+        if self.token_file is None:
+            return b""
+        token = Path(self.token_file).read_bytes().strip()
+        return pack_request(RemoteCmd.AUTH, arg1=len(token), payload=token)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -104,8 +117,12 @@ class ServerProcess:
         return 0
 
 
-def connect(srv: ServerProcess, timeout: float = 2.0) -> socket.socket:
-    sock = socket.create_connection((srv.host, srv.port), timeout=timeout)
+def connect(srv: ServerProcess, timeout: float = 2.0, source: str | None = None) -> socket.socket:
+    """A raw connection; `source` picks another loopback address to come from (another source for the server's
+    per-source failure budget, so deliberate failures there never throttle this test's own clients)."""
+    sock = socket.create_connection(
+        (srv.host, srv.port), timeout=timeout, source_address=(source, 0) if source else None
+    )
     sock.settimeout(timeout)
     return sock
 
@@ -134,17 +151,19 @@ def ping(srv: ServerProcess, within: float = 5.0) -> None:
     """A fresh connection completes a PING (retrying while the previous session is torn down: "server busy")."""
     deadline = time.monotonic() + within
     last = b""
+    auth = srv.auth
+    want = RESPONSE_SIZE * (2 if auth else 1)
     while time.monotonic() < deadline:
         try:
             with connect(srv, 1.0) as sock:
-                sock.sendall(pack_request(RemoteCmd.PING))
+                sock.sendall(auth + pack_request(RemoteCmd.PING))
                 last = b""
-                while len(last) < RESPONSE_SIZE:
-                    chunk = sock.recv(RESPONSE_SIZE - len(last))
+                while len(last) < want:
+                    chunk = sock.recv(want - len(last))
                     if not chunk:
                         break
                     last += chunk
-                if len(last) == RESPONSE_SIZE and last[0] == 0:  # OK; resp0 holds the server's feature flags
+                if len(last) == want and last[0] == 0 and last[-RESPONSE_SIZE] == 0:  # OK; resp0: feature flags
                     return
         except OSError:
             pass
@@ -155,7 +174,9 @@ def ping(srv: ServerProcess, within: float = 5.0) -> None:
 @pytest.fixture(autouse=True)
 def _clean_client_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("TG_DRIVERS_LOCK_DIR", str(tmp_path))
-    monkeypatch.delenv("REMOTE_TOKEN", raising=False)
+    for name in ("TG_REMOTE_TOKEN", "REMOTE_TOKEN", "TG_REMOTE_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "client-config"))  # no token file of the developer's
     clear_connections()
     yield
     clear_connections()
@@ -168,14 +189,24 @@ def demo_server(tmp_path: Path) -> Iterator[ServerProcess]:
     assert srv.stop() == 0, srv.log.read_text()
 
 
-def open_device(address: str, monkeypatch: pytest.MonkeyPatch) -> RemotePCIDevice:
+def open_device(address: str, monkeypatch: pytest.MonkeyPatch, token_file: str | None = None) -> RemotePCIDevice:
+    """`REMOTE=address` (and `TG_REMOTE_TOKEN_FILE=token_file`), then the device, as a user's program would."""
     monkeypatch.setenv("REMOTE", address)
+    if token_file is not None:
+        monkeypatch.setenv("TG_REMOTE_TOKEN_FILE", token_file)
     ((conn, name),) = remote_list(0x1002, NAVI31)
     return RemotePCIDevice("AM", name, conn)
 
 
 def test_remote_device_against_server_process(demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
-    dev = open_device(demo_server.address, monkeypatch)
+    # the README's example: no token given, so the server generated one into a private token file and printed its path
+    assert demo_server.token_file is not None
+    assert Path(demo_server.token_file).stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv("REMOTE", demo_server.address)
+    with pytest.raises(RemoteError, match="authentication required"):
+        remote_list(0x1002, NAVI31)  # a client without the token gets nothing
+    clear_connections()
+    dev = open_device(demo_server.address, monkeypatch, demo_server.token_file)
     assert dev.pcibus == f"remote:{demo_server.address}:mock:0:0"
     # config space
     assert dev.read_config(0, 2) == 0x1002 and dev.read_config(2, 2) == 0x744C
@@ -212,12 +243,12 @@ def test_remote_device_against_server_process(demo_server: ServerProcess, monkey
 
 
 def test_simulated_state_persists_across_sessions(demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
-    dev = open_device(demo_server.address, monkeypatch)
+    dev = open_device(demo_server.address, monkeypatch, demo_server.token_file)
     dev.map_bar(2).write(0x100, b"flash contents")
     dev.close()
     clear_connections()  # a new connection is a new session
     ping(demo_server)
-    dev = open_device(demo_server.address, monkeypatch)
+    dev = open_device(demo_server.address, monkeypatch, demo_server.token_file)
     assert dev.map_bar(2).read(0x100, 14) == b"flash contents"
     dev.close()
     clear_connections()
@@ -423,11 +454,15 @@ def test_fuzz_server_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         recorded = _recorded()
         cases = int(os.environ.get("TG_FUZZ_CASES", "600"))
         frames = 0
+        auth = srv.auth
         for case in range(cases):
             data = fuzz_input(rng, recorded)
             frames += max(1, len(data) // 33)
             ending = rng.randrange(10)
-            with connect(srv) as sock:
+            # most cases authenticate and reach the session's parser; the rest probe the admission of strangers
+            authenticated = rng.random() < 0.85
+            with connect(srv, source=None if authenticated else "127.0.0.2") as sock:
+                data = (auth if authenticated else b"") + data
                 try:
                     if ending == 0:  # abrupt disconnect mid-stream (RST)
                         sock.sendall(data[: rng.randrange(len(data) + 1)])
@@ -446,9 +481,10 @@ def test_fuzz_server_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             if case % 50 == 49:
                 assert srv.alive, srv.log.read_text()[-2000:]
                 ping(srv, 1.0 + 1.0)
-        # connection-level oddities: a slow drip (cut by --io-timeout 1) and concurrent clients
+        # connection-level oddities: a slow drip inside a session (cut by --io-timeout 1) and concurrent clients
         with connect(srv, 5.0) as drip:
             closed_early = False
+            drip.sendall(auth)
             for byte in pack_request(RemoteCmd.PING)[:20]:
                 try:
                     drip.sendall(bytes([byte]))
@@ -462,7 +498,7 @@ def test_fuzz_server_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ping(srv)
         crowd = [connect(srv) for _ in range(4)]
         for sock in crowd:
-            sock.sendall(pack_request(RemoteCmd.PING))
+            sock.sendall(auth + pack_request(RemoteCmd.PING))
         for sock in crowd:
             data, _ = recv_until_eof(sock, 3.0) if sock is not crowd[0] else (sock.recv(RESPONSE_SIZE), True)
             assert data[:1] in (b"\0", b"\1")  # an answer or "server busy"
@@ -478,7 +514,7 @@ def test_fuzz_server_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         assert srv.rss() - rss_before < 64 * MIB
         assert frames > 1000
         # valid requests still work, through the real client
-        dev = open_device(srv.address, monkeypatch)
+        dev = open_device(srv.address, monkeypatch, srv.token_file)
         bar2 = dev.map_bar(2)
         bar2.write(0, b"still works")
         assert bar2.read(0, 11) == b"still works"

@@ -28,6 +28,9 @@ def _isolated_lock_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("TG_DRIVERS_LOCK_DIR", path)
     monkeypatch.delenv("TG_DRIVERS_BACKEND", raising=False)
     monkeypatch.delenv("REMOTE", raising=False)
+    for name in ("TG_REMOTE_TOKEN", "REMOTE_TOKEN", "TG_REMOTE_TOKEN_FILE"):  # no token from the developer's setup
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
     yield path
 
 

@@ -89,7 +89,8 @@ def test_remote_program_is_one_round_trip_and_equals_the_local_run(monkeypatch: 
     for dev in (local_dev, served):
         dev.map_bar(5).write32(0x10, 0xAABBCCDD)
     with RemoteServerThread(device=served) as srv:
-        monkeypatch.setenv("REMOTE", srv.address)
+        for name, value in srv.env.items():  # REMOTE and its token, as a user's shell would have them
+            monkeypatch.setenv(name, value)
         conn, name = remote_list(0x1002, ((0xFFFF, (0x744C,)),))[0]
         remote = RemotePCIDevice("AM", name, conn, lock=False)
         view = remote.map_bar(5)

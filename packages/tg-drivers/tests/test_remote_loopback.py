@@ -15,7 +15,8 @@ import pytest
 from tg.drivers.errors import ConnectionClosedError, DeviceBusyError, RemoteError
 from tg.drivers.mmio import HostMMIO, MMIOView
 from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice, RemoteServerThread
-from tg.drivers.remote import Limits, RemoteCmd, RemotePCIDevice, remote_list
+from tg.drivers.remote import Limits, RemoteCmd, RemotePCIDevice, RemoteServer, StaticProvider, remote_list
+from tg.drivers.remote.admission import AdmissionPolicy
 from tg.drivers.remote.client import RemoteAddress, RemoteConnection, clear_connections
 from tg.drivers.remote.protocol import RESPONSE_SIZE, pack_request, unpack_response_header
 from tg.drivers.testing import MakeView, MMIOConformance
@@ -37,8 +38,22 @@ def gpu(regs: DwordRegisterFile | None = None, **kw: Any) -> MockPCIDevice:
 
 
 def open_remote(srv: RemoteServerThread, vendor: int = 0x1002, devices: Any = NAVI31) -> RemotePCIDevice:
-    ((conn, name),) = remote_list(vendor, devices, remote=srv.address)
+    ((conn, name),) = remote_list(vendor, devices, remote=srv.address, token=srv.token)
     return RemotePCIDevice("AM", name, conn)
+
+
+def auth_frame(token: str | None) -> bytes:
+    """The AUTH request a client sends first (nothing when the server has no token)."""
+    if token is None:
+        return b""
+    return pack_request(RemoteCmd.AUTH, arg1=len(token), payload=token.encode())
+
+
+def read_until_eof(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
 
 
 def raw_connect(srv: RemoteServerThread, timeout: float = 5.0) -> socket.socket:
@@ -67,10 +82,10 @@ def ping(srv: RemoteServerThread, attempts: int = 50) -> None:
     """A fresh connection completes a PING (retrying while the previous session is still being torn down)."""
     for _ in range(attempts):
         with raw_connect(srv, 2.0) as sock:
-            sock.sendall(pack_request(RemoteCmd.PING))
-            reply = recv_exact(sock, RESPONSE_SIZE)
-            if unpack_response_header(reply)[0] == 0:  # OK (resp0 carries the server's feature flags)
-                return
+            sock.sendall(auth_frame(srv.token) + pack_request(RemoteCmd.PING))
+            replies = [recv_exact(sock, RESPONSE_SIZE) for _ in range(2 if srv.token else 1)]
+            if all(len(r) == RESPONSE_SIZE and unpack_response_header(r)[0] == 0 for r in replies):
+                return  # OK (PING's resp0 carries the server's feature flags)
         time.sleep(0.05)
     raise AssertionError("server did not answer PING")
 
@@ -81,13 +96,13 @@ def test_probe_config_bars_and_model_access() -> None:
         "SV", "mock:nic", vendor=0x8086, device=0x1533, class_code=0x020000, bars={0: BarSpec(4096)}, lock=False
     )
     with RemoteServerThread(devices=[gpu(regs), nic]) as srv:
-        found = remote_list(0x1002, NAVI31, remote=srv.address)
+        found = remote_list(0x1002, NAVI31, remote=srv.address, token=srv.token)
         assert [name for _, name in found] == [f"remote:{srv.address}:mock:gpu:0"]
-        assert [n for _, n in remote_list(0x8086, ((0, (0,)),), remote=srv.address)] == [
+        assert [n for _, n in remote_list(0x8086, ((0, (0,)),), remote=srv.address, token=srv.token)] == [
             f"remote:{srv.address}:mock:nic:1"
         ]
-        assert remote_list(0x1002, ((0, (0,)),), base_class=0x02, remote=srv.address) == []
-        assert len(remote_list(0x1002, ((0, (0,)),), base_class=0x03, remote=srv.address)) == 1
+        assert remote_list(0x1002, ((0, (0,)),), base_class=0x02, remote=srv.address, token=srv.token) == []
+        assert len(remote_list(0x1002, ((0, (0,)),), base_class=0x03, remote=srv.address, token=srv.token)) == 1
         dev = open_remote(srv)
         assert dev.dev_id == 0 and dev.pcibus.startswith("remote:127.0.0.1:")
         assert dev.read_config(0, 2) == 0x1002 and dev.read_config(2, 2) == 0x744C
@@ -169,9 +184,10 @@ def test_sessions_are_isolated_and_released() -> None:
 
 
 def test_second_client_is_told_busy() -> None:
-    with RemoteServerThread(device=gpu(), busy_grace=0.1) as srv:
+    with RemoteServerThread(device=gpu(), admission=AdmissionPolicy(busy_grace=0.1)) as srv:
         dev = open_remote(srv)
         with raw_connect(srv) as other:
+            other.sendall(auth_frame(srv.token))  # authenticated, but the slot is taken
             assert read_error(other) == "server busy"
             assert other.recv(1) == b""
         dev.connection.rpc(RemoteCmd.PING)
@@ -192,6 +208,29 @@ def test_token() -> None:
         conn = RemoteConnection.connect(RemoteAddress(host, int(port)), token="hunter2")
         conn.rpc(RemoteCmd.PING)
         conn.close()
+
+
+def test_tcp_listeners_need_a_token_unless_insecure(tmp_path: Any) -> None:
+    # issue 29 finding 1: a loopback TCP listener without a token let every local user drive the devices
+    with pytest.raises(ValueError, match="a TCP listener needs a token"):
+        RemoteServer(StaticProvider([gpu()])).bind_tcp("127.0.0.1", 0)
+    with RemoteServerThread(device=gpu()) as srv:  # the test fixture generates one
+        assert srv.token and srv.env == {"REMOTE": srv.address, "TG_REMOTE_TOKEN": srv.token}
+        with raw_connect(srv) as sock:
+            sock.sendall(pack_request(RemoteCmd.PING))
+            assert read_error(sock) == "authentication required"
+        with pytest.raises(RemoteError, match="authentication required"):
+            remote_list(0x1002, NAVI31, remote=srv.address, token=None)
+    with RemoteServerThread(device=gpu(), insecure=True) as srv:  # the one opt-out
+        assert srv.token is None
+        dev = open_remote(srv)
+        assert dev.read_config(0, 2) == 0x1002
+        dev.close()
+    with RemoteServerThread(device=gpu(), unix_path=str(tmp_path / "s.sock")) as srv:  # 0600 socket: no token needed
+        assert srv.token is None
+        dev = open_remote(srv)
+        assert dev.read_config(0, 2) == 0x1002
+        dev.close()
 
 
 @pytest.mark.parametrize("variable", ["TG_REMOTE_TOKEN", "REMOTE_TOKEN"])
@@ -229,7 +268,7 @@ def test_silent_and_dripping_connections_never_block_an_authenticated_client() -
             conn.close()
             for sock in (silent, drip):  # and both are dropped once their first second is over
                 sock.settimeout(5)
-                assert sock.recv(1) == b""
+                assert b"no complete first request" in read_until_eof(sock)
 
 
 def test_default_bind_is_loopback_and_idle_timeout() -> None:
@@ -237,7 +276,7 @@ def test_default_bind_is_loopback_and_idle_timeout() -> None:
         assert srv.host == "127.0.0.1" and srv.server.address == ("127.0.0.1", srv.port)
         with raw_connect(srv) as sock:
             start = time.monotonic()
-            assert sock.recv(1) == b""  # closed by the idle timeout, not by us
+            assert b"no complete first request" in read_until_eof(sock)  # closed by the idle timeout, not by us
             assert time.monotonic() - start < 4.5
 
 
@@ -255,7 +294,7 @@ def test_slow_drip_is_cut_by_the_io_timeout() -> None:
                 time.sleep(0.05)
             if not closed:
                 try:
-                    assert sock.recv(1) == b""
+                    assert b"no complete first request" in read_until_eof(sock)
                 except ConnectionResetError:  # our late bytes reached a closed socket: closed all the same
                     pass
         ping(srv)

@@ -391,6 +391,23 @@ def test_reset_count_on_a_static_device() -> None:
     assert dev.reset_count == 2 and not dev.closed  # shared devices outlive sessions
 
 
+def test_feed_stops_at_its_reply_limit_until_called_again(rig: Rig) -> None:
+    """Back-pressure (issue 29 finding 4): with a reply limit, requests beyond it stay buffered, unanswered and not
+    executed, until the caller has sent what it got and calls `feed` again."""
+    s = rig.session()
+    probe(s)
+    reads = pack_request(RemoteCmd.MMIO_READ, 0, 5, 0, 4096) * 10
+    replies, close = s.feed(reads, reply_limit=8192)
+    assert (len(replies), close, s.stalled) == (2, False, True)
+    assert len(rig.bar5.accesses) == 2  # the other eight reads have not touched the device
+    total = len(replies)
+    while s.stalled:
+        replies, close = s.feed(b"", reply_limit=8192)
+        total += len(replies)
+    assert total == 10 and not close and len(rig.bar5.accesses) == 10
+    s.close()
+
+
 def test_unknown_command_closes(rig: Rig) -> None:
     s = rig.session()
     replies, close = s.feed(struct.pack("<BIIQQQ", 42, 0, 0, 0, 0, 0) + pack_request(RemoteCmd.PING))

@@ -14,7 +14,15 @@ from amdflash.sim.harness import Result, run_cli
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TG_DRIVERS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-    for name in ("REMOTE", "AMDFLASH_DEBUG", "TG_DRIVERS_BACKEND"):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))  # the remote token file
+    for name in (
+        "REMOTE",
+        "AMDFLASH_DEBUG",
+        "TG_DRIVERS_BACKEND",
+        "TG_REMOTE_TOKEN",
+        "REMOTE_TOKEN",
+        "TG_REMOTE_TOKEN_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -31,21 +31,23 @@ def amdflash_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "amdflash"]
 
 
-def run(address: str, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REMOTE": address}
+def run(address: str | dict[str, str], *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The console script with `REMOTE=address` (or the environment `address` names: REMOTE and its token)."""
+    env = {**os.environ, **(address if isinstance(address, dict) else {"REMOTE": address})}
     return subprocess.run(
         [*amdflash_command(), "--transport", "remote", *argv], env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[SimulatedNavi31, str]]:
+def served() -> Iterator[tuple[SimulatedNavi31, dict[str, str]]]:
+    """The board and the client environment: REMOTE and TG_REMOTE_TOKEN of the in-thread server."""
     board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
     with RemoteServerThread(device=make_sim_device(board, lock=False)) as srv:
-        yield board, srv.address
+        yield board, srv.env
 
 
-def test_remote_info_read_flash_probe(served: tuple[SimulatedNavi31, str], tmp_path: Path) -> None:
+def test_remote_info_read_flash_probe(served: tuple[SimulatedNavi31, dict[str, str]], tmp_path: Path) -> None:
     board, address = served
     image1, image2 = build_ifwi(1), build_ifwi(2)
     p = run(address, "romsw", "info")
@@ -72,7 +74,7 @@ def test_remote_info_read_flash_probe(served: tuple[SimulatedNavi31, str], tmp_p
     never_happen(board)
 
 
-def test_remote_list_and_refusal(served: tuple[SimulatedNavi31, str]) -> None:
+def test_remote_list_and_refusal(served: tuple[SimulatedNavi31, dict[str, str]]) -> None:
     board, address = served
     p = run(address, "list")
     assert p.returncode == 0, p.stderr
@@ -84,7 +86,7 @@ def test_remote_list_and_refusal(served: tuple[SimulatedNavi31, str]) -> None:
 
 
 @pytest.mark.slow
-def test_remote_full_dump(served: tuple[SimulatedNavi31, str], tmp_path: Path) -> None:
+def test_remote_full_dump(served: tuple[SimulatedNavi31, dict[str, str]], tmp_path: Path) -> None:
     board, address = served
     out = tmp_path / "a.bin"
     p = run(address, "romsw", "dump", str(out), timeout=900)
@@ -106,10 +108,12 @@ def test_real_pci_server_process_with_mock_model(tmp_path: Path) -> None:
     )
     try:
         assert server.stdout is not None
-        first = server.stdout.readline().strip()
-        assert first.startswith("listening on "), (first, server.stderr.read() if server.poll() is not None else "")
-        address = first.removeprefix("listening on ")
-        p = run(address, "romsw", "info")
+        first = server.stdout.readline().strip()  # no token given: the server makes one in the user's token file
+        assert first.startswith("token file: "), (first, server.stderr.read() if server.poll() is not None else "")
+        second = server.stdout.readline().strip()
+        assert second.startswith("listening on "), second
+        address = second.removeprefix("listening on ")
+        p = run(address, "romsw", "info")  # the client (same user, same XDG_CONFIG_HOME) finds that token file
         assert p.returncode == 0, p.stderr
         assert "CMP=clear" in p.stdout
         p = run(address, "romsw", "read", "0", "0x100")

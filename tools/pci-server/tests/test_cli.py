@@ -57,6 +57,7 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "--max-total",
         "--io-timeout",
         "--idle-timeout",
+        "--first-request-timeout",
         "--backend",
         "--mock-model",
         "--verbose",
@@ -69,7 +70,11 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
     text = " ".join(out.split())
     for phrase in (
         "binds to 127.0.0.1 by default",
-        "refused unless --insecure",
+        "--insecure is the only way to serve TCP without a token",
+        "There is no TLS",
+        "SSH tunnel",
+        "written to the token file (mode 0600",
+        "whose path is printed",
         "within 5 s of connecting",
         "0600",
         "a stale socket file is replaced",
@@ -77,7 +82,9 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "freed when it disconnects",
         "never partly applied",
         "listening on <address>",
-        "one line per connection opened or closed",
+        "one line per session opened or closed",
+        "summarised every 10 s",
+        "other sources are not affected",
         "K/M/G",
         "0 = never",
     ):
@@ -154,7 +161,7 @@ def test_demo_device() -> None:
         (["--port", "70000"], "--port must be"),
         (["--token", "a", "--token-file", "b"], "either --token or --token-file"),
         (["--token", "x" * 300], "1..256 bytes"),
-        (["--token-file", "/nonexistent/token"], "cannot read --token-file"),
+        (["--token-file", "/nonexistent/token"], "cannot use the --token-file /nonexistent/token"),
         (["--io-timeout", "0"], "io_timeout must be positive"),
     ],
 )
@@ -201,22 +208,62 @@ def test_non_loopback_bind_warns(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     monkeypatch.setenv("TG_REMOTE_TOKEN", "from-env")
     assert main(["--backend", "mock", "--host", "0.0.0.0", "--allow", "1002", "--deny-reset"]) == 0
     captured = capsys.readouterr()
-    assert "listening on 0.0.0.0:4242" in captured.out
+    assert "listening on 0.0.0.0:4242" in captured.out and "token file" not in captured.out
     assert "WARNING: binding to 0.0.0.0" in captured.err and "raw read/write access" in captured.err
+    assert "not encrypted" in captured.err
     server = FakeServer.instances[-1]
     assert server.kwargs["token"] == b"from-env" and server.kwargs["allow"] == [(0x1002, None)]
-    assert server.kwargs["deny_reset"] is True
+    assert server.kwargs["deny_reset"] is True and server.kwargs["insecure"] is False
     monkeypatch.delenv("TG_REMOTE_TOKEN")
-    n = len(FakeServer.instances)
-    assert main(["--backend", "mock", "--host", "0.0.0.0"]) == 2  # no token: refused before binding
-    assert "refusing to serve 0.0.0.0 without a token" in capsys.readouterr().err
-    assert len(FakeServer.instances) == n
     assert main(["--backend", "mock", "--host", "0.0.0.0", "--insecure"]) == 0
-    assert "WARNING: binding to 0.0.0.0" in capsys.readouterr().err  # allowed, loudly
-    assert main(["--backend", "mock"]) == 0
-    assert "WARNING" not in capsys.readouterr().err  # loopback by default: no warning
+    err = capsys.readouterr().err
+    assert "WARNING: binding to 0.0.0.0" in err and "WARNING: --insecure: no token" in err  # allowed, loudly
+    assert FakeServer.instances[-1].kwargs["token"] is None and FakeServer.instances[-1].kwargs["insecure"] is True
     assert main(["--backend", "mock", "--unix", "/tmp/tg-test.sock"]) == 0
-    assert "listening on /tmp/tg-test.sock" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "listening on /tmp/tg-test.sock" in captured.out and "WARNING" not in captured.err
+    assert FakeServer.instances[-1].kwargs["token"] is None  # a 0600 unix socket needs no token
+
+
+def test_loopback_tcp_without_a_token_generates_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 finding 1: `tg-pci-server --backend mock` served loopback TCP without a token ("token off")."""
+    monkeypatch.setattr(cli, "RemoteServer", FakeServer)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert main(["--backend", "mock"]) == 0
+    captured = capsys.readouterr()
+    path = tmp_path / "config" / "tg" / "remote-token"
+    assert f"token file: {path} (generated;" in captured.out and "WARNING" not in captured.err
+    assert captured.out.index("token file:") < captured.out.index("listening on")
+    token = FakeServer.instances[-1].kwargs["token"]
+    assert token and path.read_bytes().strip() == token and len(token) >= 32
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert token.decode() not in captured.out + captured.err  # the path is printed, never the secret
+    assert main(["--backend", "mock"]) == 0  # the next start reuses it: clients keep working
+    assert f"token file: {path} (existing;" in capsys.readouterr().out
+    assert FakeServer.instances[-1].kwargs["token"] == token
+    explicit = tmp_path / "mine"
+    assert main(["--backend", "mock", "--token-file", str(explicit)]) == 0  # a missing --token-file is created
+    assert f"token file: {explicit} (generated;" in capsys.readouterr().out
+    assert FakeServer.instances[-1].kwargs["token"] == explicit.read_bytes().strip()
+    monkeypatch.setenv("TG_REMOTE_TOKEN_FILE", str(tmp_path / "elsewhere"))
+    assert main(["--backend", "mock"]) == 0
+    assert (tmp_path / "elsewhere").exists()
+
+
+def test_token_file_is_never_followed_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "RemoteServer", FakeServer)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    link = tmp_path / "token"
+    link.symlink_to(victim)
+    with pytest.raises(SystemExit) as exc:
+        main(["--backend", "mock", "--token-file", str(link)])
+    assert exc.value.code == 2 and "cannot use the --token-file" in capsys.readouterr().err
+    assert victim.read_text() == "keep"
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644])

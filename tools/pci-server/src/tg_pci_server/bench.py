@@ -49,9 +49,10 @@ def _bench_view(label: str, view: MMIOView, device: RemotePCIDevice) -> None:
         )
 
 
-def run(remote: str) -> None:
-    """Benchmark the first device of vendor 0x1002 (any device id) on the `remote` server."""
-    found = remote_list(0x1002, ((0, (0,)),), remote=remote)
+def run(remote: str, token: str | None = None) -> None:
+    """Benchmark the first device of vendor 0x1002 (any device id) on the `remote` server (authenticating with
+    `token`, default: the client's usual token, `TG_REMOTE_TOKEN` or the token file)."""
+    found = remote_list(0x1002, ((0, (0,)),), remote=remote, token=token)
     if not found:
         raise SystemExit(f"no AMD device on {remote}")
     conn, name = found[0]
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         from tg_pci_server.backends import demo_devices
 
         with RemoteServerThread(devices=demo_devices()) as srv:
-            run(srv.address)
+            run(srv.address, srv.token)
         return 0
     if not args.remote:
         parser.error("give --remote HOST:PORT, set REMOTE, or use --self")

@@ -8,13 +8,13 @@ import logging
 import os
 import re
 import signal
-import stat
 import sys
 import threading
 from types import FrameType
 
 from tg.drivers.remote.protocol import DEFAULT_PORT, MAX_TOKEN_LEN
 from tg.drivers.remote.server import DeviceProvider, Limits, RemoteServer, parse_allow
+from tg.drivers.remote.token import TokenFileError, default_token_path, ensure_token_file
 from tg_pci_server.__about__ import __version__
 
 DESCRIPTION = """\
@@ -22,31 +22,41 @@ Serve PCI devices to tg.drivers' RemotePCIDevice (REMOTE=host:port) over TCP or 
 
 SECURITY: a client of this server gets raw read/write access to device BARs, config space, DMA memory and device
 reset. A malicious client can DMA-attack this host through a bus-mastering device, brick the device, or exhaust
-memory. The server therefore binds to 127.0.0.1 by default; reach it from another machine through an SSH tunnel
-(ssh -L 6667:127.0.0.1:6667 host), or bind elsewhere with --host and a token (--token-file, readable by its owner
-only, or TG_REMOTE_TOKEN): a non-loopback bind without a token is refused unless --insecure is given.
-Every request is validated (BAR, config-space and allocation bounds, sizes, handles) before the device is touched:
-a bad read gets an error reply, a bad posted write (MMIO_WRITE/SYSMEM_WRITE) drops the session and is never partly
-applied, an unknown command gets an error and the connection is closed. One client is served at a time: a second
-connection waits up to 0.5 s for the current session to end, then is answered "server busy" and closed. A client's
-state (opened devices and their locks, mappings, DMA allocations) is freed when it disconnects. Every connection must
-complete its first request (its AUTH when a token is set) within 5 s of connecting or it is dropped; until it has, it
-holds nothing, so a silent or byte-dripping connection never locks out a client that authenticates.
+memory. There is no TLS: the token and all traffic travel in clear text, so reach a server on another machine through
+an SSH tunnel (ssh -L 6667:127.0.0.1:6667 host) or over a network you trust. The server binds to 127.0.0.1 by
+default, and every TCP listener, loopback included, requires a token: --token, --token-file FILE (readable by its owner
+only; created with a fresh token if it does not exist) or TG_REMOTE_TOKEN; without any, a token is generated and
+written to the token file (mode 0600, default ~/.config/tg/remote-token or TG_REMOTE_TOKEN_FILE), whose path is
+printed. Clients of the same user find it there; give it to others through TG_REMOTE_TOKEN or TG_REMOTE_TOKEN_FILE.
+--insecure is the only way to serve TCP without a token. A unix socket (--unix) is created mode 0600 and needs no
+token. Every request is validated (BAR, config-space and allocation bounds, sizes, handles) before the device is
+touched: a bad read gets an error reply, a bad posted write (MMIO_WRITE/SYSMEM_WRITE) drops the session and is never
+partly applied, an unknown command gets an error and the connection is closed. One client is served at a time: an
+authenticated second client waits up to 0.5 s for the current session to end, then is answered "server busy" and
+closed. A client's state (opened devices and their locks, mappings, DMA allocations) is freed when it disconnects.
 
-Once ready, the server prints "listening on <address>" on stdout. It logs one line per connection opened or closed
-and one per error on stderr (--verbose: one per request). SIGTERM or SIGINT stops it. Sizes accept K/M/G suffixes
-(binary: 64M = 64 MiB).
+Unauthenticated connections never hold the session: every connection must send its AUTH (or, without a token, its
+first request) within 5 s of connecting, at most one AUTH frame is buffered for it, and it is handled without a thread.
+Each source (IP address; for loopback and unix peers, IP and user) has a budget of failed authentications after which
+it is refused for an exponentially growing back-off; other sources are not affected. Unauthenticated connections are
+bounded per source and overall, the idlest evicted first. A client that does not read its replies stops being read.
+
+Once ready, the server prints "listening on <address>" on stdout (after "token file: <path>" when it uses one). It logs
+one line per session opened or closed and one per error on stderr; rejected connections are logged a few at a time,
+then summarised every 10 s (--verbose: one line per request and per connection). SIGTERM or SIGINT stops it. Sizes
+accept K/M/G suffixes (binary: 64M = 64 MiB).
 """
 
 EPILOG = """\
 environment:
-  TG_REMOTE_TOKEN   shared secret (same as --token); clients read the same variable (REMOTE_TOKEN is an alias)
+  TG_REMOTE_TOKEN      shared secret (same as --token); clients read the same variable (REMOTE_TOKEN is an alias)
+  TG_REMOTE_TOKEN_FILE the token file used when no token is given (default ~/.config/tg/remote-token); clients too
   TG_DRIVERS_LOCK_DIR  directory of device lock files (default: the temp dir)
 
 examples:
-  tg-pci-server --backend mock                       # simulated GPU on 127.0.0.1:6667
+  tg-pci-server --backend mock                       # simulated GPU on 127.0.0.1:6667, token in the token file
   tg-pci-server --backend mock --mock-model pkg.sim:make_board
-  tg-pci-server --allow 1002:744c --token-file ~/.tg-token   # local Navi31 GPUs only, with a token
+  tg-pci-server --allow 1002:744c --token-file ~/.tg-token   # local Navi31 GPUs only, this token file
   tg-pci-server --unix /run/user/1000/tg-pci.sock
 """
 
@@ -95,13 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--host",
         default=None,
         help="TCP address to bind (default 127.0.0.1). Anything but loopback exposes raw device access "
-        "to the network: it needs a token, or --insecure",
+        "to the network (a warning is printed); use an SSH tunnel instead where you can",
     )
     net.add_argument(
         "--insecure",
         action="store_true",
-        help="allow a non-loopback --host without a token (a warning is printed); anyone who can reach the port "
-        "gets raw device access",
+        help="serve TCP without a token (a warning is printed): every user who can reach the port, local users "
+        "included, gets raw device access",
     )
     net.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0 picks one)")
     net.add_argument(
@@ -116,7 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="shared secret clients must send first (AUTH); visible in `ps`, prefer --token-file or TG_REMOTE_TOKEN",
     )
     auth.add_argument(
-        "--token-file", metavar="FILE", help="read the shared secret from FILE (surrounding whitespace stripped)"
+        "--token-file",
+        metavar="FILE",
+        help="read the shared secret from FILE (surrounding whitespace stripped; refused if group or others can "
+        "read or write it); a missing FILE is created (mode 0600) with a fresh random token",
     )
     auth.add_argument(
         "--allow",
@@ -149,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.idle_timeout,
         help="close a session idle this many seconds (default 600; 0 = never)",
     )
+    lim.add_argument(
+        "--first-request-timeout",
+        type=_seconds,
+        default=d.first_request_timeout,
+        help="seconds a new connection has to send its AUTH (without a token: its first request) before it is "
+        "dropped (default 5)",
+    )
     dev = p.add_argument_group("devices")
     dev.add_argument(
         "--backend",
@@ -167,30 +187,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bytes | None:
+def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[bytes | None, str | None, bool]:
+    """The token given on the command line or in TG_REMOTE_TOKEN, the token file it came from (if any) and whether
+    that file was just created."""
     if args.token is not None and args.token_file is not None:
         parser.error("give either --token or --token-file, not both")
     token: str | bytes | None = args.token
+    path: str | None = None
+    created = False
     if args.token_file is not None:
-        try:
-            with open(args.token_file, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode
-                if mode & 0o077:
-                    parser.error(
-                        f"--token-file {args.token_file} is readable or writable by group or others "
-                        f"(mode {stat.S_IMODE(mode):04o}); run: chmod 600 {args.token_file}"
-                    )
-                token = f.read().strip()
-        except OSError as e:
-            parser.error(f"cannot read --token-file: {e}")
+        path = os.path.abspath(os.path.expanduser(args.token_file))
+        token, created = _load_token_file(path, parser, "--token-file", make_parents=False)
     if token is None:
         token = os.environ.get("TG_REMOTE_TOKEN") or None
     if token is None:
-        return None
+        return None, None, False
     raw = token.encode() if isinstance(token, str) else token
     if not 0 < len(raw) <= MAX_TOKEN_LEN:
         parser.error(f"the token must be 1..{MAX_TOKEN_LEN} bytes, got {len(raw)}")
-    return raw
+    return raw, path, created
+
+
+def _load_token_file(
+    path: str, parser: argparse.ArgumentParser, what: str, *, make_parents: bool
+) -> tuple[bytes, bool]:
+    try:
+        return ensure_token_file(path, make_parents=make_parents)
+    except TokenFileError as e:
+        parser.error(str(e))
+    except OSError as e:
+        parser.error(f"cannot use the {what} {path}: {e}")
 
 
 def _is_loopback(host: str) -> bool:
@@ -216,17 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--mock-model needs --backend mock")
     if not 0 <= args.port < 65536:
         parser.error(f"--port must be 0..65535, got {args.port}")
-    token = _token(args, parser)
-    if args.unix is None and args.host is not None and not _is_loopback(args.host) and token is None:
-        if not args.insecure:
-            print(
-                f"tg-pci-server: error: refusing to serve {args.host} without a token: every client that can reach "
-                "it would get raw device access. Set one (--token-file FILE with mode 0600, or TG_REMOTE_TOKEN), "
-                "use an SSH tunnel to 127.0.0.1, or pass --insecure",
-                file=sys.stderr,
-                flush=True,
-            )
-            return 2
+    token, token_path, created = _token(args, parser)
+    tcp = args.unix is None
+    if tcp and token is None and not args.insecure:  # every TCP listener needs a token: make (or reuse) one
+        token_path = default_token_path()
+        token, created = _load_token_file(token_path, parser, "token file", make_parents=True)
     try:
         limits = Limits(
             max_xfer=args.max_xfer,
@@ -234,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             max_total=args.max_total,
             io_timeout=args.io_timeout,
             idle_timeout=args.idle_timeout,
+            first_request_timeout=args.first_request_timeout,
         )
     except ValueError as e:
         parser.error(str(e))
@@ -250,18 +271,27 @@ def main(argv: list[str] | None = None) -> int:
         from tg_pci_server.backends import sysfs_provider
 
         provider = sysfs_provider
-    server = RemoteServer(provider, limits=limits, token=token, allow=args.allow, deny_reset=args.deny_reset)
+    server = RemoteServer(
+        provider, limits=limits, token=token, allow=args.allow, deny_reset=args.deny_reset, insecure=args.insecure
+    )
     try:
         if args.unix is not None:
             where = server.bind_unix(args.unix)
         else:
             host = args.host or "127.0.0.1"
+            # printed, not logged: these must reach the operator whatever the logging configuration
             if not _is_loopback(host):
-                # printed, not logged: this must reach the operator whatever the logging configuration
                 print(
-                    f"tg-pci-server: WARNING: binding to {host}: every client that can reach this address gets raw "
-                    "read/write access to the served devices' BARs, config space and DMA memory"
-                    + ("" if token else " (and no token is set: --insecure)"),
+                    f"tg-pci-server: WARNING: binding to {host}: every client that can reach this address and "
+                    "knows the token gets raw read/write access to the served devices' BARs, config space and DMA "
+                    "memory; the token and the traffic are not encrypted (prefer an SSH tunnel to 127.0.0.1)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if token is None:
+                print(
+                    f"tg-pci-server: WARNING: --insecure: no token; every user who can reach {host} (local users "
+                    "included) gets raw read/write access to the served devices",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -277,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+    if token_path is not None:
+        state = "generated" if created else "existing"
+        print(f"token file: {token_path} ({state}; clients read it there or through TG_REMOTE_TOKEN)", flush=True)
     print(f"listening on {where}", flush=True)
     log.info(
         "backend %s%s, token %s, limits: xfer %d, alloc %d, total %d, io %gs, idle %gs",

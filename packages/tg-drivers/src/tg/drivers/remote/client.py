@@ -5,7 +5,8 @@ Servers are named by the `REMOTE` environment variable (`host:port[,host:port]`,
 on it; a lock makes each RPC (request plus full response) atomic across threads. Environment: `REMOTE_TIMEOUT`
 (connect timeout, default 3 s), `REMOTE_RPC_TIMEOUT` (per-RPC receive timeout, default 60 s), `TG_REMOTE_TOKEN` (sent
 with AUTH as the first request of every connection; the same variable the server reads; `REMOTE_TOKEN` is an older
-alias), `DEBUG>=1` (print traffic statistics at exit).
+alias; without either, the token file of `tg.drivers.remote.token`: `TG_REMOTE_TOKEN_FILE` or the default file a local
+server writes), `DEBUG>=1` (print traffic statistics at exit).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tg.drivers.remote.protocol import (
     pack_request,
     unpack_response_header,
 )
+from tg.drivers.remote.token import token_from_environment
 
 __all__ = [
     "RemoteAddress",
@@ -82,9 +84,10 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
-def remote_token() -> str | None:
-    """The token clients send: `TG_REMOTE_TOKEN` (what the server reads), else the older `REMOTE_TOKEN`, else None."""
-    return os.environ.get("TG_REMOTE_TOKEN") or os.environ.get("REMOTE_TOKEN") or None
+def remote_token() -> bytes | None:
+    """The token clients send: `TG_REMOTE_TOKEN` (what the server reads), else the older `REMOTE_TOKEN`, else the
+    token file (`TG_REMOTE_TOKEN_FILE`, or the default file a server on this machine generated), else None."""
+    return token_from_environment()
 
 
 @dataclass(frozen=True)
@@ -413,12 +416,15 @@ _connections: dict[RemoteAddress, RemoteConnection] = {}
 _connections_lock = threading.Lock()
 
 
-def get_connection(address: RemoteAddress) -> RemoteConnection:
-    """The shared connection to `address`, (re)connecting when there is none or the previous one broke."""
+def get_connection(address: RemoteAddress, token: str | bytes | None = None) -> RemoteConnection:
+    """The shared connection to `address`, (re)connecting when there is none or the previous one broke.
+
+    A new connection authenticates with `token` (default: `remote_token()`).
+    """
     with _connections_lock:
         conn = _connections.get(address)
         if conn is None or conn.broken is not None:
-            conn = RemoteConnection.connect(address)
+            conn = RemoteConnection.connect(address, token=token)
             _connections[address] = conn
         return conn
 
@@ -432,18 +438,23 @@ def clear_connections() -> None:
 
 
 def remote_list(
-    vendor: int, devices: Any, base_class: int | None = None, *, remote: str | None = None
+    vendor: int,
+    devices: Any,
+    base_class: int | None = None,
+    *,
+    remote: str | None = None,
+    token: str | bytes | None = None,
 ) -> list[tuple[RemoteConnection, str]]:
     """PROBE every server in `remote` (default: env `REMOTE`); return `(connection, name)` per device found.
 
     Names are `remote:<host>:<port>:<bus>:<index>` (`[v6]:port` and `unix:/path` for the other address forms); an empty
-    server list gives `[]`.
+    server list gives `[]`. New connections authenticate with `token` (default: `remote_token()`).
     """
     groups = tuple((int(mask), tuple(int(i) for i in ids)) for mask, ids in devices)
     payload = encode_probe_payload(groups)
     out: list[tuple[RemoteConnection, str]] = []
     for address in parse_remote(os.environ.get("REMOTE", "") if remote is None else remote):
-        conn = get_connection(address)
+        conn = get_connection(address) if token is None else get_connection(address, token)
         _, count, text, _ = conn.rpc(
             RemoteCmd.PROBE,
             0,

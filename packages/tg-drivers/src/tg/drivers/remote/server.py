@@ -13,7 +13,6 @@ import contextlib
 import hmac
 import logging
 import os
-import select
 import socket
 import stat
 import struct
@@ -21,9 +20,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tg.drivers.regprog import OP_EXPECT32, OP_READ, OP_READ32, decode_ops, run_ops
+from tg.drivers.remote.admission import AdmissionPolicy, Gatekeeper
 from tg.drivers.remote.protocol import (
     CFG_SPACE_SIZE,
     CONTIGUOUS_MAX,
@@ -162,13 +162,23 @@ class Session:
     allocations, BAR mappings, opened devices and their locks) and is idempotent.
     """
 
-    def __init__(self, server: RemoteServer, *, transport: str = "tcp", peer: str = "") -> None:
+    #: error lines one session may log; the rest are counted and reported when it closes
+    MAX_ERROR_LOGS = 20
+
+    def __init__(
+        self, server: RemoteServer, *, transport: str = "tcp", peer: str = "", authenticated: bool = False
+    ) -> None:
         if transport not in ("tcp", "unix"):
             raise ValueError(f"transport must be 'tcp' or 'unix', got {transport!r}")
         self.server, self.transport, self.peer = server, transport, peer
         self.limits = server.limits
-        self.authenticated = server.token is None
+        #: True once AUTH succeeded here, when the connection was admitted with its AUTH, or without a token
+        self.authenticated = authenticated or server.token is None
         self.closed = False
+        #: set when `feed` stopped at its reply limit with requests still buffered (call `feed(b"")` to go on)
+        self.stalled = False
+        self.errors_logged = 0
+        self.errors_suppressed = 0
         #: set once a feed result asked to close the connection
         self.finished = False
         #: set when the connection should linger before closing (failed authentication)
@@ -202,16 +212,24 @@ class Session:
         """True while a request has started to arrive but is not complete (the I/O timeout applies)."""
         return self._parser.mid_request
 
-    def feed(self, data: bytes) -> FeedResult:
+    def feed(self, data: bytes, reply_limit: int | None = None) -> FeedResult:
         """Consume received bytes; return the replies to send and whether to close the connection afterwards.
 
-        Once a result has said "close", the session is finished: further input is ignored.
+        With `reply_limit`, requests are handled only until the replies reach that many bytes: the rest stay buffered
+        (`stalled` is set) until the next call, so a client that sends requests without reading the replies makes the
+        caller stop reading, instead of making this session build every reply in memory. Once a result has said
+        "close", the session is finished: further input is ignored.
         """
         if self.finished or self.closed:
             return FeedResult([], True)
         replies: list[Reply] = []
+        size = 0
+        self.stalled = False
         self._parser.push(data)
         while True:
+            if reply_limit is not None and size >= reply_limit:
+                self.stalled = True
+                return FeedResult(replies, False)
             try:  # one request at a time: handling one (e.g. AUTH) may change the caps for the next
                 req = self._parser.pop()
             except ProtocolError as e:
@@ -220,23 +238,34 @@ class Session:
             if req is None:
                 return FeedResult(replies, False)
             self.requests += 1
+            before = len(replies)
             if self._handle(req, replies):
                 self.finished = True
                 return FeedResult(replies, True)
+            size += sum(len(r.data) for r in replies[before:])
 
     def _framing_failed(self, err: ProtocolError, replies: list[Reply]) -> bool:
         header = err.header
         if header is not None and not self.authenticated and header.cmd != RemoteCmd.AUTH:
             self._error(replies, "authentication required")
         elif header is not None and header.cmd in POSTED_CMDS:
-            log.warning("%s: closing: %s", self.peer, err)  # posted: no reply is expected, drop the session
+            self._log_error("%s: closing: %s", self.peer, err)  # posted: no reply is expected, drop the session
         else:
             self._error(replies, str(err))
         return True
 
     def _error(self, replies: list[Reply], message: str) -> None:
-        log.warning("%s: error: %s", self.peer, message)
+        self._log_error("%s: error: %s", self.peer, message)
         replies.append(Reply(pack_error(message)))
+
+    def _log_error(self, fmt: str, *args: object) -> None:
+        """Log a warning, at most `MAX_ERROR_LOGS` per session (a client can repeat a bad request forever)."""
+        if self.errors_logged < self.MAX_ERROR_LOGS:
+            self.errors_logged += 1
+            log.warning(fmt, *args)
+        else:
+            self.errors_suppressed += 1
+            log.debug(fmt, *args)
 
     # ---- dispatch ------------------------------------------------------------------------------------------------
 
@@ -255,7 +284,7 @@ class Session:
             reply = handler(self, req)
         except RequestError as e:
             if posted:  # the payload was consumed by the parser; never apply any of it, drop the session
-                log.warning("%s: closing after invalid %s: %s", self.peer, command_name(req.cmd), e)
+                self._log_error("%s: closing after invalid %s: %s", self.peer, command_name(req.cmd), e)
                 return True
             self._error(replies, str(e))
             return e.close
@@ -263,7 +292,7 @@ class Session:
             if len(self.device_errors) < 100:  # bounded: a client may repeat a failing request forever
                 self.device_errors.append(e)
             if posted:
-                log.warning("%s: closing after failed %s: %r", self.peer, command_name(req.cmd), e)
+                self._log_error("%s: closing after failed %s: %r", self.peer, command_name(req.cmd), e)
                 return True
             self._error(replies, f"{command_name(req.cmd)} failed: {type(e).__name__}: {e}")
             return False
@@ -605,8 +634,14 @@ class RemoteServer:
     """The remote PCI server: configuration, session factory and socket accept loop.
 
     `provider` lists and opens devices (a discovery backend, or a `StaticProvider`). Bind with `bind_tcp` (loopback
-    by default) or `bind_unix`, then run `serve_forever()` (typically in a thread) until `shutdown()`.
+    by default; a TCP listener needs a `token` unless `insecure=True`) or `bind_unix` (mode 0600; a token is
+    optional there), then run `serve_forever()` (typically in a thread) until `shutdown()`. Connections are admitted
+    by a `Gatekeeper` (`admission` bounds it); one admitted client at a time holds the session, in its own thread.
     """
+
+    #: replies a session accumulates before sending them (one larger reply is sent on its own): while they are being
+    #: sent nothing more is read from that client, so a client that never reads stalls only itself
+    REPLY_BUFFER = 1 << 20
 
     def __init__(
         self,
@@ -616,8 +651,8 @@ class RemoteServer:
         token: bytes | str | None = None,
         allow: Iterable[tuple[int, int | None]] = (),
         deny_reset: bool = False,
-        busy_grace: float = 0.5,
-        max_pending: int = 32,
+        admission: AdmissionPolicy | None = None,
+        insecure: bool = False,
     ) -> None:
         self.provider = provider
         self.limits = limits or Limits()
@@ -628,11 +663,9 @@ class RemoteServer:
         self.token: bytes | None = token
         self.allow = tuple(allow)
         self.deny_reset = deny_reset
-        self.busy_grace = busy_grace
-        self.max_pending = max_pending
+        self.admission = admission or AdmissionPolicy()
+        self.insecure = insecure
         self.sessions_served = 0
-        self._pending = 0  # connections with a thread: waiting for their first request, or the active session
-        self._slot = threading.Lock()  # held by the one active session
         self._listener: socket.socket | None = None
         self._transport = "tcp"
         self._unix_path: str | None = None
@@ -640,9 +673,7 @@ class RemoteServer:
         self._lock = threading.Lock()
         self._active: threading.Thread | None = None
         self._active_conn: socket.socket | None = None
-        self._wake: tuple[socket.socket, socket.socket] | None = None  # wakes the accept loop on request_stop()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._gate: Gatekeeper | None = None
         self.address: tuple[str, int] | str | None = None
 
     def is_shared(self, dev: object) -> bool:
@@ -650,20 +681,29 @@ class RemoteServer:
         check = getattr(self.provider, "is_shared", None)
         return bool(check(dev)) if check is not None else False
 
-    def new_session(self, transport: str = "tcp", peer: str = "") -> Session:
+    def new_session(self, transport: str = "tcp", peer: str = "", *, authenticated: bool = False) -> Session:
         """A fresh session (used by the socket adapters, and directly by in-process tests and fuzzers)."""
-        return Session(self, transport=transport, peer=peer)
+        return Session(self, transport=transport, peer=peer, authenticated=authenticated)
 
     # ---- binding -------------------------------------------------------------------------------------------------
 
     def bind_tcp(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> tuple[str, int]:
-        """Listen on TCP `host:port` (port 0 picks a free one); return the bound address."""
+        """Listen on TCP `host:port` (port 0 picks a free one); return the bound address.
+
+        Refused without a token unless the server was made with `insecure=True`: on TCP, loopback included, every
+        local user (and with another `host`, the network) could otherwise reach the devices.
+        """
+        if self.token is None and not self.insecure:
+            raise ValueError(
+                "a TCP listener needs a token: every user who can reach the port would get raw device access "
+                "(pass insecure=True only on a machine and network you trust, or use bind_unix)"
+            )
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-            sock.listen(8)
+            sock.listen(128)
         except BaseException:
             sock.close()
             raise
@@ -689,97 +729,69 @@ class RemoteServer:
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
-        sock.listen(8)
+        sock.listen(128)
         self._listener, self._transport, self._unix_path = sock, "unix", path
         self.address = path
         return path
 
     # ---- serving -------------------------------------------------------------------------------------------------
 
-    def serve_forever(self, poll_interval: float = 0.1) -> None:
+    def serve_forever(self) -> None:
         """Accept connections until `shutdown()`; one session at a time, extra clients get "server busy"."""
         listener = self._listener
         if listener is None:
             raise RuntimeError("bind_tcp() or bind_unix() must be called before serve_forever()")
-        wake_r, wake_w = socket.socketpair()
-        wake_w.setblocking(False)
-        self._wake = (wake_r, wake_w)
+        limits = self.limits
+        first_request = min(limits.first_request_timeout, limits.idle_timeout or limits.first_request_timeout)
+        gate = Gatekeeper(
+            listener,
+            self._transport,
+            token=self.token,
+            policy=self.admission,
+            first_request_timeout=first_request,
+            io_timeout=limits.io_timeout,
+            slot_free=self._slot_free,
+            start_session=self._start_session,
+            stopping=self._stop.is_set,
+        )
+        self._gate = gate
         try:
-            while not self._stop.is_set():
-                try:
-                    ready, _, _ = select.select([listener, wake_r], [], [], poll_interval)
-                    if listener not in ready:
-                        continue
-                    conn, addr = listener.accept()
-                except OSError as e:
-                    if self._stop.is_set():
-                        break
-                    log.warning("accept failed: %s", e)
-                    time.sleep(poll_interval)
-                    continue
-                peer = _peer_name(addr, self._transport)
-                try:
-                    self._dispatch(conn, peer)
-                except Exception as e:  # the accept loop must survive anything
-                    log.error("%s: dispatch failed: %s", peer, e)
-                    with contextlib.suppress(OSError):
-                        conn.close()
+            if self._stop.is_set():
+                return
+            gate.run()
         finally:
+            self._gate = None
             self._close_listener()
 
-    def _dispatch(self, conn: socket.socket, peer: str) -> None:
+    def _slot_free(self) -> bool:
         with self._lock:
-            full = self._pending >= self.max_pending
-            if not full:
-                self._pending += 1
-        if full:
-            self._reject(conn, peer, "server busy", "too many connections waiting for their first request")
-            return
+            return self._active is None
+
+    def _start_session(self, conn: socket.socket, peer: str, source: str, initial: bytes, first_reply: bytes) -> None:
+        """Run an admitted connection's session in its own thread (called by the gatekeeper when the slot is free)."""
         thread = threading.Thread(
-            target=self._run_connection, args=(conn, peer, time.monotonic()), name=f"pci-conn {peer}", daemon=True
+            target=self._run_session, args=(conn, peer, initial, first_reply), name=f"pci-session {peer}", daemon=True
         )
+        with self._lock:
+            self._active, self._active_conn = thread, conn
         thread.start()
 
-    @staticmethod
-    def _reject(conn: socket.socket, peer: str, message: str, why: str) -> None:
-        log.warning("%s: rejected: %s", peer, why)
-        with contextlib.suppress(OSError):
-            conn.settimeout(1.0)
-            conn.sendall(pack_error(message))
-        with contextlib.suppress(OSError):
-            conn.close()
-
-    def _run_connection(self, conn: socket.socket, peer: str, accepted: float) -> None:
-        """One connection: wait for its first complete request without holding the session slot, then claim the slot.
-
-        A connection that does not complete its first request within `first_request_timeout` of connecting is dropped;
-        until it has, it blocks nobody (the slot stays free for any client that does).
-        """
+    def _run_session(self, conn: socket.socket, peer: str, initial: bytes, first_reply: bytes) -> None:
         session: Session | None = None
-        owns_slot = False
         reason = "client closed"
         try:
-            if not self._idle.wait(self.busy_grace):  # a session is running: say so at once (and block nobody)
-                self._reject(conn, peer, "server busy", "server busy")
-                return
+            conn.setblocking(True)
             if self._transport == "tcp":
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            session = self.new_session(self._transport, peer)
-            first = self._first_request(conn, session, accepted)
-            if first is None:
-                return
-            if not self._slot.acquire(timeout=self.busy_grace):  # another client completed its request first
-                self._reject(conn, peer, "server busy", "server busy")
-                return
-            owns_slot = True
-            self._idle.clear()
-            with self._lock:
-                self._active, self._active_conn = threading.current_thread(), conn
-            log.info("%s: session open", peer)
             for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # large buffers for bulk BAR/sysmem transfers
                 with contextlib.suppress(OSError):
                     conn.setsockopt(socket.SOL_SOCKET, opt, 64 << 20)
-            reason = self._session_loop(conn, session, first)
+            session = self.new_session(self._transport, peer, authenticated=bool(first_reply))
+            log.info("%s: session open", peer)
+            if first_reply:
+                conn.settimeout(self.limits.io_timeout)
+                conn.sendall(first_reply)
+            reason = self._session_loop(conn, session, initial)
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
         finally:
@@ -788,56 +800,24 @@ class RemoteServer:
             with contextlib.suppress(OSError):
                 conn.close()
             with self._lock:
-                self._pending -= 1
-                if owns_slot:
-                    self._active, self._active_conn = None, None
-            if owns_slot:
-                self.sessions_served += 1
-                log.info("%s: session closed (%s, %d requests)", peer, reason, session.requests if session else 0)
-                self._idle.set()
-                self._slot.release()
-
-    def _first_request(self, conn: socket.socket, session: Session, accepted: float) -> bytes | None:
-        """Receive until the first request is complete (or malformed); None when the connection is dropped."""
-        limits = self.limits
-        deadline = accepted + min(limits.first_request_timeout, limits.idle_timeout or limits.first_request_timeout)
-        parser = RequestParser(session._payload_caps())
-        received = bytearray()
-        started: float | None = None
-        while not self._stop.is_set():
-            now = time.monotonic()
-            if started is not None:
-                deadline = min(deadline, started + limits.io_timeout)
-            if now >= deadline:
-                log.warning("%s: dropped: no complete first request within %gs", session.peer, deadline - accepted)
-                return None
-            conn.settimeout(min(deadline - now, 0.25))
-            try:
-                data = conn.recv(1 << 16)
-            except TimeoutError:
-                continue
-            except OSError:
-                return None
-            if not data:
-                return None
-            started = started if started is not None else time.monotonic()
-            received += data
-            parser.push(data)
-            try:
-                if parser.pop() is None:
-                    continue
-            except ProtocolError:
-                pass  # the session answers it (or drops the connection) once it owns the slot
-            return bytes(received)
-        return None
+                self._active, self._active_conn = None, None
+            self.sessions_served += 1
+            requests = session.requests if session else 0
+            suppressed = session.errors_suppressed if session else 0
+            more = f", {suppressed} more errors not logged" if suppressed else ""
+            log.info("%s: session closed (%s, %d requests%s)", peer, reason, requests, more)
+            gate = self._gate
+            if gate is not None:
+                gate.wake()  # hand the slot to a waiting client at once
 
     def _session_loop(self, conn: socket.socket, session: Session, first: bytes = b"") -> str:
+        """Read requests, answer them, and never read more while replies are unsent (back-pressure)."""
         limits = self.limits
         last_rx = time.monotonic()
         request_start: float | None = None
         pending_data = first
         while not self._stop.is_set():
-            if pending_data:
+            if pending_data or session.stalled:
                 data, pending_data = pending_data, b""
             else:
                 now = time.monotonic()
@@ -860,9 +840,9 @@ class RemoteServer:
                     return f"receive failed: {e}"
                 if not data:
                     return "client closed"
-            last_rx = time.monotonic()
+                last_rx = time.monotonic()
             before = session.requests
-            replies, close = session.feed(data)
+            replies, close = session.feed(data, self.REPLY_BUFFER)
             conn.settimeout(limits.io_timeout)
             try:
                 for reply in replies:
@@ -870,13 +850,13 @@ class RemoteServer:
                         conn.sendall(reply.data)
                     else:
                         socket.send_fds(conn, [reply.data], [reply.fd])
+            except TimeoutError:
+                return "send timed out (the client does not read its replies)"
             finally:  # fds belong to the replies: close them whether or not they were sent
                 for reply in replies:
                     if reply.fd is not None:
                         os.close(reply.fd)
             if close:
-                if session.close_delay:
-                    time.sleep(session.close_delay)
                 return "closed by server"
             if not session.mid_request:
                 request_start = None
@@ -887,10 +867,9 @@ class RemoteServer:
     def request_stop(self) -> None:
         """Ask `serve_forever` and the active session to stop soon; returns at once (safe in signal handlers)."""
         self._stop.set()
-        wake = self._wake
-        if wake is not None:
-            with contextlib.suppress(OSError):
-                wake[1].send(b"x")
+        gate = self._gate
+        if gate is not None:
+            gate.wake()
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, end the active session and wait for it (idempotent)."""
@@ -904,10 +883,6 @@ class RemoteServer:
             active.join(timeout)
 
     def _close_listener(self) -> None:
-        wake, self._wake = self._wake, None
-        for sock in wake or ():
-            with contextlib.suppress(OSError):
-                sock.close()
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
@@ -918,15 +893,8 @@ class RemoteServer:
             self._unix_path = None
 
 
-def _peer_name(addr: Any, transport: str) -> str:
-    if transport == "unix":
-        return "unix-client"
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        return f"{addr[0]}:{addr[1]}"
-    return str(addr)
-
-
 __all__ = [
+    "AdmissionPolicy",
     "DeviceProvider",
     "FeedResult",
     "Limits",

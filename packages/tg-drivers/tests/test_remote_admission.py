@@ -117,3 +117,25 @@ def test_unauthenticated_spam_is_logged_in_aggregate(server_log: _Collect) -> No
     assert single + sum(summaries) == n, server_log.lines  # every rejection is accounted for
     assert len(server_log.lines) < 60, len(server_log.lines)  # not 3 per connection (900)
     assert all("authentication required" in line for line in server_log.lines if "more connections" in line)
+
+
+def test_an_error_while_admitting_costs_only_that_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.drivers.remote import admission
+
+    real, calls = admission.peer_source, []
+
+    def failing_once(sock: socket.socket, transport: str) -> str:
+        calls.append(transport)
+        if len(calls) == 1:
+            raise RuntimeError("unexpected")
+        return real(sock, transport)
+
+    monkeypatch.setattr(admission, "peer_source", failing_once)
+    with RemoteServerThread(device=MockPCIDevice("SV", "mock:err", lock=False)) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=5) as sock:
+            assert sock.recv(1) == b""  # closed
+        assert srv.token is not None
+        conn = RemoteConnection.connect(RemoteAddress(srv.host, srv.port), token=srv.token)
+        conn.rpc(RemoteCmd.PING)  # the accept loop is still there
+        conn.close()
+        assert srv.alive

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hmac
 import logging
 import selectors
@@ -343,12 +344,12 @@ class Gatekeeper:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(4096)
                     else:
-                        self._readable(key.data, time.monotonic())
+                        self._guarded(functools.partial(self._readable, key.data, time.monotonic()), key.data)
                 if accept and not self._stopping():
-                    self._accept_some()
+                    self._guarded(self._accept_some)
                 now = time.monotonic()
-                self._expire(now)
-                self._dispatch(now)
+                self._guarded(functools.partial(self._expire, now))
+                self._guarded(functools.partial(self._dispatch, now))
                 self.rejections.flush(now)
                 if now - self._last_prune > 60:
                     self.sources.prune(now)
@@ -362,6 +363,16 @@ class Gatekeeper:
             for s in (self._wake_r, self._wake_w):
                 with contextlib.suppress(OSError):
                     s.close()
+
+    def _guarded(self, step: Callable[[], None], p: _Pending | None = None) -> None:
+        """Run one step of the loop; an unexpected error costs at most the connection it concerns, never the loop."""
+        try:
+            step()
+        except Exception as e:
+            log.error("admission failed%s: %s: %s", f" for {p.peer}" if p else "", type(e).__name__, e)
+            if p is not None:
+                self._forget(p, time.monotonic())
+                self._close(p)
 
     # ---- accepting -----------------------------------------------------------------------------------------------
 
@@ -378,13 +389,18 @@ class Gatekeeper:
                 else:
                     log.warning("accept failed: %s", e)
                 return
-            now = time.monotonic()
-            sock.setblocking(False)
-            peer = _peer_name(addr, self.transport)
-            source = peer_source(sock, self.transport)
-            self._admit_new(sock, peer, source, now)
+            try:
+                sock.setblocking(False)
+                self._admit_new(sock, _peer_name(addr, self.transport), peer_source(sock, self.transport))
+            except Exception as e:  # this connection is lost, the loop goes on
+                log.error("admission of %s failed: %s: %s", _peer_name(addr, self.transport), type(e).__name__, e)
+                pending = self._pending.get(sock)
+                if pending is not None:
+                    self._forget(pending, time.monotonic())
+                _close_quietly(sock)
 
-    def _admit_new(self, sock: socket.socket, peer: str, source: str, now: float) -> None:
+    def _admit_new(self, sock: socket.socket, peer: str, source: str) -> None:
+        now = time.monotonic()
         blocked = self.sources.blocked_for(source, now)
         if blocked > 0:
             self._refuse(

@@ -91,7 +91,7 @@ class LLVMCompiler(Compiler):
             mod.verify()
         except RuntimeError as e:
             where = f"{self.triple} ({self.cpu})"
-            raise CompileError(f"LLVM rejected the IR for {where}:\n{e}\n--- IR ---\n{_numbered(src)}") from e
+            raise CompileError(f"LLVM rejected the IR for {where}:\n{e}\n--- source ---\n{_numbered(src)}") from e
         pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=2))
         pb.getModulePassManager().run(mod, pb)
         return mod
@@ -103,7 +103,7 @@ class LLVMCompiler(Compiler):
             try:
                 return bytes(self.tm.emit_object(mod))
             except RuntimeError as e:
-                raise CompileError(f"LLVM could not emit code for {self.triple} ({self.cpu}):\n{e}\n--- IR ---\n"
+                raise CompileError(f"LLVM could not emit code for {self.triple} ({self.cpu}):\n{e}\n--- source ---\n"
                                    f"{_numbered(src)}") from e  # fmt: skip
 
     def assembly(self, src: str) -> str:

@@ -17,6 +17,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tg.runtime.c_compiler import CCompiler
 from tg.runtime.device import Buffer, Device
 from tg.runtime.engine import BufferCopy, CompiledRunner, ExecItem, _update_stats
 
@@ -83,7 +84,10 @@ void tg_batch_run(const tg_batch *b) {{
   }}
 }}
 """
-    lib = Device["CPU"].compiler.compile_cached(src)
+    # the batch runner is C: the CPU device's compiler, or the host C compiler when the device compiles something else
+    # (CPU:LLVM's compiler takes LLVM IR)
+    compiler = Device["CPU"].compiler
+    lib = (compiler if isinstance(compiler, CCompiler) else CCompiler()).compile_cached(src)
     fn = load_shared_object("tg_batch_run", lib).tg_batch_run
     fn.argtypes, fn.restype = [ctypes.c_void_p], None
     return fn

@@ -18,6 +18,7 @@ from tg.ir import dtypes
 from tg.runtime.device import Device
 from tg.tensor import Tensor
 from tg.tensor.nn.state import (
+    gguf_index,
     FormatError,
     StateDictError,
     get_parameters,
@@ -93,6 +94,21 @@ def test_gguf_metadata_and_dtype_option() -> None:
     assert kv["general.alignment"] == 64 and kv["tiny.rope.freq_base"] == 10000.0
     assert tensors["q4_k"].dtype is dtypes.float16 and tensors["f32"].dtype is dtypes.float32
     np.testing.assert_allclose(tensors["q6_k"].numpy(), EXPECTED["tiny.gguf/q6_k"], rtol=1e-3, atol=1e-3)
+
+
+def test_gguf_index_reads_the_header_only() -> None:
+    kv, infos = gguf_index(FIXTURES / "tiny.gguf")
+    assert kv["general.alignment"] == 64
+    by_name = {info.name: info for info in infos}
+    q4 = by_name["q4_k"]
+    assert q4.ggml_type == 12 and q4.nbytes == q4.shape[0] * q4.shape[1] // 256 * 144
+    raw = (FIXTURES / "tiny.gguf").read_bytes()
+    assert q4.offset % 64 == 0 and q4.offset + q4.nbytes <= len(raw)
+    f32 = by_name["f32"]
+    np.testing.assert_array_equal(
+        np.frombuffer(raw[f32.offset : f32.offset + f32.nbytes], np.float32).reshape(f32.shape),
+        gguf_load(FIXTURES / "tiny.gguf")[1]["f32"].numpy(),
+    )
 
 
 def test_safetensors_metadata() -> None:

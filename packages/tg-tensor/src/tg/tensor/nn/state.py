@@ -11,16 +11,18 @@ from typing import Any
 
 from tg.tensor.autograd import no_grad
 from tg.tensor.nn.formats.errors import FormatError
-from tg.tensor.nn.formats.gguf import gguf_load
+from tg.tensor.nn.formats.gguf import GGUFTensorInfo, gguf_index, gguf_load
 from tg.tensor.nn.formats.safetensors import safe_load, safe_load_metadata, safe_metadata, safe_save
 from tg.tensor.nn.formats.torch import torch_load
 from tg.tensor.tensor import Tensor
 
 __all__ = [
     "FormatError",
+    "GGUFTensorInfo",
     "StateDictError",
     "get_parameters",
     "get_state_dict",
+    "gguf_index",
     "gguf_load",
     "load_state_dict",
     "safe_load",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from tg.ir import DType, dtypes
 from tg.runtime.device import Device
@@ -164,37 +164,59 @@ def gguf_load(fn: Any, dtype: DType = dtypes.float32) -> tuple[dict[str, Any], d
     return kv, tensors
 
 
+class GGUFTensorInfo(NamedTuple):
+    """Where one tensor of a GGUF file lives: `offset` is absolute in the file, `nbytes` its checked byte size."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+    nbytes: int
+
+
+def gguf_index(fn: Any) -> tuple[dict[str, Any], list[GGUFTensorInfo]]:
+    """Read and check a GGUF file's header without touching its data: `(metadata key/values, tensor infos)`.
+
+    Every tensor's type is known, its range lies inside the file, ranges do not overlap. Raises FormatError."""
+    with FileSource(fn) as src:
+        return _index(src)
+
+
+def _index(src: FileSource) -> tuple[dict[str, Any], list[GGUFTensorInfo]]:
+    kv, infos, data_start = _read_header(src)
+    alignment = kv.get("general.alignment", 32)
+    out, ranges = [], []
+    for name, shape, ggml_type, offset in infos:
+        _numel, nbytes = _tensor_bytes(src.path, name, shape, ggml_type)
+        if offset % alignment:
+            raise fail(src.path, f"tensor {name!r} offset {offset} is not a multiple of the alignment {alignment}")
+        if data_start + offset + nbytes > src.size:
+            raise fail(
+                src.path,
+                f"tensor {name!r} [{offset}, {offset + nbytes}] ends beyond the data section of "
+                f"{max(src.size - data_start, 0)} bytes",
+            )
+        ranges.append((offset, offset + nbytes, name))
+        out.append(GGUFTensorInfo(name, shape, ggml_type, data_start + offset, nbytes))
+    previous_end, previous = 0, ""
+    for begin, end, name in sorted(ranges):
+        if begin < previous_end:
+            raise fail(src.path, f"tensor {name!r} at [{begin}, {end}] overlaps tensor {previous!r}")
+        if end > begin:
+            previous_end, previous = end, name
+    return kv, out
+
+
 def _load_one(fn: Any, dtype: DType) -> tuple[dict[str, Any], dict[str, Tensor]]:
     with FileSource(fn) as src:
-        kv, infos, data_start = _read_header(src)
-        alignment = kv.get("general.alignment", 32)
-        ranges = []
-        for name, shape, ggml_type, offset in infos:
-            numel, nbytes = _tensor_bytes(src.path, name, shape, ggml_type)
-            if offset % alignment:
-                raise fail(src.path, f"tensor {name!r} offset {offset} is not a multiple of the alignment {alignment}")
-            if data_start + offset + nbytes > src.size:
-                raise fail(
-                    src.path,
-                    f"tensor {name!r} [{offset}, {offset + nbytes}] ends beyond the data section of "
-                    f"{max(src.size - data_start, 0)} bytes",
-                )
-            ranges.append((offset, offset + nbytes, name))
-        previous_end, previous = 0, ""
-        for begin, end, name in sorted(ranges):
-            if begin < previous_end:
-                raise fail(src.path, f"tensor {name!r} at [{begin}, {end}] overlaps tensor {previous!r}")
-            if end > begin:
-                previous_end, previous = end, name
+        kv, infos = _index(src)
         tensors = {}
-        for name, shape, ggml_type, offset in infos:
-            start = data_start + offset
+        for name, shape, ggml_type, start, nbytes in infos:
             if ggml_type in NATIVE_TYPES:
                 tensors[name] = src.tensor(start, shape, NATIVE_TYPES[ggml_type])
                 continue
             _, _, block_bytes, dequantize = QUANTIZED[ggml_type]
-            numel, nbytes = _tensor_bytes(src.path, name, shape, ggml_type)
-            if numel == 0:
+            if nbytes == 0:
                 tensors[name] = Tensor.zeros(*shape, dtype=dtype)
                 continue
             blocks = src.raw()[start : start + nbytes].to(Device.DEFAULT).reshape(nbytes // block_bytes, block_bytes)

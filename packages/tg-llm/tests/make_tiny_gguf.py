@@ -130,11 +130,15 @@ def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -
 
 
 def random_k_blocks(rng: np.random.Generator, n_blocks: int, qtype: str) -> np.ndarray:
-    """Random Q4_K / Q6_K blocks whose float16 scales keep the weights around +-0.05."""
+    """Random Q4_K / Q6_K blocks whose float16 scales keep the weights within about +-0.05, centred on 0."""
     if qtype == "Q4_K":
+        # every sub-block's min equals its scale and dmin = 7.5 d: values (d q - dmin) sc centred on 0
         blocks = rng.integers(0, 256, size=(n_blocks, 144), dtype=np.uint8)
+        blocks[:, 8:12] = blocks[:, 4:8]
+        nibble = rng.integers(0, 16, size=(n_blocks, 4), dtype=np.uint8)
+        blocks[:, 12:16] = nibble | (nibble << 4)
         d = rng.uniform(0.0005, 0.001, n_blocks).astype(np.float16)
-        dmin = rng.uniform(0.0005, 0.002, n_blocks).astype(np.float16)
+        dmin = (d.astype(np.float32) * 7.5).astype(np.float16)
         blocks[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
         blocks[:, 2:4] = dmin.view(np.uint8).reshape(-1, 2)
         return blocks
@@ -212,7 +216,7 @@ def write_model(path: Path, cfg: TinyConfig, wtype: str, seed: int = 0, vocab: t
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
     q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    matrix("token_embd.weight", vocab_size, cfg.dim, 0.5)
+    matrix("token_embd.weight", vocab_size, cfg.dim, 0.02)
     if llama and cfg.rope_scaling:
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(cfg.head_dim, cfg.rope_base, cfg.rope_scaling))
     for i in range(cfg.n_layers):

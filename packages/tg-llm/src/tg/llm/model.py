@@ -37,7 +37,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor
         return Tensor.cat(a * cos - b * sin, a * sin + b * cos, dim=-1).reshape(T, heads, hd)
     halves = x.reshape(T, heads, 2, hd // 2, 1)
     a, b = halves[:, :, 0], halves[:, :, 1]
-    return Tensor.cat(a * cos - b * sin, a * sin + b * cos, dim=-3).reshape(T, heads, hd)
+    return Tensor.cat(a * cos - b * sin, a * sin + b * cos, dim=-2).reshape(T, heads, hd)
 
 
 @dataclass

@@ -1,0 +1,84 @@
+"""Dequantisation on the device: bit-exact against the `gguf` package's reference, fused into the matmul."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from tg.ir import dtypes
+from tg.llm import UnsupportedWeightType, Weight, dequantize, linear, open_model_file
+from tg.llm.quant import check_supported
+from tg.tensor import Tensor
+
+TYPES = {"Q8_0": (8, 34), "Q4_K": (12, 144), "Q6_K": (14, 210)}
+
+
+def random_blocks(generator: ModuleType, name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    if name == "Q8_0":
+        data = rng.standard_normal((n_blocks, 32)).astype(np.float32)
+        return gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0).reshape(n_blocks, 34)
+    blocks: np.ndarray = generator.random_k_blocks(rng, n_blocks, name)
+    return blocks
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_dequantization_is_bit_exact(generator: ModuleType, name: str) -> None:
+    import gguf
+
+    ggml_type, block_bytes = TYPES[name]
+    blocks = random_blocks(generator, name, 96)
+    if name != "Q8_0":  # also all 256 values of every scale byte, and extreme scales
+        blocks[:, 4:16] = np.arange(96 * 12).reshape(96, 12) % 256 if name == "Q4_K" else blocks[:, 4:16]
+        blocks[:3, -2:] = np.array([0x7BFF, 0x0001, 0x8400], np.uint16).view(np.uint8).reshape(3, 2)
+    reference = gguf.quants.dequantize(blocks.reshape(8, -1), gguf.GGMLQuantizationType[name])
+    ours = dequantize(Tensor(blocks.reshape(8, -1, block_bytes)), ggml_type).numpy()
+    assert ours.shape == reference.shape
+    np.testing.assert_array_equal(ours.view(np.uint32), reference.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("name", [*TYPES, "F16", "BF16"])
+def test_fused_linear_matches_numpy(generator: ModuleType, name: str) -> None:
+    import gguf
+
+    rng = np.random.default_rng(1)
+    rows, cols = 24, 512
+    if name in TYPES:
+        ggml_type, block_bytes = TYPES[name]
+        blocks = random_blocks(generator, name, rows * cols // (32 if name == "Q8_0" else 256))
+        raw = blocks.reshape(rows, -1, block_bytes)
+        dense = gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType[name])
+        weight = Weight(Tensor(raw), ggml_type, rows, cols)
+    else:
+        values = rng.standard_normal((rows, cols)).astype(np.float32)
+        if name == "F16":
+            dense = values.astype(np.float16).astype(np.float32)
+            weight = Weight(Tensor(values.astype(np.float16)), 1, rows, cols)
+        else:
+            dense = (values.view(np.uint32) & 0xFFFF0000).view(np.float32)
+            weight = Weight(Tensor(dense).cast(dtypes.bfloat16).realize(), 30, rows, cols)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    out = linear(Tensor(x), weight).numpy()
+    np.testing.assert_allclose(out, x @ dense.T, rtol=1e-5, atol=1e-5 * np.abs(x @ dense.T).max())
+
+
+def test_quantized_weights_stay_in_file_format_on_the_device(tiny_models: dict[tuple[str, str], Path]) -> None:
+    file = open_model_file(tiny_models[("llama", "Q4_K")])
+    info = file.infos["blk.0.ffn_down.weight"]
+    weight = file.matrix("blk.0.ffn_down.weight", 256, 512, "CPU")
+    assert weight.data.dtype is dtypes.uint8 and weight.data.shape == (256, 2, 144)
+    assert weight.nbytes == info.nbytes == weight.data.nbytes  # no float32 copy: the device holds the blocks
+    raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset)
+    np.testing.assert_array_equal(weight.data.numpy().reshape(-1), raw)
+
+
+def test_unsupported_types_are_named() -> None:
+    with pytest.raises(UnsupportedWeightType, match=r"'blk.0.attn_q.weight' is stored as Q5_K"):
+        check_supported("blk.0.attn_q.weight", 13)
+    with pytest.raises(UnsupportedWeightType, match="type 99"):
+        check_supported("w", 99)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-CORPUS = """
+CORPUS = (
+    """
 The quick brown fox jumps over the lazy dog. It's a test, isn't it? We'll see what they've done.
 Hello, world! Language models read tokens: numbers like 12345, 3.14159 and 2026 are split into digits.
 def forward(self, x):\n    return self.linear(x) + 1\n\nfor i in range(10):\n    print(i, i ** 2)
@@ -34,7 +36,9 @@ Le renard brun rapide saute par-dessus le chien paresseux. Où est la bibliothè
 الثعلب البني السريع يقفز فوق الكلب الكسول. مرحبا بالعالم!
 Emoji: 🙂 😀 🚀 🦊 👍🏽 ❤️ 🇩🇪 and symbols — “quotes”, ‘single’, … © ® ™ € £ ¥.
 Tabs\tand  double  spaces,\r\nwindows line endings, and trailing spaces   \n
-""" * 3
+"""
+    * 3
+)
 
 LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 LLAMA_SPECIALS += [f"<|reserved_special_token_{i}|>" for i in range(3)]
@@ -63,7 +67,7 @@ def learn_bpe(text: str, n_merges: int, pre: str) -> tuple[list[str], list[str]]
     for _ in range(n_merges):
         pairs: collections.Counter[tuple[str, str]] = collections.Counter()
         for word, count in words.items():
-            for pair in zip(word, word[1:]):
+            for pair in itertools.pairwise(word):
                 pairs[pair] += count
         if not pairs:
             break
@@ -114,7 +118,12 @@ def qwen_config(**kw: object) -> TinyConfig:
 
 def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -> np.ndarray:
     """llama.cpp's `rope_freqs`: per frequency, the divisor Llama 3.1's scaling applies to it."""
-    factor, low, high, orig = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"], scaling["original"]
+    factor, low, high, orig = (
+        scaling["factor"],
+        scaling["low_freq_factor"],
+        scaling["high_freq_factor"],
+        scaling["original"],
+    )
     freqs = base ** -(np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     out = []
     for f in freqs:
@@ -149,8 +158,14 @@ def random_k_blocks(rng: np.random.Generator, n_blocks: int, qtype: str) -> np.n
     return blocks
 
 
-def write_model(path: Path, cfg: TinyConfig, wtype: str, seed: int = 0, vocab: tuple[list[str], list[str]] | None = None,
-                quiet: bool = True) -> Path:  # fmt: skip
+def write_model(
+    path: Path,
+    cfg: TinyConfig,
+    wtype: str,
+    seed: int = 0,
+    vocab: tuple[list[str], list[str]] | None = None,
+    quiet: bool = True,
+) -> Path:
     """Write one random model to `path` with every weight matrix in `wtype` (norms stay F32)."""
     import gguf
 

@@ -25,7 +25,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 def browser() -> Iterator[Any]:
     webdriver = pytest.importorskip("selenium.webdriver")
     if CHROMIUM is None or DRIVER is None:
-        pytest.skip("Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+        )
     from selenium.webdriver.chrome.service import Service
 
     profile = tempfile.mkdtemp(prefix="tg-llm-chromium-")
@@ -72,7 +74,7 @@ def test_chat_page_streams_two_turns(browser: Any, url: str, tiny_llm: LLM) -> N
         browser.find_element(By.ID, "send").click()
         lengths: list[int] = []
 
-        def finished(lengths: list[int] = lengths) -> bool:
+        def finished(lengths: list[int] = lengths, turn: int = turn) -> bool:
             replies = browser.find_elements(By.CSS_SELECTOR, ".message.assistant")
             if len(replies) <= turn:
                 return False

@@ -45,7 +45,7 @@ def test_errors_are_one_line(tmp_path: Path, tiny_models: dict[tuple[str, str], 
 
 def test_prompt_and_benchmark(tiny_models: dict[tuple[str, str], Path], tiny_llm: object) -> None:
     code, out, err = run("--model", str(tiny_models[("qwen3", "Q8_0")]), "--prompt", "Hi", "--max-tokens", "3",
-                         "--max-context", "64", "--no-jit")  # fmt: skip
+                         "--max-context", "160", "--no-jit")  # fmt: skip
     assert code == 0, err
     assert out.endswith("\n")
     stream = io.StringIO()

@@ -58,7 +58,7 @@ def test_unsupported_architecture_and_quantisation(generator: ModuleType, tmp_pa
 
 
 def test_unknown_model_name_and_bad_messages() -> None:
-    with pytest.raises(ValueError, match="unknown model 'nope'.*llama3.2:1b"):
+    with pytest.raises(ValueError, match=r"unknown model 'nope'.*llama3\.2:1b"):
         resolve_model("nope")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model("/no/such/model.gguf")

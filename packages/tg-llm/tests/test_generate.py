@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -30,20 +28,26 @@ def test_sampling_rules() -> None:
 
 @pytest.mark.parametrize(
     "kwargs,message",
-    [({"temperature": -1}, "temperature"), ({"top_k": -2}, "top_k"), ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p")],
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_k": -2}, "top_k"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+    ],
 )
 def test_bad_sampling_params(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)  # type: ignore[arg-type]
 
 
-def test_jit_steps_equal_eager_steps_and_cache_reuse(tiny_models: dict[tuple[str, str], Path]) -> None:
-    path = tiny_models[("llama", "F16")]
-    prompt = [3, 50, 600, 12, 99, 100, 101, 7, 8, 700, 11]
-    eager = Generator(Transformer(open_model_file(path), max_context=48, chunk=4), jit=False)
-    jitted = Generator(Transformer(open_model_file(path), max_context=48, chunk=4))
+def test_jit_steps_equal_eager_steps_and_cache_reuse(tiny_llm: LLM) -> None:
+    # the shared tiny model's file and shapes: the kernels come from the compile cache
+    path, ctx = tiny_llm.file.path, tiny_llm.max_context
+    prompt = [(i * 37 + 5) % 800 for i in range(45)]
+    eager = Generator(Transformer(open_model_file(path), max_context=ctx), jit=False)
+    jitted = Generator(Transformer(open_model_file(path), max_context=ctx))
     first = list(eager.generate(prompt, 6))
-    assert list(jitted.generate(prompt, 6)) == first  # chunks of 4 (padded) then single tokens
+    assert list(jitted.generate(prompt, 6)) == first  # a chunk of 32, a padded chunk of 13, then single tokens
     # a second turn extends the cached tokens: only the new ones are fed, the result equals a fresh run
     turn2 = [*prompt, *first, 42, 43]
     cont = list(jitted.generate(turn2, 5))

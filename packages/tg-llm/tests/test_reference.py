@@ -16,14 +16,14 @@ import pytest
 from tg.llm import Generator, Transformer, open_model_file
 
 pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
 PROMPT = [5, 100, 200, 300, 400, 7, 8, 9, 421, 77, 12, 640]
 
 
 @cache
 def reference(path: Path) -> Any:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
     transformers.logging.set_verbosity_error()
     config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     if config.model_type == "llama":
@@ -37,8 +37,6 @@ def reference(path: Path) -> Any:
 
 
 def reference_logits(path: Path, ids: list[int]) -> np.ndarray:
-    import torch
-
     with torch.no_grad():
         return reference(path)(torch.tensor([ids])).logits[0].numpy()  # type: ignore[no-any-return]
 
@@ -49,8 +47,6 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_f32_logits_and_greedy_tokens(tiny_models: dict[tuple[str, str], Path], arch: str) -> None:
-    import torch
-
     path = tiny_models[(arch, "F32")]
     expected = reference_logits(path, PROMPT)
     model = Transformer(open_model_file(path), max_context=96, chunk=8)

@@ -62,7 +62,9 @@ def test_chat_completion_and_stream_agree(server: tuple[str, int]) -> None:
     reply = json.loads(raw)
     assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["role"] == "assistant"
     usage = reply["usage"]
-    assert usage["completion_tokens"] <= 6 and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert (
+        usage["completion_tokens"] <= 6 and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    )
     status, ctype, raw = request(server, "POST", "/v1/chat/completions", {**body, "stream": True})
     assert status == 200 and ctype == "text/event-stream"
     events = sse_events(raw)
@@ -73,10 +75,12 @@ def test_chat_completion_and_stream_agree(server: tuple[str, int]) -> None:
 
 
 def test_text_completion(server: tuple[str, int]) -> None:
-    status, _, raw = request(server, "POST", "/v1/completions", {"prompt": "Once upon", "max_tokens": 4, "seed": 3,
-                                                                 "temperature": 0.7, "top_k": 20, "top_p": 0.9})  # fmt: skip
+    sampled = {"prompt": "Once upon", "max_tokens": 4, "seed": 3, "temperature": 0.7, "top_k": 20, "top_p": 0.9}
+    status, _, raw = request(server, "POST", "/v1/completions", sampled)
     assert status == 200 and json.loads(raw)["object"] == "text_completion"
-    status, _, raw = request(server, "POST", "/v1/completions", {"prompt": "Once upon", "max_tokens": 3, "stream": True})
+    status, _, raw = request(
+        server, "POST", "/v1/completions", {"prompt": "Once upon", "max_tokens": 3, "stream": True}
+    )
     events = sse_events(raw)
     assert status == 200 and events[-1] == "[DONE]" and all("text" in e["choices"][0] for e in events[:-1])
 
@@ -89,14 +93,28 @@ def test_text_completion(server: tuple[str, int]) -> None:
         ("/v1/chat/completions", {"model": "x"}, None, 400, "'messages' is required"),
         ("/v1/chat/completions", {"messages": "hi"}, None, 400, "non-empty list"),
         ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, 400, "content must be a string"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, None, 400,
-         "max_tokens"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, None, 400,
-         "temperature"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, None, 400,
-         "stream"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 400}]}, None, 400,
-         "context"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": -1},
+            None,
+            400,
+            "max_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+            None,
+            400,
+            "temperature",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "stream": "yes"},
+            None,
+            400,
+            "stream",
+        ),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 400}]}, None, 400, "context"),
         ("/v1/completions", {"prompt": ""}, None, 400, "'prompt'"),
         ("/v1/completions", {"prompt": [1, 10**9]}, None, 400, "token ids"),
         ("/v1/embeddings", {}, None, 404, "no route"),

@@ -18,7 +18,15 @@ MULTILINGUAL = (
 
 def test_llama3_pre_tokenizer_splits() -> None:
     assert pre_tokenize("Hello world's 12345!!\n\n  x", "llama-bpe") == [
-        "Hello", " world", "'s", " ", "123", "45", "!!\n\n", " ", " x"
+        "Hello",
+        " world",
+        "'s",
+        " ",
+        "123",
+        "45",
+        "!!\n\n",
+        " ",
+        " x",
     ]
     assert pre_tokenize("I'LL go", "llama-bpe") == ["I", "'LL", " go"]
 
@@ -67,7 +75,7 @@ def test_stream_decoder_waits_for_whole_characters() -> None:
 
 
 def test_bad_vocabularies_raise() -> None:
-    with pytest.raises(TokenizerError, match="tokenizer.ggml.model"):
+    with pytest.raises(TokenizerError, match=r"tokenizer\.ggml\.model"):
         Tokenizer.from_gguf({"tokenizer.ggml.model": "llama"})
     with pytest.raises(TokenizerError, match="pre-tokenizer"):
         Tokenizer.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"],

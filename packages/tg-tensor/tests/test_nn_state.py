@@ -18,11 +18,11 @@ from tg.ir import dtypes
 from tg.runtime.device import Device
 from tg.tensor import Tensor
 from tg.tensor.nn.state import (
-    gguf_index,
     FormatError,
     StateDictError,
     get_parameters,
     get_state_dict,
+    gguf_index,
     gguf_load,
     load_state_dict,
     safe_load,

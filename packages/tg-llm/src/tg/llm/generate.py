@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tg.ir import UOp
 from tg.llm.model import Transformer
 from tg.tensor import Tensor, TinyJit, Variable
 
@@ -84,10 +85,10 @@ class Generator:
         self.cached: list[int] = []  # tokens whose keys/values the cache holds, in order
         self.stats = GenerationStats()
 
-        def prefill_step(rows: Tensor, start_pos: Variable, last: Variable) -> Tensor:
+        def prefill_step(rows: Tensor, start_pos: UOp, last: UOp) -> Tensor:
             return model(rows, start_pos, last).realize()
 
-        def decode_step(rows: Tensor, start_pos: Variable) -> Tensor:
+        def decode_step(rows: Tensor, start_pos: UOp) -> Tensor:
             return model(rows, start_pos, 0).realize()
 
         self._prefill = TinyJit(prefill_step) if jit else prefill_step
@@ -129,7 +130,7 @@ class Generator:
         if bad:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary of {vocab}")
         common = 0
-        for a, b in zip(self.cached, tokens):
+        for a, b in zip(self.cached, tokens, strict=False):
             if a != b:
                 break
             common += 1

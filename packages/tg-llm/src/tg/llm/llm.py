@@ -43,8 +43,8 @@ class LLM:
         default_context = min(self.config.context_length, 4096)
         self.model = Transformer(self.file, max_context or default_context, device)
         self.generator = Generator(self.model, jit=jit)
-        stop = [self.tokenizer.token_id(t) for t in STOP_TOKENS.get(self.config.arch, ())]
-        self.stop_ids = sorted({i for i in stop if i is not None} | ({self.tokenizer.eos_id} - {None}))  # type: ignore[operator]
+        stop = [self.tokenizer.token_id(t) for t in STOP_TOKENS.get(self.config.arch, ())] + [self.tokenizer.eos_id]
+        self.stop_ids: list[int] = sorted({i for i in stop if i is not None})
         self.lock = threading.Lock()
 
     @property

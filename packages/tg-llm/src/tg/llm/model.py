@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from tg.ir import dtypes
+from tg.ir import UOp, dtypes
 from tg.llm.quant import GGML_TYPES, NATIVE_DTYPES, Weight, dequantize, linear
-from tg.llm.weights import GGUFModelFile, ModelConfig, default_device, rope_tables
+from tg.llm.weights import GGUFModelFile, default_device, rope_tables
 from tg.tensor import Tensor, Variable
 
 
@@ -91,9 +91,9 @@ class Transformer:
                         w_gate=file.matrix(p + "ffn_gate.weight", cfg.ffn_dim, cfg.dim, dev, bar),
                         w_up=file.matrix(p + "ffn_up.weight", cfg.ffn_dim, cfg.dim, dev, bar),
                         w_down=file.matrix(p + "ffn_down.weight", cfg.dim, cfg.ffn_dim, dev, bar),
-                        cache=Tensor.zeros(
-                            2, cfg.n_kv_heads, self.max_context + chunk, cfg.head_dim, device=dev
-                        ).contiguous().realize(),
+                        cache=Tensor.zeros(2, cfg.n_kv_heads, self.max_context + chunk, cfg.head_dim, device=dev)
+                        .contiguous()
+                        .realize(),
                     )
                 )
             self.output_norm = file.vector("output_norm.weight", cfg.dim, dev)
@@ -167,6 +167,6 @@ class Transformer:
         return sum(w.nbytes for w in ws)
 
 
-def position_variable(max_context: int) -> Variable:
+def position_variable(max_context: int) -> UOp:
     """The symbolic position of a chunk's first token."""
     return Variable("start_pos", 0, max_context - 1)

@@ -12,7 +12,7 @@ package's numpy dequantiser, so the values are bit-identical):
 | type | block: elements / bytes | layout | value |
 | --- | --- | --- | --- |
 | Q8_0 | 32 / 34 | f16 d, 32 int8 q | d * q |
-| Q4_K | 256 / 144 | f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles | (d*sc) * q - (dmin*mn) per 32 |
+| Q4_K | 256 / 144 | f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 of nibbles | (d*sc) * q - (dmin*mn) per 32 |
 | Q6_K | 256 / 210 | 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, f16 d | (d*sc) * (q - 32) per 16 |
 """
 
@@ -49,9 +49,7 @@ def check_supported(name: str, ggml_type: int) -> None:
     """Raise UnsupportedWeightType naming the tensor and the type when `ggml_type` is not one tg-llm runs."""
     if ggml_type not in GGML_TYPES:
         supported = ", ".join(v[0] for v in GGML_TYPES.values())
-        raise UnsupportedWeightType(
-            f"tensor {name!r} is stored as {type_name(ggml_type)}; tg-llm supports {supported}"
-        )
+        raise UnsupportedWeightType(f"tensor {name!r} is stored as {type_name(ggml_type)}; tg-llm supports {supported}")
 
 
 @dataclass
@@ -82,13 +80,14 @@ def _f16_at(blocks: Tensor, offset: int) -> Tensor:
     return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def dequant_q8_0(blocks: Tensor) -> Tensor:
-    """(..., 34) uint8 Q8_0 blocks -> (..., 32) float32."""
-    return _f16_at(blocks, 0) * blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32)
+def _q8_0_parts(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Q8_0 as (integer values (..., 1, 32), scale (..., 1, 1), no offset)."""
+    q = blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32)
+    return q.unsqueeze(-2), _f16_at(blocks, 0).unsqueeze(-1), None
 
 
-def dequant_q4_k(blocks: Tensor) -> Tensor:
-    """(..., 144) uint8 Q4_K blocks -> (..., 256) float32."""
+def _q4_k_parts(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Q4_K as (nibbles (..., 8, 32), d*scale (..., 8, 1), dmin*min (..., 8, 1)): value = scale * q - offset."""
     lead = blocks.shape[:-1]
     d, dmin = _f16_at(blocks, 0), _f16_at(blocks, 2)
     s_lo, s_mid, s_hi = blocks[..., 4:8], blocks[..., 8:12], blocks[..., 12:16]
@@ -96,13 +95,11 @@ def dequant_q4_k(blocks: Tensor) -> Tensor:
     mins = Tensor.cat(s_mid & 63, (s_hi >> 4) | ((s_mid >> 6) << 4), dim=-1).cast(dtypes.float32)
     qs = blocks[..., 16:144].reshape(*lead, 4, 1, 32)
     q = Tensor.cat(qs & 15, qs >> 4, dim=-2).reshape(*lead, 8, 32).cast(dtypes.float32)
-    scale = (d * scales).reshape(*lead, 8, 1)
-    offset = (dmin * mins).reshape(*lead, 8, 1)
-    return (scale * q - offset).reshape(*lead, 256)
+    return q, (d * scales).reshape(*lead, 8, 1), (dmin * mins).reshape(*lead, 8, 1)
 
 
-def dequant_q6_k(blocks: Tensor) -> Tensor:
-    """(..., 210) uint8 Q6_K blocks -> (..., 256) float32."""
+def _q6_k_parts(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Q6_K as (6-bit values - 32 (..., 16, 16), d*scale (..., 16, 1), no offset)."""
     lead = blocks.shape[:-1]
     d = _f16_at(blocks, 208)
     scale = (d * blocks[..., 192:208].bitcast(dtypes.int8).cast(dtypes.float32)).reshape(*lead, 16, 1)
@@ -114,7 +111,32 @@ def dequant_q6_k(blocks: Tensor) -> Tensor:
         high = Tensor.cat(qh & 3, (qh >> 2) & 3, (qh >> 4) & 3, (qh >> 6) & 3, dim=-2)
         halves.append(low | (high << 4))
     q = Tensor.cat(*halves, dim=-2).cast(dtypes.int8) - 32  # (..., 8, 32)
-    return (scale * q.reshape(*lead, 16, 16).cast(dtypes.float32)).reshape(*lead, 256)
+    return q.reshape(*lead, 16, 16).cast(dtypes.float32), scale, None
+
+
+# ggml type -> its blocks split into (integer values per group, group scale, group offset or None)
+BLOCK_PARTS = {8: _q8_0_parts, 12: _q4_k_parts, 14: _q6_k_parts}
+
+
+def _dequantize_blocks(blocks: Tensor, ggml_type: int) -> Tensor:
+    q, scale, offset = BLOCK_PARTS[ggml_type](blocks)
+    values = scale * q if offset is None else scale * q - offset
+    return values.reshape(*blocks.shape[:-1], q.shape[-2] * q.shape[-1])
+
+
+def dequant_q8_0(blocks: Tensor) -> Tensor:
+    """(..., 34) uint8 Q8_0 blocks -> (..., 32) float32."""
+    return _dequantize_blocks(blocks, 8)
+
+
+def dequant_q4_k(blocks: Tensor) -> Tensor:
+    """(..., 144) uint8 Q4_K blocks -> (..., 256) float32."""
+    return _dequantize_blocks(blocks, 12)
+
+
+def dequant_q6_k(blocks: Tensor) -> Tensor:
+    """(..., 210) uint8 Q6_K blocks -> (..., 256) float32."""
+    return _dequantize_blocks(blocks, 14)
 
 
 DEQUANTIZERS = {8: dequant_q8_0, 12: dequant_q4_k, 14: dequant_q6_k}
@@ -130,5 +152,22 @@ def dequantize(data: Tensor, ggml_type: int) -> Tensor:
 
 
 def linear(x: Tensor, w: Weight) -> Tensor:
-    """`x @ w.T` in float32 for x of shape (..., cols): dequantisation fused into the matmul's reduction."""
-    return x.cast(dtypes.float32) @ w.dequantize().T
+    """`x @ w.T` in float32 for x of shape (..., cols), reading the weight as stored.
+
+    Native weights are cast inside the matmul. Quantized blocks are split into integer values, a scale and an
+    offset per group of 16 or 32 values; the dot product of x with the integers of each group is reduced first and
+    scaled once per group (`sum_g scale_g * (x . q_g) - offset_g * sum(x_g)`), so the float16 scales are decoded
+    once per group instead of once per weight. The scheduler fuses the whole expression into one kernel."""
+    x = x.cast(dtypes.float32)
+    if w.ggml_type in NATIVE_DTYPES:
+        return x @ w.data.cast(dtypes.float32).T
+    check_supported("<weight>", w.ggml_type)
+    q, scale, offset = BLOCK_PARTS[w.ggml_type](w.data)  # (N, nb, G, gs), (N, nb, G, 1)
+    N, nb, G, gs = q.shape
+    lead = x.shape[:-1]
+    xg = x.reshape(*lead, 1, nb, G, gs)
+    dots = (xg * q).sum(-1)  # (..., N, nb, G)
+    out = (dots * scale.reshape(N, nb, G)).sum((-1, -2))
+    if offset is not None:
+        out = out - (xg.sum(-1) * offset.reshape(N, nb, G)).sum((-1, -2))
+    return out

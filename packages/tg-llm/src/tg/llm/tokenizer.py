@@ -117,7 +117,7 @@ class Tokenizer:
         model = kv.get("tokenizer.ggml.model")
         if model != "gpt2":
             raise TokenizerError(
-                f"tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2', used by Llama 3 and Qwen) is supported"
+                f"tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2': Llama 3, Qwen) is supported"
             )
         for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
             if not isinstance(kv.get(key), list):

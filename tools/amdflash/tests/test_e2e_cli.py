@@ -78,6 +78,19 @@ def test_dump_interrupted_leaves_no_file(cli: Runner, tmp_path: Path) -> None:
     assert_registers_restored(board)
 
 
+def test_dump_never_writes_through_a_planted_partial_symlink(cli: Runner, tmp_path: Path) -> None:
+    """Issue 29 finding 7, as reported: `ln -s victim.txt out.bin.partial; amdflash --sim romsw dump out.bin`."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "out.bin.partial").symlink_to(victim)
+    board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
+    opener = SimOpener(board)
+    r = cli(opener, "romsw", "dump", str(tmp_path / "out.bin"))
+    assert r.code == 1 and "out.bin.partial already exists and is a symlink; refusing to write through it" in r.err
+    assert victim.read_text() == "precious" and not (tmp_path / "out.bin").exists()
+    assert opener.calls == []  # refused before the device was opened
+
+
 # --- 2, 3: dump -> flash a different image -> verify ------------------------------------------------------------------
 def check_dump(r: Result, out: Path, image: bytes) -> None:
     assert r.code == 0, r.err

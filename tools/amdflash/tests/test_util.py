@@ -55,3 +55,46 @@ def test_atomic_write_uses_umask_mode(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (tmp_path / "f").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_symlink_at_the_partial_path_is_never_written_through(tmp_path: Path) -> None:
+    """Issue 29 finding 7: `ln -s victim.txt out.bin.partial; amdflash --sim romsw dump out.bin` overwrote victim.txt
+    (the .partial file was opened with O_CREAT|O_TRUNC, following the link)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    target = tmp_path / "out.bin"
+    partial = tmp_path / "out.bin.partial"
+    partial.symlink_to(victim)
+    with pytest.raises(FileExistsError, match="is a symlink; refusing to write through it"):
+        with atomic_writer(target, tmp_path=str(partial)) as f:
+            f.write(b"flash data")
+    assert victim.read_text() == "precious" and not target.exists() and partial.is_symlink()
+    partial.unlink()
+    partial.symlink_to(tmp_path / "not-yet-there")  # a dangling link: nothing may be created at its target
+    with pytest.raises(FileExistsError, match="symlink"):
+        with atomic_writer(target, tmp_path=str(partial)) as f:
+            f.write(b"flash data")
+    assert not (tmp_path / "not-yet-there").exists()
+
+
+def test_a_stale_partial_of_our_own_is_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    partial = tmp_path / "out.bin.partial"
+    partial.write_bytes(b"left by a killed run")
+    with atomic_writer(target, tmp_path=str(partial)) as f:
+        f.write(b"complete")
+    assert target.read_bytes() == b"complete" and not partial.exists()
+    os.link(target, partial)  # a hard link to another file is not ours to truncate
+    with pytest.raises(FileExistsError, match="not a plain file of this user"):
+        with atomic_writer(tmp_path / "other.bin", tmp_path=str(partial)):
+            pass
+    assert target.read_bytes() == b"complete"
+
+
+def test_the_final_rename_replaces_a_symlink_not_its_target(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    target = tmp_path / "out.bin"
+    target.symlink_to(victim)
+    atomic_write(target, b"new")
+    assert victim.read_text() == "precious" and not target.is_symlink() and target.read_bytes() == b"new"

@@ -182,8 +182,8 @@ def romsw_dump(ctx: Context) -> int:
     check_output_path(output)
     digest = hashlib.sha256()
     with (
+        atomic_writer(output, tmp_path=output + ".partial") as f,  # created first: a bad path fails before the device
         ctx.flash() as chip,
-        atomic_writer(output, tmp_path=output + ".partial") as f,
         ctx.progress(FLASH_SIZE, "dump") as bar,
     ):
         for addr in range(0, FLASH_SIZE, SECTOR_SIZE):

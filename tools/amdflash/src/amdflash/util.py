@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator
 from typing import IO, Protocol, TypeVar
@@ -64,24 +65,50 @@ def parse_int(text: str) -> int:
     return int(text, 0)
 
 
+def create_exclusive(path: str, mode: int = 0o666) -> int:
+    """Create `path` for writing and return its descriptor; fail if anything exists there, a symlink included.
+
+    `O_EXCL` with `O_NOFOLLOW`: a file, a symlink or a dangling symlink planted at `path` is never opened, followed or
+    truncated. The mode is filtered by the umask, as `open()` would do.
+    """
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def _create_partial(tmp: str) -> int:
+    """Create the `.partial` file of a dump; a stale one of our own (a regular file of this user, no other links, left
+    by a killed run) is replaced, anything else there (a symlink, someone else's file, a directory) is refused."""
+    try:
+        return create_exclusive(tmp)
+    except FileExistsError:
+        st = os.lstat(tmp)
+        ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+        if not ours:
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a plain file of this user"
+            raise FileExistsError(
+                f"{tmp} already exists and is {kind}; refusing to write through it (remove it if it is yours)"
+            ) from None
+        os.unlink(tmp)
+        return create_exclusive(tmp)  # if something appeared again meanwhile, this fails: never followed
+
+
 @contextlib.contextmanager
 def atomic_writer(
     path: str | os.PathLike[str], *, suffix: str = ".partial", tmp_path: str | None = None
 ) -> Iterator[IO[bytes]]:
     """Open a temporary file beside `path` for writing; on success fsync it and rename it onto `path`.
 
-    The temporary file is `tmp_path` when given, else a unique hidden name in the same directory. On any exception,
-    including KeyboardInterrupt, the temporary file is removed and nothing appears at `path`.
+    The temporary file is `tmp_path` when given, else a unique hidden name in the same directory; either way it is
+    created exclusively and never through a symlink (`create_exclusive`), so a link planted there cannot redirect the
+    write. The rename replaces `path` itself (a symlink at `path` is replaced, its target is untouched). On any
+    exception, including KeyboardInterrupt, the temporary file is removed and nothing appears at `path`.
     """
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
-    base = os.path.basename(target)
     if tmp_path is None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=suffix, dir=directory)
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the mode open() would have given it
+        fd, tmp = _create_unique(directory, f".{os.path.basename(target)}.", suffix)
     else:
         tmp = tmp_path
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        fd = _create_partial(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -100,10 +127,14 @@ def atomic_writer(
             os.close(dfd)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _create_unique(directory: str, prefix: str, suffix: str) -> tuple[int, str]:
+    for _ in range(100):
+        tmp = os.path.join(directory, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return create_exclusive(tmp), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file in {directory}")
 
 
 def check_output_path(path: str | os.PathLike[str]) -> None:

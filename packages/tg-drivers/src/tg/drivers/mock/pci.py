@@ -77,6 +77,7 @@ class MockPCIDevice(PCIDevice):
         device: int = 0x744C,
         class_code: int = 0x030000,
         revision: int = 0,
+        subsystem: tuple[int, int] = (0, 0),
         bars: Mapping[int, BarSpec] | None = None,
         rebar: Mapping[int, Sequence[int]] | None = None,
         cfg_size: int = 4096,
@@ -90,12 +91,15 @@ class MockPCIDevice(PCIDevice):
             (device, "device", 0xFFFF),
             (class_code, "class_code", 0xFFFFFF),
             (revision, "revision", 0xFF),
+            (subsystem[0], "subsystem vendor", 0xFFFF),
+            (subsystem[1], "subsystem id", 0xFFFF),
         ]:
             if not isinstance(value, int) or not 0 <= value <= limit:
                 raise ValueError(f"{what} must be an int in 0..{limit:#x}, got {value!r}")
         if cfg_size not in (256, 4096):
             raise ValueError(f"cfg_size must be 256 or 4096, got {cfg_size!r}")
         self.vendor, self.device, self.class_code = vendor, device, class_code
+        self.subsystem = subsystem
         self.cfg_size = cfg_size
         self.violations: list[str] = violations if violations is not None else []
         self.shared_sysmem = shared_sysmem
@@ -188,6 +192,7 @@ class MockPCIDevice(PCIDevice):
         cfg[2:4] = self.device.to_bytes(2, "little")
         cfg[8:12] = ((self.class_code << 8) | revision).to_bytes(4, "little")
         cfg[0x0E] = 0  # header type 0
+        cfg[0x2C:0x30] = (self.subsystem[0] | self.subsystem[1] << 16).to_bytes(4, "little")
         for j, idx in enumerate(sorted(self._rebar)):
             sizes = self._rebar[idx]
             cap = sum(1 << ((s // MIB).bit_length() - 1 + 4) for s in sizes)
@@ -236,7 +241,7 @@ class MockPCIDevice(PCIDevice):
         return int.from_bytes(self.config[dw : dw + 4], "little")
 
     def _cfg_store_dword(self, dw: int, value: int) -> None:
-        if dw in (0x00, 0x08, 0x0C) or (dw == REBAR_CAP_OFFSET and self._rebar):
+        if dw in (0x00, 0x08, 0x0C, 0x2C) or (dw == REBAR_CAP_OFFSET and self._rebar):
             if dw == 0x0C:  # cache line / latency are writable, header type is not
                 self.config[0x0C:0x0E] = value.to_bytes(4, "little")[0:2]
             return

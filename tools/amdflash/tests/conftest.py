@@ -15,6 +15,8 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("TG_DRIVERS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))  # the remote token file
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))  # flash backups and journals
+    monkeypatch.delenv("AMDFLASH_BACKUP_DIR", raising=False)
     for name in (
         "REMOTE",
         "AMDFLASH_DEBUG",

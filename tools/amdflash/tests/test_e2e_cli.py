@@ -192,16 +192,18 @@ def test_interrupted_flash_resumed(cli: Runner, tmp_path: Path) -> None:
     r = cli(board, "romsw", "flash", b, "--start-sector", "126", "--yes")
     assert r.code == 130
     err = r.err.strip().splitlines()
-    assert err == [
+    assert err[1:] == [
         "hint: flash stopped at sector 130; resume with --start-sector 130 --sector-count 382 --yes",
         "error: interrupted",
     ]
+    assert err[0].startswith("hint: the original contents of the sectors being replaced are in ")
     assert board.flash[: 130 * 0x1000] == image2[: 130 * 0x1000]
     assert board.flash[130 * 0x1000 : 131 * 0x1000] == image1[130 * 0x1000 : 131 * 0x1000]  # hook fires before erase
     assert_registers_restored(board)
     board.abort_on = None
     r = cli(board, "romsw", "flash", b, "--start-sector", "130", "--sector-count", "5", "--yes")
     assert r.code == 0, r.err
+    assert r.err.startswith("resuming the unfinished flash recorded in ")  # its backup keeps sector 130's original
     assert [line.split()[2] for line in r.lines if line.startswith("OK")] == [f"{n:03d}/511" for n in range(130, 135)]
     assert cli(board, "romsw", "verify", b).code == 0
     never_happen(board)
@@ -228,15 +230,23 @@ def test_interrupted_full_flash_resumed_to_the_end(cli: Runner, tmp_path: Path) 
 
 def test_stalled_engine_mid_sector_then_resume(cli: Runner, tmp_path: Path) -> None:
     image = build_ifwi(2)
-    board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
     b = write(tmp_path / "b.bin", image)
-    # run one sector to learn how many ROM_SW triggers a sector costs, then stall in the middle of the third
-    assert cli(board, "romsw", "flash", b, "--start-sector", "0", "--sector-count", "1", "--yes").code == 0
-    per_sector = len(board.transactions)
-    board.stall_after_txns = per_sector * 3 + per_sector // 2
-    r = cli(board, "romsw", "flash", b, "--start-sector", "10", "--sector-count", "4", "--yes")
+    argv = ("romsw", "flash", b, "--start-sector", "10", "--sector-count", "4", "--yes")
+    # on an identical board, learn how many ROM_SW transactions have run when sectors 12 and 13 start being erased
+    probe_board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
+    marks: dict[int, int] = {}
+
+    def observe(event: tuple[Any, ...]) -> None:
+        if event[0] == "erase":
+            marks[event[1]] = len(probe_board.transactions)
+
+    probe_board.abort_on = observe
+    assert cli(probe_board, *argv, "--backup-dir", str(tmp_path / "probe")).code == 0
+    board = SimulatedNavi31(SimConfig(flash=build_ifwi(1)))
+    board.stall_after_txns = (marks[12] + marks[13]) // 2  # in the middle of sector 12
+    r = cli(board, *argv)
     assert r.code == 1
-    err = r.err.strip().splitlines()
+    err = [line for line in r.err.strip().splitlines() if not line.startswith("hint: the original contents")]
     assert err[0] == "hint: flash stopped at sector 12; resume with --start-sector 12 --sector-count 2 --yes"
     assert err[1].startswith("error: ROM_SW transaction timeout")
     board.stall_after_txns = None
@@ -653,10 +663,12 @@ def test_interrupt_while_reporting_a_verified_sector_resumes_after_it(tmp_path: 
         settings=FAST_SETTINGS,
     )
     assert code == 130
-    assert [line for line in err.getvalue().splitlines() if not PROGRESS_LINE.match(line)] == [
+    lines = [line for line in err.getvalue().splitlines() if not PROGRESS_LINE.match(line)]
+    assert lines[1:] == [
         "hint: flash stopped at sector 2; resume with --start-sector 2 --sector-count 2 --yes",
         "error: interrupted",
     ]
+    assert lines[0].startswith("hint: the original contents of the sectors being replaced are in ")
 
 
 # --- output files: checked before the device is opened, never half-written ------------------------------------------
@@ -707,7 +719,7 @@ def test_dropped_page_program_stops_at_its_sector_then_resumes(cli: Runner, tmp_
         f"OK sector {n:03d}/511 @{n * 0x1000:#07x}" for n in range(3)
     ]
     addr = 0x3200 + first_diff(board.flash[0x3200:0x3300], image2[0x3200:0x3300])
-    assert r.err.strip().splitlines() == [
+    assert r.err.strip().splitlines()[1:] == [
         "hint: flash stopped at sector 3; resume with --start-sector 3 --sector-count 3 --yes",
         f"error: verify mismatch at {addr:#x}: flash=ff image={image2[addr]:02x}",
     ]

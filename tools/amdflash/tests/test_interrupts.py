@@ -181,3 +181,50 @@ def test_sigterm_is_handled_like_ctrl_c_with_exit_143(tmp_path: Path) -> None:
     assert_registers_restored(board)
     assert board.flash[: start * SECTOR] == image[: start * SECTOR]
     assert (first + rest).count("OK sector") == start
+
+
+# ---- start-up (issue 29 finding 11) ---------------------------------------------------------------------------------
+
+INTERRUPT_DURING_IMPORT = """
+import importlib.abc, os, signal, sys
+
+MODULE = sys.argv[1]
+
+class InterruptOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == MODULE:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this module starts loading
+        return None
+
+sys.meta_path.insert(0, InterruptOnImport())
+sys.argv = ["amdflash", *sys.argv[2:]]
+from amdflash.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["amdflash.cli", "tg.drivers.interrupts", "amdflash.commands", "amdflash.sim.board"])
+def test_ctrl_c_while_starting_up_exits_quietly_with_130(tmp_path: Path, module: str) -> None:
+    """Finding 11: a Ctrl-C during start-up (imports, before the device is touched) printed a traceback in 7 of 40
+    runs. Here it lands, deterministically, while each stage of the start-up loads."""
+    argv = ["--sim", "--sim-state", str(tmp_path / "sim.bin"), "romsw", "info"]
+    p = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_DURING_IMPORT, module, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 130, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.strip().endswith("error: interrupted"), p.stderr
+    assert p.stdout == ""
+
+
+def test_ctrl_c_at_random_moments_of_a_short_command_is_always_quiet(tmp_path: Path) -> None:
+    """The real console script, SIGINT at random moments of its whole run (start-up included): never a traceback."""
+    rng = random.Random(29)
+    argv = [*amdflash(), "--sim", "--sim-state", str(tmp_path / "sim.bin"), "romsw", "info"]
+    for _ in range(3):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.05, 0.8))
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        # 130: interrupted (or, before Python's own handler exists, killed by the signal: the shell shows 130 too)
+        assert p.returncode in (0, 130, -signal.SIGINT), err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

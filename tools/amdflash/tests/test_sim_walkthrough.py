@@ -46,7 +46,10 @@ def test_walkthrough_in_process(tmp_path: Path) -> None:
     assert board.flash[4 * 0x1000 :] == b"\xff" * (0x200000 - 4 * 0x1000)
     # the documented persistent ROM_CNTL change survives between invocations too
     assert board.regs[regs.ROM_CNTL] == (0x07000002 & 0xE0FFFFFF) | 1 << 28 | 8 << 24 | 1
-    assert sorted(os.listdir(tmp_path)) == ["board.bin", "new.bin"]
+    assert sorted(os.listdir(tmp_path)) == ["board.bin", "board.bin.backups", "new.bin"]
+    backups = sorted(os.listdir(tmp_path / "board.bin.backups"))  # the replaced sectors, and the finished journal
+    assert len(backups) == 2 and backups[0].startswith("backup-") and backups[1].startswith("journal-")
+    assert os.path.getsize(tmp_path / "board.bin.backups" / backups[0]) == 4 * 0x1000
     r = run(*sim, "list")
     assert r.lines == ["0 sim sim:0 (0x1002:0x744c)"]
     r = run(*sim, "--device", "1", "romsw", "info")
@@ -136,8 +139,9 @@ def test_ctrl_c_during_sim_flash_then_resume(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    hint, last = err.strip().splitlines()[-2:]
+    backup, hint, last = err.strip().splitlines()[-3:]
     assert last == "error: interrupted"
+    assert backup.startswith("hint: the original contents of the sectors being replaced are in ")
     assert hint.startswith("hint: flash stopped at sector ")
     stopped = int(hint.split()[5].rstrip(";"))
     assert stopped >= 3
@@ -145,7 +149,8 @@ def test_ctrl_c_during_sim_flash_then_resume(tmp_path: Path) -> None:
     state = tmp_path / "cache" / "amdflash" / "sim-board.bin"
     board = load_board(state)
     assert board.flash[: stopped * 0x1000] == image[: stopped * 0x1000]
-    assert sorted(os.listdir(state.parent)) == ["sim-board.bin"]
+    assert sorted(os.listdir(state.parent)) == ["sim-board.bin", "sim-board.bin.backups"]  # no stray temp files
+    assert "journal.jsonl" in os.listdir(state.parent / "sim-board.bin.backups")  # unfinished: resumable
     r = run(
         "--sim",
         "--sim-state",
@@ -160,6 +165,7 @@ def test_ctrl_c_during_sim_flash_then_resume(tmp_path: Path) -> None:
         "--yes",
     )
     assert r.code == 0, r.err
+    assert r.err.startswith("resuming the unfinished flash recorded in ")
     assert load_board(state).flash[: (stopped + 2) * 0x1000] == image[: (stopped + 2) * 0x1000]
 
 
@@ -199,4 +205,6 @@ def test_readme_walkthrough_verbatim(tmp_path: Path) -> None:
     assert results[8].stdout.splitlines()[3] == "transfer_type: error=0x0 response=0x1"
     steps = [line for line in results[9].stdout.splitlines() if line.startswith("IFWI step ")]
     assert len(steps) == 18
-    assert sorted(os.listdir(tmp_path)) == ["before.bin", "board.bin", "new.bin", "raw.bin"]
+    assert sorted(os.listdir(tmp_path)) == ["before.bin", "board.bin", "board.bin.backups", "new.bin", "raw.bin"]
+    backups = sorted(os.listdir(tmp_path / "board.bin.backups"))  # the 512 replaced (blank) sectors, the journal
+    assert [name.split("-")[0] for name in backups] == ["backup", "journal"]

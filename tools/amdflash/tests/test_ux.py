@@ -141,11 +141,15 @@ def flash_4(stderr: io.StringIO, tmp_path: Path) -> tuple[int, str, str]:
 def test_progress_in_pipe_mode_is_plain_lines(tmp_path: Path) -> None:
     code, out, err = flash_4(io.StringIO(), tmp_path)
     assert code == 0
-    assert [line.split(" elapsed=")[0] for line in out.splitlines()[:-1]] == [
+    assert [line.split(" elapsed=")[0] for line in out.splitlines()[:-2]] == [
         f"OK sector {n:03d}/511 @{n * 0x1000:#07x}" for n in range(4)
     ]
+    assert out.splitlines()[-2].startswith("backup of the 4 replaced sectors: ")
     lines = err.splitlines()
-    assert [line.split(" (")[0] for line in lines] == ["flash: 25%", "flash: 50%", "flash: 75%", "flash: 100%"]
+    assert [line.split(" (")[0] for line in lines] == [
+        *(f"read: {p}%" for p in (25, 50, 75, 100)),  # the sectors are read first, to find those that change
+        *(f"flash: {p}%" for p in (25, 50, 75, 100)),
+    ]
     assert all(PROGRESS_LINE.match(line) for line in lines)
     assert lines[-1].startswith("flash: 100% (16.0 KiB/16.0 KiB, ") and lines[-1].endswith("/s)")
 

@@ -1,5 +1,5 @@
 """`python -m amdflash`: the same as the `amdflash` console script."""
 
-from amdflash.cli import console_main
+from amdflash.entry import main
 
-console_main()
+main()

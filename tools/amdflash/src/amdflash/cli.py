@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from amdflash import commands, regs
+from amdflash import commands, flashing, regs
 from amdflash.__about__ import __version__
 from amdflash.device import TRANSPORTS, list_candidates, open_gpu
 from amdflash.romsw import DEFAULT_PRESCALE
@@ -22,10 +22,13 @@ from tg.drivers.interrupts import DEFERRED_SIGNALS, critical, signal_guard
 
 EPILOG = """\
 safety: nothing is erased, programmed or streamed without --yes; images must be exactly 2 MiB and valid IFWIs
-(checked whole before anything is written); every written sector is read back and compared; Ctrl-C lets the current
-hardware step finish and restore its registers (exit 130). Progress goes to stderr, results to stdout. Side effect:
-every romsw command writes ROM_CNTL once (prescale override, prescaler, bit 0) and leaves that value in place until
-the board is reset. Try it without hardware with --sim.
+(checked whole before anything is written), with right checksums and signature blobs, built for this board (their
+VBIOS against the board's ids and the flash's VBIOS; --force overrides); romsw flash --dry-run shows what would
+change; the original contents of every sector about to change are backed up first, with a journal that makes an
+interrupted flash resumable and `romsw restore` possible; every written sector is read back and compared; Ctrl-C
+lets the current hardware step finish and restore its registers (exit 130). Progress goes to stderr, results to
+stdout. Side effect: every romsw command writes ROM_CNTL once (prescale override, prescaler, bit 0) and leaves that
+value in place until the board is reset. Try it without hardware with --sim.
 """
 
 
@@ -58,6 +61,16 @@ def _add_globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
         default=default(None),
         metavar="PATH",
         help="simulator state file (default $XDG_CACHE_HOME/amdflash/sim-board.bin or ~/.cache/amdflash/...)",
+    )
+
+
+def _add_backup_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backup-dir",
+        metavar="DIR",
+        default=None,
+        help="where the original contents of replaced sectors and the flash journal go (default "
+        "$AMDFLASH_BACKUP_DIR, else $XDG_STATE_HOME/amdflash/backups; with --sim: next to the state file)",
     )
 
 
@@ -137,8 +150,33 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write an image that is not a valid IFWI (e.g. to blank the chip); by default the whole image is checked",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write an image that fails its checksums, signature-blob or board-identity checks (they are refused "
+        "by default)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything and report which sectors would change; erase, program and back up nothing",
+    )
+    _add_backup_dir(p)
     p.add_argument("--yes", action="store_true", help="really erase and program")
-    p.set_defaults(func=commands.romsw_flash)
+    p.set_defaults(func=flashing.romsw_flash)
+    p = leaf(
+        rs,
+        "restore",
+        prescale=True,
+        help="write the sectors a flash backed up back to their original contents (needs --yes)",
+        description="Put back the original contents of the sectors a `romsw flash` replaced, from its journal and "
+        "backup (printed when the flash ended, or in the backup directory).",
+    )
+    p.add_argument("journal", metavar="JOURNAL", help="the flash's journal file (journal*.jsonl)")
+    p.add_argument("--clear-cmp", action="store_true", help="clear SR2.CMP (only that bit) if it protects the array")
+    p.add_argument("--dry-run", action="store_true", help="report which sectors differ; write nothing")
+    p.add_argument("--yes", action="store_true", help="really erase and program")
+    p.set_defaults(func=flashing.romsw_restore)
 
     fw = groups.add_parser("fw", help="firmware-mediated access: PSP mailbox and the ROM_INDEX/ROM_DATA aperture")
     _add_globals(fw, top=False)
@@ -155,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="stream every requested IFWI item to the PSP (needs --yes; power cycle after)",
     )
     p.add_argument("ifwi", metavar="IFWI", help="the 2 MiB IFWI image")
+    p.add_argument(
+        "--force", action="store_true", help="stream an image that fails its checksums or board-identity checks"
+    )
     p.add_argument("--yes", action="store_true", help="really start PSP transfers")
     p.set_defaults(func=commands.fw_ifwi_all)
     p = leaf(fs, "stream", prescale=False, help="disabled: stock reflash validation failed")
@@ -258,14 +299,16 @@ def _run(
             err("error: terminated" if code == 128 + signal.SIGTERM else "error: interrupted")
         return code
     except (RuntimeError, TimeoutError, ValueError, OSError) as exc:
-        if verbose:
-            err(traceback.format_exc().rstrip())
-        err(f"error: {exc}")
+        with critical():  # a Ctrl-C now waits for the error line (then exits 130)
+            if verbose:
+                err(traceback.format_exc().rstrip())
+            err(f"error: {exc}")
         return 1
     except Exception as exc:
-        if verbose:
-            err(traceback.format_exc().rstrip())
-        err(f"error: internal error: {type(exc).__name__}: {exc}")
+        with critical():
+            if verbose:
+                err(traceback.format_exc().rstrip())
+            err(f"error: internal error: {type(exc).__name__}: {exc}")
         return 3
 
 
@@ -301,6 +344,8 @@ def _run_sim(
                 raise RuntimeError(f"device index {index} out of range (found 1)")
             return make_sim_device(board, lock=False)
 
+        if getattr(args, "backup_dir", "unset") is None:  # the simulated board's backups live beside its state
+            args.backup_dir = path + ".backups"
         # the simulated flash finishes erases and programs at once: no need to sleep between busy polls
         ctx = commands.Context(args, out, err, open_sim, settings or Settings(busy_poll_interval=0.0), stderr)
         try:

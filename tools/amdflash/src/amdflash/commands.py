@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from amdflash import psp
-from amdflash.device import Bar5
+from amdflash.device import Bar5, board_identity
 from amdflash.fwdump import dump_rom_aperture
 from amdflash.gd25 import (
     FLASH_SIZE,
@@ -27,11 +27,12 @@ from amdflash.gd25 import (
     has_jedec,
 )
 from amdflash.ifwi import check_image_size, resolve_ifwi_item, validate_ifwi
+from amdflash.image import find_vbios, identity_problems, image_problems
+from amdflash.journal import default_backup_dir
 from amdflash.progress import Progress
 from amdflash.romsw import Navi31SPI, check_prescale
 from amdflash.settings import Settings
 from amdflash.util import atomic_write, atomic_writer, check_output_path
-from tg.drivers.interrupts import critical
 
 DISABLED = "firmware writes are disabled: stock reflash validation failed; use 'amdflash romsw flash' for recovery"
 NOT_BOOTED_HINT = (
@@ -54,6 +55,12 @@ class Context:
     opener: Callable[[int, str], Any]
     settings: Settings
     stderr: TextIO | None = None  # where progress goes (a tqdm bar on a terminal, plain lines otherwise)
+    #: the device the command has open (set by `device()`), e.g. for its config-space ids
+    current_device: Any = None
+
+    def backup_dir(self) -> str:
+        """Where `romsw flash` keeps its backups and journal: `--backup-dir`, else `default_backup_dir()`."""
+        return str(getattr(self.args, "backup_dir", None) or default_backup_dir())
 
     def progress(self, total: int, desc: str) -> Progress:
         """Progress of a long operation of `total` bytes, on stderr."""
@@ -65,9 +72,11 @@ class Context:
         log.debug("opening device %d over %s", self.args.device, transport)
         dev = self.opener(self.args.device, transport)
         log.debug("opened %s (%s)", getattr(dev, "pcibus", "?"), type(dev).__name__)
+        self.current_device = dev
         try:
             yield dev
         finally:
+            self.current_device = None
             dev.close()
             log.debug("closed %s", getattr(dev, "pcibus", "?"))
 
@@ -212,63 +221,6 @@ def romsw_verify(ctx: Context) -> int:
     return 0
 
 
-def romsw_flash(ctx: Context) -> int:
-    """`romsw flash IMAGE`: erase, program and read back each sector of the range; resumable by sector range."""
-    args = ctx.args
-    check_prescale(args.prescale)
-    if not args.yes:
-        raise RuntimeError("refusing to write without --yes")
-    image = read_image(args.image)
-    start, count = sector_range(args.start_sector, args.sector_count)
-    romsw_preflight(ctx)
-    if args.skip_image_check:
-        ctx.err("warning: --skip-image-check: the image is written without checking that it is a valid IFWI")
-    else:
-        validate_ifwi(image)  # the whole image, before the device is even opened
-    s = ctx.settings
-    with ctx.flash() as chip:
-        if chip.status(OP_RDSR2) & SR2_CMP:
-            if not args.clear_cmp:
-                raise RuntimeError("CMP protects the full array; rerun with --clear-cmp")
-            chip.clear_cmp()
-            ctx.out("cleared SR2.CMP")
-        end = start + count
-        current, erased = start, False  # `current`: the first sector not yet verified
-        t0 = time.monotonic()
-        try:
-            with ctx.progress(count * SECTOR_SIZE, "flash") as bar:
-                for sector in range(start, end):
-                    addr = sector * SECTOR_SIZE
-                    want = image[addr : addr + SECTOR_SIZE]
-                    erased = True
-                    with critical():  # a Ctrl-C lets the sector finish (erase, program, read back, report) first
-                        write_sector(chip, addr, want, s)
-                        current = sector + 1
-                        ctx.out(f"OK sector {sector:03d}/511 @{addr:#07x} elapsed={time.monotonic() - t0:.1f}s")
-                    bar.update(SECTOR_SIZE)
-        except BaseException:
-            if erased and current < end:
-                ctx.err(
-                    f"hint: flash stopped at sector {current}; resume with --start-sector {current} "
-                    f"--sector-count {end - current} --yes"
-                )
-            raise
-    ctx.out(f"flash complete: sectors {start}..{end - 1} verified")
-    return 0
-
-
-def write_sector(chip: GD25LQ16E, addr: int, want: bytes, settings: Settings) -> None:
-    """Erase the sector at `addr`, program its pages that are not all 0xFF, and read it back; raise on a mismatch."""
-    chip.erase_sector(addr, timeout=settings.erase_timeout)
-    for off in range(0, SECTOR_SIZE, 0x100):
-        page = want[off : off + 0x100]
-        if page.count(0xFF) != len(page):
-            chip.program_page(addr + off, page, timeout=settings.program_timeout)
-    got = chip.read(addr, SECTOR_SIZE)
-    if got != want:
-        raise mismatch(addr, got, want)
-
-
 # --- fw ---------------------------------------------------------------------------------------------------------------
 def fw_probe(ctx: Context) -> int:
     """`fw probe`: the four read-only mailbox queries."""
@@ -305,7 +257,15 @@ def fw_ifwi_all(ctx: Context) -> int:
     if not ctx.args.yes:
         raise RuntimeError("refusing to stream without --yes")
     image = validate_ifwi(read_image(ctx.args.ifwi, "IFWI image"))  # nothing is streamed unless all of it is valid
+    problems = image_problems(image)
     with ctx.device(fw_transport(ctx.args)) as dev:
+        problems += identity_problems(find_vbios(image), board_identity(dev), None)
+        if problems and not ctx.args.force:
+            raise RuntimeError(
+                "the image fails its checks: " + "; ".join(problems) + ". Nothing was streamed; --force streams it"
+            )
+        for problem in problems:
+            ctx.err(f"warning: --force: {problem}")
         mailbox = ctx.mailbox(dev)
         current = mailbox.require(psp.GET_TRANSFER_TYPE, name="GET_TRANSFER_TYPE")
         for step in range(MAX_IFWI_ITEMS):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amdflash import regs
+from amdflash.image import BoardIdentity
 from tg.drivers.regprog import ProgramResult, RegisterProgram, post_writes, run_program
 
 log = logging.getLogger("amdflash")
@@ -167,3 +168,11 @@ class Bar5:
     def post_writes(self, writes: list[tuple[int, int]]) -> bool:
         """Send dword writes as one posted request where the transport can (remote); False: write them one by one."""
         return post_writes(self.view, writes)
+
+
+def board_identity(dev: Any) -> BoardIdentity | None:
+    """The board's PCI ids and subsystem ids from its config space (None when the device has no config space)."""
+    read = getattr(dev, "read_config", None)
+    if read is None:
+        return None
+    return BoardIdentity(read(0, 2), read(2, 2), read(0x2C, 2), read(0x2E, 2))

@@ -1,5 +1,5 @@
 """`python -m tg_pci_server` runs the `tg-pci-server` command line."""
 
-from tg_pci_server.cli import main
+from tg_pci_server.entry import main
 
-raise SystemExit(main())
+main()

@@ -58,6 +58,8 @@ class SimConfig:
     initial_regs: dict[int, int] = field(default_factory=lambda: dict(DEFAULT_INITIAL_REGS))
     strict: bool = True
     reg_log: int = 0  # size of the access ring buffer; 0 disables logging
+    #: the board's PCI subsystem ids (config space 0x2C): which board it is, checked against an image's VBIOS
+    subsystem: tuple[int, int] = (0x1002, 0x0E3A)
     # fault injection
     stall_after_txns: int | None = None
     drop_program: set[int] = field(default_factory=set)

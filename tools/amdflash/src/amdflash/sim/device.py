@@ -24,6 +24,7 @@ def make_sim_device(board: SimulatedNavi31, *, pcibus: str = "sim:0", lock: bool
         pcibus,
         vendor=regs.AMD_VENDOR_ID,
         device=regs.NAVI31_DEVICE_ID,
+        subsystem=board.config.subsystem,
         bars=bars,
         lock=lock,
     )

@@ -105,6 +105,7 @@ def main() -> int:
     parser.add_argument("--types", default="F16,Q8_0")
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny model instead of ~0.5B (seconds)")
     parser.add_argument("--no-transformers", action="store_true")
+    parser.add_argument("--torch-python", help="a Python with torch + transformers (default: this one or the torch env)")
     args = parser.parse_args()
 
     from tg.ir.helpers import cache_dir
@@ -116,14 +117,16 @@ def main() -> int:
     outdir = cache_dir() / ("bench-llm-smoke" if args.smoke else "bench-llm")
     outdir.mkdir(parents=True, exist_ok=True)
     bandwidth = copy_bandwidth()
-    python = None if args.no_transformers else torch_python()
+    python = None if args.no_transformers else (args.torch_python or torch_python())
     print(f"numpy copy bandwidth: {bandwidth / 1e9:.2f} GB/s (read + write); transformers python: {python}")
     rows = []
     for wtype in args.types.split(","):
         path = outdir / f"llama-{wtype.lower()}.gguf"
         if not path.exists():
             print(f"writing {path} ...", flush=True)
-            gen.write_model(path, config, wtype, quiet=False)
+            partial = path.with_suffix(".partial")
+            gen.write_model(partial, config, wtype, quiet=False)
+            partial.rename(path)  # an interrupted write never looks like a finished file
         start = time.perf_counter()
         llm = LLM(path, max_context=4 * args.tokens + 64)
         load_s = time.perf_counter() - start

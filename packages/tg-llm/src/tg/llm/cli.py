@@ -74,7 +74,8 @@ def benchmark(llm: object, n: int, out: TextIO) -> dict[str, float]:
     weight_bytes = llm.model.weights_nbytes()
     result = {
         "prefill_tok_s": n / prefill_s,
-        "decode_tok_s": count / decode_s if decode_s else 0.0,
+        # the first token comes from the prefill's logits: count - 1 decode steps ran in decode_s
+        "decode_tok_s": (count - 1) / decode_s if decode_s and count > 1 else 0.0,
         "weight_gb": weight_bytes / 1e9,
     }
     result["decode_gb_s"] = result["decode_tok_s"] * weight_bytes / 1e9

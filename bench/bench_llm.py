@@ -1,8 +1,8 @@
-"""tg-llm decode and prefill tokens/s on a random ~0.5B-parameter Llama (F16 and Q8_0) beside transformers.
+"""tg-llm decode and prefill tokens/s on a random 0.37B-parameter Llama (F16 and Q8_0) beside transformers.
 
     hatch run bench:llm [--tokens N] [--types F16,Q8_0] [--smoke]
 
-The models are written once by packages/tg-llm/tests/make_tiny_gguf.py into tg's cache dir (~1.6 GB for both).
+The models are written once by packages/tg-llm/tests/make_tiny_gguf.py into tg's cache dir (~1.1 GB for both).
 transformers (torch CPU) loads the same GGUF (dequantised to float32, as it does) in a subprocess of the `torch`
 hatch env (torch comes from pip there; this env uses uv), in the same run. The memory-bandwidth bound of decoding is
 (weight bytes read per token) / (a numpy copy's bandwidth, read + write, measured here). Numbers only: no asserts.
@@ -103,7 +103,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=16, help="prompt tokens prefilled and tokens decoded")
     parser.add_argument("--types", default="F16,Q8_0")
-    parser.add_argument("--smoke", action="store_true", help="the tests' tiny model instead of ~0.5B (seconds)")
+    parser.add_argument("--smoke", action="store_true", help="the tests' tiny model instead of the 0.37B one")
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--torch-python", help="a Python with torch + transformers (default: this one or the torch env)")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Write tiny random Llama 3 and Qwen 3 GGUF files for tg-llm's tests and benchmark (needs the `gguf` package).
 
     python packages/tg-llm/tests/make_tiny_gguf.py OUTDIR            # every arch x weight type of the tests
-    python packages/tg-llm/tests/make_tiny_gguf.py OUTDIR --bench    # a random ~0.5B Llama in F16 and Q8_0
+    python packages/tg-llm/tests/make_tiny_gguf.py OUTDIR --bench    # a random 0.37B Llama in F16 and Q8_0
 
 The vocabulary is a real byte-level BPE: the 256 byte symbols, merges learned here from a small multilingual
 corpus with the family's pre-tokenizer, then the family's special tokens (control type), so `transformers` and tg
@@ -274,7 +274,8 @@ def write_all(outdir: Path) -> dict[tuple[str, str], Path]:
 
 
 def bench_config() -> TinyConfig:
-    """A random Llama of ~0.5B parameters (Qwen2.5-0.5B-like shape, Llama layout)."""
+    """A random Llama of 0.37B parameters: Qwen2.5-0.5B's layer shapes in Llama layout, with the tests' small vocabulary
+    (its 0.5B count includes a 136M-parameter embedding this file does not have)."""
     return TinyConfig(dim=1024, n_layers=24, n_heads=16, n_kv_heads=4, head_dim=64, ffn=4096, n_merges=2000,
                       context=2048)  # fmt: skip
 

@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--types", default="F16,Q8_0")
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny model instead of the 0.37B one")
     parser.add_argument("--no-transformers", action="store_true")
-    parser.add_argument("--torch-python", help="a Python with torch + transformers (default: this one or the torch env)")
+    parser.add_argument("--torch-python", help="a Python with torch + transformers (default: this or the torch env)")
     args = parser.parse_args()
 
     from tg.ir.helpers import cache_dir

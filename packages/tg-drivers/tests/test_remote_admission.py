@@ -16,9 +16,10 @@ import pytest
 
 from tg.drivers.mock import MockPCIDevice, RemoteServerThread
 from tg.drivers.remote import RemoteCmd
-from tg.drivers.remote.admission import AdmissionPolicy, RejectionLog, SourceTable, peer_source
+from tg.drivers.remote.admission import AdmissionPolicy
 from tg.drivers.remote.client import RemoteAddress, RemoteConnection
 from tg.drivers.remote.protocol import pack_request
+from tg.drivers.remote.sources import RejectionLog, SourceTable, peer_source
 
 
 def _accepted_pair(family: int = socket.AF_INET) -> tuple[socket.socket, socket.socket]:

@@ -640,7 +640,7 @@ def test_fuzz_session_feed() -> None:
             pos += step
             if close:
                 break
-        assert s._total_alloc <= rig.server.limits.max_total
+        assert s.total_alloc <= rig.server.limits.max_total
         device_errors += s.device_errors
         s.close()
     # the only device-level failure the server cannot pre-validate: resizing a BAR without a REBAR capability

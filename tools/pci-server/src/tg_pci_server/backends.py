@@ -11,7 +11,7 @@ from typing import Any
 
 from tg.drivers.mock import BarSpec, DwordRegisterFile, MockPCIDevice
 from tg.drivers.pci.base import PCIDevice
-from tg.drivers.remote.server import DeviceFactory, DeviceFilter, StaticProvider
+from tg.drivers.remote.devices import DeviceFactory, DeviceFilter, StaticProvider
 
 MIB = 1 << 20
 

@@ -32,7 +32,9 @@ def matmul_ast(n: int) -> UOp:
     i, j, r = UOp.range(n, 0), UOp.range(n, 1), UOp.range(n, 2, AxisType.REDUCE)
     a = UOp.param(1, dtypes.float32, n * n).index(i * n + r).load()
     b = UOp.param(2, dtypes.float32, n * n).index(r * n + j).load()
-    return UOp.sink(UOp.param(0, dtypes.float32, n * n).index(i * n + j).store((a * b).reduce(r, arg=Ops.ADD)).end(i, j))
+    return UOp.sink(
+        UOp.param(0, dtypes.float32, n * n).index(i * n + j).store((a * b).reduce(r, arg=Ops.ADD)).end(i, j)
+    )
 
 
 def elementwise_ast(n: int) -> UOp:
@@ -52,7 +54,9 @@ def measure(name: str, ast: UOp, inputs: list[np.ndarray], out_elems: int, want:
     addrs = [0x10_0000 * (k + 1) for k in range(1 + len(inputs))]
     best, best_cpu = float("inf"), float("inf")
     for run in range(repeat + 1):
-        bufs = {addrs[0]: bytearray(4 * out_elems)} | {a: bytearray(x.tobytes()) for a, x in zip(addrs[1:], inputs)}
+        bufs = {addrs[0]: bytearray(4 * out_elems)} | {
+            a: bytearray(x.tobytes()) for a, x in zip(addrs[1:], inputs, strict=False)
+        }
         emu.stats.update(instructions=0, lane_ops=0)
         t, c = time.perf_counter(), time.process_time()
         emu.launch(lib, p.name, bufs, emu.pack_args(addrs), groups[:3], local[:3])

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from tg.runtime.amd.program import CodeObject
-from tg.runtime.elf import ElfObject
 from tg.runtime.amd.sim.decode import EmulatorError, decode, decode_one
+from tg.runtime.elf import ElfObject
 
 CORPUS = pathlib.Path(__file__).parent / "amd_corpus"
 LLVM22 = sorted(CORPUS.glob("*.llvm22.lst"))

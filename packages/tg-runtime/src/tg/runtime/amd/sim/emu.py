@@ -104,7 +104,7 @@ def dispatch(mem: GPUMemory, entry: int, rsrc1: int, rsrc2: int, user_data: Sequ
                     s = w.s
                     s[:user_sgprs] = user[:user_sgprs]
                     k = user_sgprs
-                    for en, g in zip(tgid_en, (gx, gy, gz)):
+                    for en, g in zip(tgid_en, (gx, gy, gz), strict=False):
                         if en:
                             s[k] = g
                             k += 1

@@ -13,38 +13,57 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
+from itertools import chain
 
 from tg.runtime.amd.sim.decode import EmulatorError, Instruction
 from tg.runtime.amd.sim.translate import BlockGen, unsupported
-from tg.runtime.amd.sim.wave import FULL, ZEROS, Wave, fault, lanes_of
+from tg.runtime.amd.sim.wave import FULL, ZEROS, Wave, fault, lane_bits, lanes_of
 
 SHARED_BASE, PRIVATE_BASE, APERTURE = 0x1000_0000_0000_0000, 0x2000_0000_0000_0000, 1 << 32
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 SPAN_LIMIT = 1 << 16  # a wave's accesses within this many bytes are served by one GPUMemory read
 
-_FMT = {(1, False): "B", (1, True): "b", (2, False): "H", (2, True): "h", (4, False): "I", (4, True): "i",
-        (8, False): "Q", (8, True): "q"}  # fmt: skip
+_FMT = {(1, False): "B", (1, True): "b", (2, False): "H", (2, True): "h", (4, False): "I", (4, True): "i"}
 _ONE = {k: struct.Struct("<" + c) for k, c in _FMT.items()}
 _ALL = {k: struct.Struct(f"<32{c}") for k, c in _FMT.items()}
+_DWORDS = {n: struct.Struct(f"<{n}I") for n in (2, 3, 4)}
+_ALL_DWORDS = {n: struct.Struct(f"<{32 * n}I") for n in (2, 3, 4)}
+ZERO_ROWS = {n: (ZEROS,) * n for n in (1, 2, 3, 4)}
+Rows = tuple[Sequence[int], ...]
 
 
-def _value(data: bytes | bytearray, off: int, n: int, signed: bool) -> int:
-    """One lane's loaded value: n bytes at off, sign-extended to 32 bits (as bits) for signed loads."""
-    if n > 8:
-        return int.from_bytes(data[off : off + n], "little")
-    v = _ONE[n, signed].unpack_from(data, off)[0]
-    return v & M32 if signed else v
+def _rows(data: bytes | bytearray, base: int, addrs: Sequence[int], ex: int, n: int, signed: bool) -> Rows:
+    """A load's result when its active lanes all read `data` (which starts at address `base`): one sequence of 32
+    lane values per destination dword (n <= 4: one, sign-extended to 32 bits for signed loads)."""
+    full = ex == FULL
+    vals: Sequence[int]
+    if n <= 4:
+        if full and addrs[0] == base and addrs == list(range(base, base + 32 * n, n)):
+            vals = _ALL[n, signed].unpack_from(data, 0)
+        else:
+            unpack = _ONE[n, signed].unpack_from
+            if full:
+                vals = [unpack(data, a - base)[0] for a in addrs]
+            else:
+                vals = [unpack(data, a - base)[0] if m else 0 for a, m in zip(addrs, lane_bits(ex), strict=False)]
+        return ([x & M32 for x in vals] if signed else vals,)
+    k = n // 4
+    if full and addrs[0] == base and addrs == list(range(base, base + 32 * n, n)):
+        words = _ALL_DWORDS[k].unpack_from(data, 0)
+        return tuple(words[j::k] for j in range(k))
+    unpack = _DWORDS[k].unpack_from
+    zero = (0,) * k
+    if full:
+        per_lane = [unpack(data, a - base) for a in addrs]
+    else:
+        per_lane = [unpack(data, a - base) if m else zero for a, m in zip(addrs, lane_bits(ex), strict=False)]
+    return tuple(zip(*per_lane, strict=False))
 
 
-def _extract(data: bytes | bytearray, base: int, addrs: Sequence[int], ex: int, n: int, signed: bool) -> list[int]:
-    """The 32 lane values of a load whose active lanes all read `data` (which starts at address `base`)."""
-    if ex == FULL and n <= 8 and addrs[0] == base and addrs == list(range(base, base + 32 * n, n)):
-        vals = _ALL[n, signed].unpack_from(data, 0)
-        return [x & M32 for x in vals] if signed else list(vals)
-    out = [0] * 32
-    for i in lanes_of(ex) if ex != FULL else range(32):
-        out[i] = _value(data, addrs[i] - base, n, signed)
-    return out
+def _lane_rows(values: list[bytes], n: int, signed: bool) -> Rows:
+    """Rows of a load from each lane's bytes (b"" for inactive lanes)."""
+    data = b"".join(v or bytes(n) for v in values)
+    return _rows(data, 0, list(range(0, 32 * n, n)), FULL, n, signed)
 
 
 def _active(addrs: Sequence[int], ex: int) -> Sequence[int]:
@@ -71,10 +90,11 @@ def _lane_access(w: Wave, lane: int, addr: int, n: int, data: bytes | None) -> b
         raise fault(w, lane, f"{verb} {n} bytes at unmapped 0x{addr:x} ({e})") from None
 
 
-def global_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> list[int] | tuple[int, ...]:
-    """Load n bytes per active lane from flat/global addresses (0 in inactive lanes)."""
+def global_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> Rows:
+    """Load n bytes per active lane from flat/global addresses: one row of 32 lane values per dword (0 in inactive
+    lanes)."""
     if not ex:
-        return ZEROS
+        return ZERO_ROWS[max(1, n // 4)]
     act = _active(addrs, ex)
     lo, hi = min(act), max(act) + n
     if 0 <= lo and hi <= SHARED_BASE and hi - lo <= SPAN_LIMIT:
@@ -83,32 +103,40 @@ def global_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> lis
         except EmulatorError:
             pass  # some lane is out of bounds: the lane-by-lane path names it
         else:
-            return _extract(data, lo, addrs, ex, n, signed)
-    out = [0] * 32
+            return _rows(data, lo, addrs, ex, n, signed)
+    values = [b""] * 32
     for i in lanes_of(ex):
-        out[i] = _value(_lane_access(w, i, addrs[i], n, None), 0, n, signed)
-    return out
+        values[i] = _lane_access(w, i, addrs[i], n, None)
+    return _lane_rows(values, n, signed)
 
 
-def _pack_all(vals: Sequence[int], n: int) -> bytes:
-    if n <= 8:
-        return _ALL[n, False].pack(*vals)
-    return b"".join(x.to_bytes(n, "little") for x in vals)
+def _pack_all(rows: Rows, n: int) -> bytes:
+    """The bytes of all 32 lanes' store data, lane after lane."""
+    if n <= 4:
+        return _ALL[n, False].pack(*rows[0])
+    return _ALL_DWORDS[n // 4].pack(*chain.from_iterable(zip(*rows, strict=False)))
 
 
-def global_store(w: Wave, addrs: list[int], ex: int, n: int, vals: Sequence[int]) -> None:
-    """Store n bytes per active lane to flat/global addresses (lanes in order: the last of equal addresses wins)."""
+def _lane_bytes(rows: Rows, lane: int, n: int) -> bytes:
+    if n <= 4:
+        return _ONE[n, False].pack(rows[0][lane])
+    return _DWORDS[n // 4].pack(*(r[lane] for r in rows))
+
+
+def global_store(w: Wave, addrs: list[int], ex: int, n: int, rows: Rows) -> None:
+    """Store n bytes per active lane (data: one row per dword) to flat/global addresses (lanes in order: the last of
+    equal addresses wins)."""
     if not ex:
         return
     lo = addrs[0]
     if ex == FULL and lo >= 0 and lo + 32 * n <= SHARED_BASE and addrs == list(range(lo, lo + 32 * n, n)):
         try:
-            w.mem.write(lo, _pack_all(vals, n))
+            w.mem.write(lo, _pack_all(rows, n))
             return
         except EmulatorError:
             pass  # some lane is out of bounds: the lane-by-lane path names it
     for i in lanes_of(ex):
-        _lane_access(w, i, addrs[i], n, vals[i].to_bytes(n, "little"))
+        _lane_access(w, i, addrs[i], n, _lane_bytes(rows, i, n))
 
 
 # ---------------------------------------------------------------- LDS
@@ -125,27 +153,31 @@ def _lds_lane(w: Wave, lane: int, addr: int, n: int, data: bytes | None) -> byte
     return b""
 
 
-def lds_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> list[int] | tuple[int, ...]:
-    """Load n bytes per active lane from LDS byte addresses."""
+def lds_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> Rows:
+    """Load n bytes per active lane from LDS byte addresses (rows as global_load)."""
     if not ex:
-        return ZEROS
+        return ZERO_ROWS[max(1, n // 4)]
     act = _active(addrs, ex)
     if min(act) >= 0 and max(act) + n <= len(w.lds):
-        return _extract(w.lds, 0, addrs, ex, n, signed)
-    out = [0] * 32
+        return _rows(w.lds, 0, addrs, ex, n, signed)
     for i in lanes_of(ex):
-        out[i] = _value(_lds_lane(w, i, addrs[i], n, None), 0, n, signed)
-    return out
+        _lds_lane(w, i, addrs[i], n, None)  # raises for the first lane out of bounds
+    raise AssertionError("unreachable")
 
 
-def lds_store(w: Wave, addrs: list[int], ex: int, n: int, vals: Sequence[int]) -> None:
+def lds_store(w: Wave, addrs: list[int], ex: int, n: int, rows: Rows) -> None:
     """Store n bytes per active lane to LDS byte addresses."""
     lds = w.lds
+    if n <= 4:
+        pack_into, vals = _ONE[n, False].pack_into, rows[0]
+        for i in lanes_of(ex):
+            a = addrs[i]
+            if a < 0 or a + n > len(lds):
+                raise fault(w, i, f"wrote {n} bytes at LDS 0x{a:x} outside {len(lds)} bytes")
+            pack_into(lds, a, vals[i])
+        return
     for i in lanes_of(ex):
-        a = addrs[i]
-        if a < 0 or a + n > len(lds):
-            raise fault(w, i, f"wrote {n} bytes at LDS 0x{a:x} outside {len(lds)} bytes")
-        lds[a : a + n] = vals[i].to_bytes(n, "little")
+        _lds_lane(w, i, addrs[i], n, _lane_bytes(rows, i, n))
 
 
 # ---------------------------------------------------------------- scratch (per-lane private memory)
@@ -162,18 +194,18 @@ def _scratch_lane(w: Wave, lane: int, addr: int, n: int, data: bytes | None) -> 
     return b""
 
 
-def scratch_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> list[int]:
-    """Load n bytes per active lane from the lane's scratch at its offset."""
-    out = [0] * 32
+def scratch_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> Rows:
+    """Load n bytes per active lane from the lane's scratch at its offset (rows as global_load)."""
+    values = [b""] * 32
     for i in lanes_of(ex):
-        out[i] = _value(_scratch_lane(w, i, addrs[i], n, None), 0, n, signed)
-    return out
+        values[i] = _scratch_lane(w, i, addrs[i], n, None)
+    return _lane_rows(values, n, signed)
 
 
-def scratch_store(w: Wave, addrs: list[int], ex: int, n: int, vals: Sequence[int]) -> None:
+def scratch_store(w: Wave, addrs: list[int], ex: int, n: int, rows: Rows) -> None:
     """Store n bytes per active lane to the lane's scratch at its offset."""
     for i in lanes_of(ex):
-        _scratch_lane(w, i, addrs[i], n, vals[i].to_bytes(n, "little"))
+        _scratch_lane(w, i, addrs[i], n, _lane_bytes(rows, i, n))
 
 
 HELPERS = {"global_load": global_load, "global_store": global_store, "lds_load": lds_load, "lds_store": lds_store,
@@ -201,38 +233,29 @@ def store_kind(name: str) -> tuple[int, bool] | None:
     return (int(m.group(2)) // 8, bool(m.group(1) or m.group(3))) if m else None
 
 
-def _emit_load_result(g: BlockGen, vals: str, vdst: int, n: int, d16: int) -> None:
-    """Write a load's lane values (local `vals`) into its destination VGPR(s), active lanes only."""
+def _emit_load_result(g: BlockGen, rows: str, vdst: int, n: int, d16: int) -> None:
+    """Write a load's rows (local `rows`, one per dword) into its destination VGPR(s), active lanes only."""
     if d16:
         t = g.tmp()
         if d16 == 2:
-            g.emit(f"{t} = [(o & 0xFFFF) | (x & 0xFFFF) << 16 for o, x in zip(v[{vdst}], {vals})]")
+            g.emit(f"{t} = [(o & 0xFFFF) | (x & 0xFFFF) << 16 for o, x in zip(v[{vdst}], {rows}[0])]")
         else:
-            g.emit(f"{t} = [(o & 0xFFFF0000) | (x & 0xFFFF) for o, x in zip(v[{vdst}], {vals})]")
+            g.emit(f"{t} = [(o & 0xFFFF0000) | (x & 0xFFFF) for o, x in zip(v[{vdst}], {rows}[0])]")
         g.write(vdst, t)
         return
-    ndw = max(1, n // 4)
-    if ndw == 1:
-        g.write(vdst, vals)
-        return
-    for k in range(ndw):
-        t = g.tmp()
-        g.emit(f"{t} = [x >> {32 * k} & 0xFFFFFFFF for x in {vals}]")
-        g.write(vdst + k, t)
+    for k in range(max(1, n // 4)):
+        g.write(vdst + k, f"{rows}[{k}]")
 
 
 def _store_values(data: int, n: int, hi: bool) -> str:
-    """Expression of the 32 lane values a store writes from VGPR(s) `data`."""
+    """Expression of the rows (one per dword, 32 lanes each) a store writes from VGPR(s) `data`."""
     if n > 4:
-        regs = [f"v[{data + k}]" for k in range(n // 4)]
-        names = [f"x{k}" for k in range(n // 4)]
-        combined = " | ".join(f"{x} << {32 * k}" if k else x for k, x in enumerate(names))
-        return f"[{combined} for {', '.join(names)} in zip({', '.join(regs)})]"
+        return f"({', '.join(f'v[{data + k}]' for k in range(n // 4))})"
     if hi:
-        return f"[x >> 16 & {(1 << (8 * n)) - 1:#x} for x in v[{data}]]"
+        return f"([x >> 16 & {(1 << (8 * n)) - 1:#x} for x in v[{data}]],)"
     if n == 4:
-        return f"v[{data}]"
-    return f"[x & {(1 << (8 * n)) - 1:#x} for x in v[{data}]]"
+        return f"(v[{data}],)"
+    return f"([x & {(1 << (8 * n)) - 1:#x} for x in v[{data}]],)"
 
 
 def gen_memory(inst: Instruction, g: BlockGen) -> None:
@@ -271,7 +294,7 @@ def _ds(inst: Instruction, g: BlockGen) -> None:
             for j, t in enumerate(vals):
                 _emit_load_result(g, t, vdst + j * (n // 4), n, 0)
         else:
-            for off, src in zip(offsets, (d0, d1)):
+            for off, src in zip(offsets, (d0, d1), strict=False):
                 g.emit(f"lds_store(w, [x + {off} for x in v[{addr}]], ex, {n}, {_store_values(src, n, False)})")
         return
     offset = f["offset1"] << 8 | f["offset0"]

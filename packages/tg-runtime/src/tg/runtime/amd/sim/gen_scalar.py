@@ -120,7 +120,8 @@ def _gen(inst: Instruction, g: BlockGen) -> str | None:
             g.emit(f"scc = {t}")
         return None
     if enc == "SOP1":
-        return _sop1(inst, g)
+        _sop1(inst, g)
+        return None
     if enc == "SOPC":
         if name not in SOPC:
             g.raise_error(unsupported(inst, g.ctx))
@@ -135,14 +136,14 @@ def _gen(inst: Instruction, g: BlockGen) -> str | None:
         if name not in SOPK:
             g.raise_error(unsupported(inst, g.ctx))
             return None
-        res, scc = SOPK[name]
+        kres, kscc = SOPK[name]
         d = scalar_read(f["sdst"], 32, None) if f["sdst"] != NULL else "0"
         fields = {"d": d, "k": str(f["simm16"]), "c": "scc"}
-        if scc is not None:
-            g.emit(f"scc = {scc.format(**fields)}" if res is None else f"c_ = {scc.format(**fields)}")
-        if res is not None:
-            g.write_sgpr(f["sdst"], res.format(**fields))
-            if scc is not None:
+        if kscc is not None:
+            g.emit(f"scc = {kscc.format(**fields)}" if kres is None else f"c_ = {kscc.format(**fields)}")
+        if kres is not None:
+            g.write_sgpr(f["sdst"], kres.format(**fields))
+            if kscc is not None:
                 g.emit("scc = c_")
         return None
     if enc == "SOPP":
@@ -177,6 +178,7 @@ def _sop1(inst: Instruction, g: BlockGen) -> None:
         return None
     res, scc = SOP1[name]
     fields = _bind(g, a=scalar_read(f["ssrc0"], _width(w0), lit))
+    t = ""
     if "{d}" in res:
         fields["d"] = scalar_read(f["sdst"], _width(wd), None) if f["sdst"] != NULL else "0"
     fields["c"] = "scc"

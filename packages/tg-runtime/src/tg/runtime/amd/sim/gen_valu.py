@@ -112,6 +112,7 @@ def read_source(g: BlockGen, ops: Operands, i: int, ty: str, bitmods: bool = Fal
                 else:
                     g.emit(f"{seq} = {_ftz_in(g, 64, f'f64s(v[{n}], v[{n + 1}])')}")
             return Src(seqs=(seq,), lane=_float_mods("{0}", absm, negm))
+        seqs: tuple[str, ...]
         if width == 64:
             seqs, lane = (f"v[{n}]", f"v[{n + 1}]"), "({0} | {1} << 32)"
         elif width == 16:
@@ -119,7 +120,9 @@ def read_source(g: BlockGen, ops: Operands, i: int, ty: str, bitmods: bool = Fal
         else:
             seqs, lane = (f"v[{n}]",), "{0}"
         if bitmods and (absm or negm):
-            lane = f"(({lane} & {~sign & ((1 << width) - 1) if absm else (1 << width) - 1:#x}) ^ {sign if negm else 0:#x})"
+            lane = (
+                f"(({lane} & {~sign & ((1 << width) - 1) if absm else (1 << width) - 1:#x}) ^ {sign if negm else 0:#x})"
+            )
         if kind == "i":
             lane = f"(({lane} ^ {sign:#x}) - {sign:#x})"
         return Src(seqs=seqs, lane=lane)
@@ -170,7 +173,7 @@ def lanes(template: str, srcs: list[Src], first: tuple[str, ...] = ()) -> tuple[
                 seq_vars[q] = f"x{len(seq_vars)}"
             names.append(seq_vars[q])
         vals.append(s.lane.format(*names))
-    expr = template.format(**dict(zip("abcde", vals)))
+    expr = template.format(**dict(zip("abcde", vals, strict=False)))
     if not seq_vars:
         return expr, ""
     if len(seq_vars) == 1:
@@ -206,6 +209,16 @@ def sequence(g: BlockGen, src: Src) -> str:
 # ---------------------------------------------------------------- results
 
 
+def _then(*steps: Writer) -> Writer:
+    """A writer running `steps` in order."""
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
 def compute_result(g: BlockGen, ops: Operands, ty: str, values: str) -> Writer:
     """Emit the rounding of lane `values` (an expression) to type `ty`; return the writer of the destination."""
     kind, width = _kind_width(ty)
@@ -221,14 +234,14 @@ def compute_result(g: BlockGen, ops: Operands, ty: str, values: str) -> Writer:
             return lambda: _write_half(g, d, ops.dst_half, t)
         th = g.tmp()
         g.emit(f"{t}, {th} = {'b64s_ftz' if g.ctx.flush16_64 else 'b64s'}({values})")
-        return lambda: (g.write(d, t), g.write(d + 1, th), None)[-1]
+        return _then(lambda: g.write(d, t), lambda: g.write(d + 1, th))
     g.emit(f"{t} = {values}")
     if width == 16:
         return lambda: _write_half(g, d, ops.dst_half, t)
     if width == 64:
         lo, hi = g.tmp(), g.tmp()
         g.emit(f"{lo} = [x & 0xFFFFFFFF for x in {t}]; {hi} = [x >> 32 for x in {t}]")
-        return lambda: (g.write(d, lo), g.write(d + 1, hi), None)[-1]
+        return _then(lambda: g.write(d, lo), lambda: g.write(d + 1, hi))
     return lambda: g.write(d, t)
 
 
@@ -273,7 +286,7 @@ def _compare(inst: Instruction, g: BlockGen, ops: Operands, ty: str, pred: str) 
     m = g.tmp("c")
     g.emit(f"{m} = {lane_mask(pred, srcs)}")
     if base_name(inst.name).startswith("v_cmpx"):
-        return lambda: (g.emit(f"ex = s[{EXEC}] = {m}"), None)[-1]
+        return lambda: g.emit(f"ex = s[{EXEC}] = {m}")
     dst = inst.fields["vdst"] if inst.encoding == "VOP3" else VCC
     return lambda: g.write_sgpr(dst, m)
 
@@ -300,20 +313,21 @@ def _add_sub_carry(inst: Instruction, g: BlockGen, ops: Operands, base: str) -> 
     a, b = read_source(g, ops, 0, "u32"), read_source(g, ops, 1, "u32")
     if "rev" in base:
         a, b = b, a
-    srcs = [a, b]
-    if "_ci_" in base:
-        srcs.append(_mask_bits(g, _carry_in(g, inst, ops)))
-        template = "{a} - {b} - {c}" if "sub" in base else "{a} + {b} + {c}"
-    else:
-        template = "{a} - {b}" if "sub" in base else "{a} + {b}"
+    sub = "sub" in base
     full = g.tmp()
-    g.emit(f"{full} = {comprehension(template, srcs)}")
+    g.emit(f"{full} = {comprehension('{a} - {b}' if sub else '{a} + {b}', [a, b])}")
+    if "_ci_" in base:  # the carry (borrow) in: most often none
+        cin = g.tmp("k")
+        g.emit(f"{cin} = {_carry_in(g, inst, ops)}")
+        g.emit(f"if {cin}: {full} = [x {'-' if sub else '+'} c for x, c in zip({full}, lane_bits({cin}))]")
     res, carry = g.tmp(), g.tmp("c")
     g.emit(f"{res} = [x & 0xFFFFFFFF for x in {full}]")
-    test = "x < 0" if "sub" in base else "x > 0xFFFFFFFF"
-    g.emit(f"{carry} = sum(p for p, x in zip(POW2, {full}) if {test}) & ex")
+    if sub:
+        g.emit(f"{carry} = 0 if min({full}) >= 0 else sum(p for p, x in zip(POW2, {full}) if x < 0) & ex")
+    else:
+        g.emit(f"{carry} = 0 if max({full}) <= 0xFFFFFFFF else sum(p for p, x in zip(POW2, {full}) if x >> 32) & ex")
     sdst = inst.fields["sdst"] if inst.encoding == "VOP3" else VCC
-    return lambda: (g.write(ops.vdst, res), g.write_sgpr(sdst, carry), None)[-1]
+    return _then(lambda: g.write(ops.vdst, res), lambda: g.write_sgpr(sdst, carry))
 
 
 def _mad64(inst: Instruction, g: BlockGen, ops: Operands, signed: bool) -> Writer:
@@ -326,7 +340,7 @@ def _mad64(inst: Instruction, g: BlockGen, ops: Operands, signed: bool) -> Write
     test = "not -0x8000000000000000 <= x < 0x8000000000000000" if signed else "x >> 64"
     g.emit(f"{carry} = sum(p for p, x in zip(POW2, {full}) if {test}) & ex")
     d = ops.vdst
-    return lambda: (g.write(d, lo), g.write(d + 1, hi), g.write_sgpr(inst.fields["sdst"], carry), None)[-1]
+    return _then(lambda: g.write(d, lo), lambda: g.write(d + 1, hi), lambda: g.write_sgpr(inst.fields["sdst"], carry))
 
 
 def _div_scale(inst: Instruction, g: BlockGen, ops: Operands, width: int) -> Writer:
@@ -336,7 +350,7 @@ def _div_scale(inst: Instruction, g: BlockGen, ops: Operands, width: int) -> Wri
     write = compute_result(g, ops, f"f{width}", f"[r[0] for r in {pairs}]")
     flag = g.tmp("c")
     g.emit(f"{flag} = sum(p for p, r in zip(POW2, {pairs}) if r[1]) & ex")
-    return lambda: (write(), g.write_sgpr(inst.fields["sdst"], flag), None)[-1]
+    return _then(write, lambda: g.write_sgpr(inst.fields["sdst"], flag))
 
 
 def _div_fmas(inst: Instruction, g: BlockGen, ops: Operands, width: int) -> Writer:
@@ -421,7 +435,7 @@ def _lane_ops(inst: Instruction, g: BlockGen, ops: Operands, base: str) -> Write
         a, d = ops.srcs[0] - 256, ops.vdst
         ta, td = g.tmp(), g.tmp()
         g.emit(f"{ta} = v[{a}]; {td} = v[{d}]")
-        return lambda: (g.write(d, ta), g.write(a, td), None)[-1]
+        return _then(lambda: g.write(d, ta), lambda: g.write(a, td))
     return None
 
 
@@ -534,7 +548,7 @@ def _vopd(inst: Instruction, g: BlockGen) -> list[Writer]:
     f = inst.fields
     writers = []
     for name, dst, src0, vsrc1 in zip(inst.name.split(" :: "), (f["vdstx"], f["vdsty"]), (f["srcx0"], f["srcy0"]),
-                                      (f["vsrcx1"], f["vsrcy1"])):  # fmt: skip
+                                      (f["vsrcx1"], f["vsrcy1"]), strict=False):  # fmt: skip
         op = VOPD_OPS[name]
         half = Instruction(inst.pc, inst.words, "VOP2", 0, op + ("" if "fma" in op else "_e32"),
                            {"src0": src0, "vsrc1": vsrc1, "vdst": dst}, inst.literal)  # fmt: skip

@@ -63,9 +63,9 @@ class BlockGen:
     def const(self, value: Any) -> str:
         """A global name bound to `value` (floats such as inf and NaN, functions, tables)."""
         key = (type(value), value) if isinstance(value, (int, float, str)) else id(value)
-        name = self._consts.get(key)  # type: ignore[arg-type]
+        name = self._consts.get(key)
         if name is None:
-            name = self._consts[key] = f"K{len(self._consts)}"  # type: ignore[index]
+            name = self._consts[key] = f"K{len(self._consts)}"
             self.ns[name] = value
         return name
 
@@ -153,7 +153,9 @@ class Translation:
     def _instructions(self, pc: int) -> list[Instruction]:
         by_pc = self.program.by_pc
         if pc not in by_pc:
-            raise EmulatorError(f"jump to pc=0x{pc:x}, not the start of an instruction in {self.ctx.kernel or 'kernel'}")
+            raise EmulatorError(
+                f"jump to pc=0x{pc:x}, not the start of an instruction in {self.ctx.kernel or 'kernel'}"
+            )
         out = []
         while True:
             inst = by_pc.get(pc)

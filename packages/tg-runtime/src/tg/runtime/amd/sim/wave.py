@@ -43,7 +43,7 @@ def lanes_of(mask: int) -> tuple[int, ...]:
 
 def merge(new: Sequence[int], old: Sequence[int], mask: int) -> list[int]:
     """`new` in the lanes of `mask`, `old` elsewhere (a VGPR write under a partial EXEC)."""
-    return [n if m else o for n, o, m in zip(new, old, lane_bits(mask))]
+    return [n if m else o for n, o, m in zip(new, old, lane_bits(mask), strict=False)]
 
 
 POW2 = tuple(1 << i for i in range(32))

@@ -37,7 +37,7 @@ def f16s(bits: Sequence[int]) -> tuple[float, ...]:
 
 def f64s(lo: Sequence[int], hi: Sequence[int]) -> tuple[float, ...]:
     """32 lanes of f64 values held in a register pair (low and high dwords) as Python floats."""
-    return _F64.unpack(_U64x2.pack(*chain.from_iterable(zip(lo, hi))))
+    return _F64.unpack(_U64x2.pack(*chain.from_iterable(zip(lo, hi, strict=False))))
 
 
 def b32f(values: Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -174,22 +174,25 @@ def fma_f64(a: float, b: float, c: float) -> float:
 
 # f32 FMA of 32 lanes: a*b is exact in double, so a*b+c is one double rounding away from exact; rounding that double
 # to f32 again is wrong only when it lands exactly on an f32 midpoint (low 29 mantissa bits 0x10000000) or in the
-# f32 subnormal range: those lanes are redone exactly by fma_narrow.
-_MIDPOINTS = frozenset(m << 29 | 0x10000000 for m in range(8))  # low dwords of doubles that are f32 midpoints
+# f32 subnormal range. Both are found at C speed on the packed doubles (bytes 0-3: the low mantissa bits; byte 7:
+# sign and exponent, |x| < 2^-112 when its low 7 bits are <= 0x38) and only those lanes are redone by fma_narrow.
+_MIDPOINT_BYTE3 = bytes(0 if b & 0x1F == 0x10 else 1 for b in range(256))  # 0: byte 3 of a possible midpoint
+_SMALL_BYTE7 = bytes(0 if b & 0x7F <= 0x38 else 1 for b in range(256))  # 0: byte 7 of a small (or zero) double
 _F32_TINY = 2.0**-126
 
 
 def fma32v(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float]) -> list[float]:
     """Lane-wise fma(x, y, z) of f32 values as doubles whose rounding to f32 is the correctly rounded FMA."""
-    sums = [x * y + z for x, y, z in zip(xs, ys, zs)]
-    words = _U64x2.unpack(_F64.pack(*sums))
-    small = min(map(abs, sums))
-    if _MIDPOINTS.isdisjoint(words[0::2]) and (small >= _F32_TINY or (small == 0 and not any(
-            0 < abs(s) < _F32_TINY for s in sums))):  # fmt: skip
-        return sums
-    for i, s in enumerate(sums):
-        if words[2 * i] in _MIDPOINTS or 0 < abs(s) < _F32_TINY:
-            sums[i] = fma_narrow(xs[i], ys[i], zs[i], 32)
+    sums = [x * y + z for x, y, z in zip(xs, ys, zs, strict=False)]
+    d = _F64.pack(*sums)
+    frm = int.from_bytes
+    low = frm(d[0::8], "little") | frm(d[1::8], "little") | frm(d[2::8], "little")
+    mid = (low | frm(d[3::8].translate(_MIDPOINT_BYTE3), "little")).to_bytes(32, "little")
+    small = d[7::8].translate(_SMALL_BYTE7)
+    if 0 in mid or 0 in small:
+        for i in range(32):
+            if mid[i] == 0 or (small[i] == 0 and 0 < abs(sums[i]) < _F32_TINY):
+                sums[i] = fma_narrow(xs[i], ys[i], zs[i], 32)
     return sums
 
 

@@ -55,7 +55,8 @@ SOP2: dict[str, tuple[str, str | None]] = {
     "s_lshr_b64": ("{a} >> ({b} & 63)", "int({a} >> ({b} & 63) != 0)"),
     "s_ashr_i32": ("(sext({a}, 32) >> ({b} & 31)) & M32", "int(sext({a}, 32) >> ({b} & 31) != 0)"),
     "s_ashr_i64": ("(sext({a}, 64) >> ({b} & 63)) & M64", "int(sext({a}, 64) >> ({b} & 63) != 0)"),
-    **{f"s_lshl{n}_add_u32": (f"(({{a}} << {n}) + {{b}}) & M32", f"int(({{a}} << {n}) + {{b}} > M32)") for n in (1, 2, 3, 4)},
+    **{f"s_lshl{n}_add_u32": (f"(({{a}} << {n}) + {{b}}) & M32", f"int(({{a}} << {n}) + {{b}} > M32)")
+       for n in (1, 2, 3, 4)},
     "s_min_i32": ("{a} if sext({a}, 32) < sext({b}, 32) else {b}", "int(sext({a}, 32) < sext({b}, 32))"),
     "s_min_u32": ("{a} if {a} < {b} else {b}", "int({a} < {b})"),
     "s_max_i32": ("{a} if sext({a}, 32) > sext({b}, 32) else {b}", "int(sext({a}, 32) > sext({b}, 32))"),

@@ -248,8 +248,12 @@ VALU: dict[str, tuple[str, tuple[str, ...], str]] = {
     "v_cvt_f32_i32": ("f32", ("i32",), "float({a})"),
     "v_cvt_f32_u32": ("f32", ("u32",), "float({a})"),
     "v_cvt_u32_f32": ("b32", ("f32",), "(int({a}) if -1.0 < {a} < 4294967296.0 else M32 if {a} > 0 else 0)"),
-    "v_cvt_i32_f32": ("b32", ("f32",), "(int({a}) & M32 if -2147483649.0 < {a} < 2147483648.0 else 0x7FFFFFFF "
-                                        "if {a} > 0 else 0x80000000 if {a} < 0 else 0)"),  # fmt: skip
+    "v_cvt_i32_f32": (
+        "b32",
+        ("f32",),
+        "(int({a}) & M32 if -2147483649.0 < {a} < 2147483648.0 else 0x7FFFFFFF "
+        "if {a} > 0 else 0x80000000 if {a} < 0 else 0)",
+    ),
     "v_cvt_f64_i32": ("f64", ("i32",), "float({a})"),
     "v_cvt_f64_u32": ("f64", ("u32",), "float({a})"),
     "v_cvt_i32_f64": ("b32", ("f64",), "f_to_int({a}, 32, True)"),
@@ -273,8 +277,11 @@ VALU: dict[str, tuple[str, tuple[str, ...], str]] = {
     "v_cvt_pk_rtz_f16_f32": ("b32", ("f32", "f32"), "cvt_pk_rtz({a}, {b})"),
     "v_pack_b32_f16": ("b32", ("b16", "b16"), "{a} | {b} << 16"),
     "v_cvt_pk_u16_u32": ("b32", ("u32", "u32"), "min({a}, 0xFFFF) | min({b}, 0xFFFF) << 16"),
-    "v_cvt_pk_i16_i32": ("b32", ("i32", "i32"),
-                         "(max(-32768, min(32767, {a})) & 0xFFFF) | (max(-32768, min(32767, {b})) & 0xFFFF) << 16"),
+    "v_cvt_pk_i16_i32": (
+        "b32",
+        ("i32", "i32"),
+        "(max(-32768, min(32767, {a})) & 0xFFFF) | (max(-32768, min(32767, {b})) & 0xFFFF) << 16",
+    ),
     # float arithmetic (the translator rounds to the destination's width)
     "v_add_f32": ("f32", ("f32", "f32"), "{a} + {b}"),
     "v_sub_f32": ("f32", ("f32", "f32"), "{a} - {b}"),
@@ -293,7 +300,11 @@ VALU: dict[str, tuple[str, tuple[str, ...], str]] = {
     "v_mul_f64": ("f64", ("f64", "f64"), "{a} * {b}"),
     "v_min_f64": ("f64", ("f64", "f64"), "fmin({a}, {b})"),
     "v_max_f64": ("f64", ("f64", "f64"), "fmax({a}, {b})"),
-    "v_fma_dx9_zero_f32": ("f32", ("f32", "f32", "f32"), "({c} if {a} == 0 or {b} == 0 else fma_narrow({a}, {b}, {c}, 32))"),
+    "v_fma_dx9_zero_f32": (
+        "f32",
+        ("f32", "f32", "f32"),
+        "({c} if {a} == 0 or {b} == 0 else fma_narrow({a}, {b}, {c}, 32))",
+    ),
     "v_fma_f16": ("f16", ("f16", "f16", "f16"), "fma_narrow({a}, {b}, {c}, 16)"),
     "v_fma_f64": ("f64", ("f64", "f64", "f64"), "fma_f64({a}, {b}, {c})"),
     "v_min3_f32": ("f32", ("f32", "f32", "f32"), "fmin(fmin({a}, {b}), {c})"),

@@ -18,7 +18,18 @@ from tg.runtime.amd.sim.translate import ENDPGM, Translation
 from tg.runtime.amd.sim.wave import Ctx, GPUMemory, Wave
 from tg.runtime.device import CompileError
 
-__all__ = ["EmulatorError", "GPUMemory", "HostMemory", "Program", "decode", "dispatch", "launch", "pack_args", "stats"]
+__all__ = [
+    "EmulatorError",
+    "GPUMemory",
+    "HostMemory",
+    "Program",
+    "decode",
+    "dispatch",
+    "launch",
+    "pack_args",
+    "run_code",
+    "stats",
+]
 
 MAX_STEPS_BETWEEN_BARRIERS = 10**6
 MAX_ROUNDS = 10**7
@@ -176,6 +187,28 @@ class HostMemory:
 
 
 CODE_BASE = 0x7F00_0000_0000
+
+
+def run_code(code: bytes, *, sgprs: dict[int, int] | None = None, vgprs: dict[int, Sequence[int]] | None = None,
+             exec_mask: int = 0xFFFFFFFF, scc: int = 0, rsrc1: int = 0, lds_bytes: int = 0, scratch_bytes: int = 0,
+             mem: GPUMemory | None = None) -> Wave:  # fmt: skip
+    """Run machine code on one wave32 whose registers start as given, until s_endpgm; returns the wave.
+
+    For instruction tests and experiments: `code` is raw instruction words (ending in s_endpgm), loaded at
+    CODE_BASE; `sgprs`/`vgprs` set registers (a VGPR from a list of up to 32 lane values), `exec_mask` and `scc` the
+    masks; rsrc1 gives the float modes (0: denormals kept, IEEE mode)."""
+    w = Wave(mem or HostMemory(), bytearray(lds_bytes), scratch_bytes, 32, 0, (0, 0, 0), "run_code")
+    for n, value in (sgprs or {}).items():
+        w.s[n] = value & 0xFFFFFFFF
+    for n, lanes in (vgprs or {}).items():
+        if len(lanes) > 32:
+            raise ValueError(f"v{n} has 32 lanes, got {len(lanes)} values")
+        w.v[n] = [x & 0xFFFFFFFF for x in lanes] + [0] * (32 - len(lanes))
+    w.s[126], w.scc = exec_mask & 0xFFFFFFFF, scc
+    tr = translation(bytes(code), CODE_BASE, rsrc1, "run_code")
+    if _run_wave(tr, w, CODE_BASE) != ENDPGM:
+        raise EmulatorError("run_code: the code reached s_barrier (one wave has nothing to wait for)")
+    return w
 
 
 def launch(code_object: bytes, kernel: str, bufs: dict[int, bytearray], args: bytes,

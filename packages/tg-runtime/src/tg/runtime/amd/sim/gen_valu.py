@@ -451,6 +451,15 @@ PACKED = {
     "v_pk_mul_lo_u16": ("u", "({a} * {b}) & 0xFFFF"),
     "v_pk_lshlrev_b16": ("u", "({b} << ({a} & 15)) & 0xFFFF"),
     "v_pk_lshrrev_b16": ("u", "{b} >> ({a} & 15)"),
+    "v_pk_ashrrev_i16": ("u", "(sext({b}, 16) >> ({a} & 15)) & 0xFFFF"),
+    "v_pk_add_i16": ("u", "({a} + {b}) & 0xFFFF"),
+    "v_pk_sub_i16": ("u", "({a} - {b}) & 0xFFFF"),
+    "v_pk_max_i16": ("u", "max(sext({a}, 16), sext({b}, 16)) & 0xFFFF"),
+    "v_pk_min_i16": ("u", "min(sext({a}, 16), sext({b}, 16)) & 0xFFFF"),
+    "v_pk_max_u16": ("u", "max({a}, {b})"),
+    "v_pk_min_u16": ("u", "min({a}, {b})"),
+    "v_pk_mad_u16": ("u", "({a} * {b} + {c}) & 0xFFFF"),
+    "v_pk_mad_i16": ("u", "({a} * {b} + {c}) & 0xFFFF"),
 }
 
 

@@ -313,11 +313,12 @@ def frndne(x: float) -> float:
 
 
 def ffract(x: float) -> float:
+    """v_fract: x + -floor(x) (so fract(-0) = +0, fract(+-inf) = NaN)."""
     if x != x:
         return x
     if math.isinf(x):
         return NAN
-    return x - math.floor(x)
+    return x + -ffloor(x)
 
 
 def ldexp(x: float, e: int) -> float:

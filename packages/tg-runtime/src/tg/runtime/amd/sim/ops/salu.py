@@ -12,7 +12,7 @@ from tg.runtime.amd.sim.ops.numerics import sext
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
 
-def bfe(a: int, b: int, bits: int, signed: bool) -> int:
+def sop_bfe(a: int, b: int, bits: int, signed: bool) -> int:
     """s_bfe: the field of `a` at offset b[5:0] (b[4:0] for 32 bits), width b[22:16], zero or sign extended."""
     off, width = b & (bits - 1), (b >> 16) & 0x7F
     v = (a >> off) & ((1 << width) - 1) if width else 0
@@ -21,15 +21,21 @@ def bfe(a: int, b: int, bits: int, signed: bool) -> int:
     return v & ((1 << bits) - 1)
 
 
-def ctz(v: int) -> int:
+def sop_ctz(v: int) -> int:
     return (v & -v).bit_length() - 1 if v else M32
 
 
-def clz(v: int, bits: int) -> int:
+def sop_clz(v: int, bits: int) -> int:
     return bits - v.bit_length() if v else M32
 
 
-def bitrev(v: int, bits: int) -> int:
+def sop_cls(v: int, bits: int) -> int:
+    """Leading bits equal to the sign bit, the sign bit included (-1 when all are: 0 and -1)."""
+    x = sext(v, bits)
+    return M32 if x in (0, -1) else bits - (x if x >= 0 else ~x).bit_length()
+
+
+def sop_bitrev(v: int, bits: int) -> int:
     return int(f"{v:0{bits}b}"[::-1], 2)
 
 
@@ -66,10 +72,10 @@ SOP2: dict[str, tuple[str, str | None]] = {
                         ("nor", "~({a} | {b}) & M"), ("xnor", "~({a} ^ {b}) & M"), ("and_not1", "{a} & ~{b} & M"),
                         ("or_not1", "({a} | ~{b}) & M"))
        for w in (32, 64)},
-    "s_bfe_u32": ("bfe({a}, {b}, 32, False)", "int(bfe({a}, {b}, 32, False) != 0)"),
-    "s_bfe_i32": ("bfe({a}, {b}, 32, True)", "int(bfe({a}, {b}, 32, True) != 0)"),
-    "s_bfe_u64": ("bfe({a}, {b}, 64, False)", "int(bfe({a}, {b}, 64, False) != 0)"),
-    "s_bfe_i64": ("bfe({a}, {b}, 64, True)", "int(bfe({a}, {b}, 64, True) != 0)"),
+    "s_bfe_u32": ("sop_bfe({a}, {b}, 32, False)", "int(sop_bfe({a}, {b}, 32, False) != 0)"),
+    "s_bfe_i32": ("sop_bfe({a}, {b}, 32, True)", "int(sop_bfe({a}, {b}, 32, True) != 0)"),
+    "s_bfe_u64": ("sop_bfe({a}, {b}, 64, False)", "int(sop_bfe({a}, {b}, 64, False) != 0)"),
+    "s_bfe_i64": ("sop_bfe({a}, {b}, 64, True)", "int(sop_bfe({a}, {b}, 64, True) != 0)"),
     "s_bfm_b32": ("(((1 << ({a} & 31)) - 1) << ({b} & 31)) & M32", None),
     "s_bfm_b64": ("(((1 << ({a} & 63)) - 1) << ({b} & 63)) & M64", None),
     "s_mul_i32": ("({a} * {b}) & M32", None),
@@ -91,12 +97,14 @@ SOP1: dict[str, tuple[str, str | None]] = {
     "s_cmov_b64": ("{a} if {c} else {d}", None),
     "s_not_b32": ("~{a} & M32", "int(~{a} & M32 != 0)"),
     "s_not_b64": ("~{a} & M64", "int(~{a} & M64 != 0)"),
-    "s_brev_b32": ("bitrev({a}, 32)", None),
-    "s_brev_b64": ("bitrev({a}, 64)", None),
-    "s_ctz_i32_b32": ("ctz({a})", None),
-    "s_ctz_i32_b64": ("ctz({a})", None),
-    "s_clz_i32_u32": ("clz({a}, 32)", None),
-    "s_clz_i32_u64": ("clz({a}, 64)", None),
+    "s_brev_b32": ("sop_bitrev({a}, 32)", None),
+    "s_brev_b64": ("sop_bitrev({a}, 64)", None),
+    "s_ctz_i32_b32": ("sop_ctz({a})", None),
+    "s_ctz_i32_b64": ("sop_ctz({a})", None),
+    "s_clz_i32_u32": ("sop_clz({a}, 32)", None),
+    "s_clz_i32_u64": ("sop_clz({a}, 64)", None),
+    "s_cls_i32": ("sop_cls({a}, 32)", None),
+    "s_cls_i32_i64": ("sop_cls({a}, 64)", None),
     "s_sext_i32_i8": ("sext({a}, 8) & M32", None),
     "s_sext_i32_i16": ("sext({a}, 16) & M32", None),
     "s_abs_i32": ("abs(sext({a}, 32)) & M32", "int({a} != 0)"),
@@ -186,4 +194,14 @@ BRANCHES = {
     "s_cbranch_execnz": "ex != 0",
 }
 
-SALU_HELPERS = {"M32": M32, "M64": M64, "sext": sext, "bfe": bfe, "ctz": ctz, "clz": clz, "bitrev": bitrev}
+# (named apart from the VALU lane helpers: one block's namespace holds both)
+SALU_HELPERS = {
+    "M32": M32,
+    "M64": M64,
+    "sext": sext,
+    "sop_bfe": sop_bfe,
+    "sop_ctz": sop_ctz,
+    "sop_clz": sop_clz,
+    "sop_cls": sop_cls,
+    "sop_bitrev": sop_bitrev,
+}

@@ -109,29 +109,31 @@ def bfrev(x: int) -> int:
 def div_scale(s0: float, s1: float, s2: float, width: int) -> tuple[float, int]:
     """v_div_scale_f32/f64 (s0 = the value to scale, s1 = denominator, s2 = numerator): (scaled value, VCC bit).
 
-    Scales the operands of a division by 2^+-64 (f32) or 2^+-128 (f64) when the quotient or the reciprocal would leave
-    the range where the Newton steps that follow are exact; the VCC bit tells v_div_fmas to undo it."""
-    ebias, mbits, lim, sc = (127, 23, 96, 64) if width == 32 else (1023, 52, 768, 128)
+    Follows the ISA's definition: the operands of a division are scaled by 2^+-64 (f32) or 2^+-128 (f64) when the
+    quotient or the reciprocal would leave the range where the Newton steps that follow are exact; the VCC bit
+    tells v_div_fmas to undo the scaling. (The reciprocal test is on 1/s1 in f64 for both widths.)"""
+    ebias, lim, sc, tiny_numerator = (127, 96, 64, 23) if width == 32 else (1023, 768, 128, 53)
 
     def expo(x: float) -> int:  # the biased exponent field
         if x == 0 or not math.isfinite(x):
             return 0 if x == 0 else 2 * ebias + 1
         return max(math.frexp(x)[1] - 1 + ebias, 0)
 
-    if s2 == 0 or s1 == 0 or s1 != s1 or s2 != s2 or s0 != s0:
+    if s2 == 0 or s1 == 0:
         return N.NAN, 0
-    if expo(s2) - expo(s1) >= lim:
+    if expo(s2) - expo(s1) >= lim:  # the quotient is near the largest float
         return (N.ldexp(s0, sc) if s0 == s1 else s0), 1
     if N.is_denormal(s1, width):
         return N.ldexp(s0, sc), 0
-    inv, q = N.round_to(N.rcp(s1), width), N.round_to(N.fdiv(s2, s1), width)
-    if N.is_denormal(inv, width) and N.is_denormal(q, width):
+    inv_tiny = N.is_denormal(N.rcp(s1), 64)
+    q_tiny = N.is_denormal(N.round_to(N.fdiv(s2, s1), width), width)
+    if inv_tiny and q_tiny:
         return (N.ldexp(s0, sc) if s0 == s1 else s0), 1
-    if N.is_denormal(inv, width):
+    if inv_tiny:
         return N.ldexp(s0, -sc), 0
-    if N.is_denormal(q, width):
+    if q_tiny:
         return (N.ldexp(s0, sc) if s0 == s2 else s0), 1
-    if expo(s2) <= mbits:
+    if expo(s2) <= tiny_numerator:
         return N.ldexp(s0, sc), 0
     return s0, 0
 
@@ -354,7 +356,7 @@ VALU: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 
 # ops whose results are hardware approximations (amd.md 4.5: 1 ulp allowed against the CPU)
-APPROXIMATE = frozenset(n for n in VALU if any(t in n for t in ("rcp", "rsq", "exp_f", "log_f", "sin", "cos")))
+APPROXIMATE = frozenset(n for n in VALU if any(t in n for t in ("rcp", "rsq", "sqrt", "exp_f", "log_f", "sin", "cos")))
 
 # VOPC predicates: name -> expression of the two sources {a}, {b} in the compared type's domain
 FLOAT_PREDICATES = {

@@ -4,11 +4,12 @@ Each example builds a random expression over one to three input tensors (float32
 comparisons and selects, transcendentals, casts), optionally reduced (sum or max over an axis or everything), realizes
 it on PYTHON while `record_calls` records every kernel call, and replays the calls on the emulator with
 tg.runtime.amd.sim.differential's rules (bit for bit unless approximate instructions or reordered float reductions
-are involved). The default run takes a few derandomized examples; the slow one takes 200.
+are involved). The default run takes a few derandomized examples; 200 more run in CI's emulator stage under --full.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("llvmlite")
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tg.runtime.amd.sim.differential import record_calls, replay
@@ -54,7 +55,7 @@ def expressions(kind: str, n_inputs: int) -> st.SearchStrategy[Expr]:
         return st.one_of(st.tuples(st.sampled_from(sorted(unary)), children),
                          st.tuples(st.sampled_from(sorted(binary)), children, children))  # fmt: skip
 
-    return st.recursive(leaves, extend, max_leaves=6)
+    return extend(st.recursive(leaves, extend, max_leaves=5))  # an op at the root: the graph always has a kernel
 
 
 def build(expr: Expr, inputs: list[Tensor], kind: str) -> Tensor:
@@ -80,7 +81,7 @@ def graphs(draw: st.DrawFn) -> tuple[str, tuple[int, int], int, Expr, str, int]:
 
 def check(case: tuple[Any, ...]) -> None:
     kind, shape, n_inputs, expr, reduce, axis, seed = case
-    dt, npdt = DTYPES[kind]
+    npdt = DTYPES[kind][1]
     rng = np.random.default_rng(seed)
     if kind == "int32":
         arrays = [rng.integers(-100, 100, shape).astype(npdt) for _ in range(n_inputs)]
@@ -94,6 +95,7 @@ def check(case: tuple[Any, ...]) -> None:
                 out.max(axis=None if axis == -1 else axis)  # fmt: skip
         out.realize()
     failures, counts = replay(rec.calls)
+    assume(counts["calls"] >= 1)  # a graph that folded away to an input runs no kernel: nothing to compare
     assert not failures, f"{expr} {reduce} {kind}{shape}:\n" + "\n".join(failures)
 
 
@@ -104,6 +106,8 @@ def test_random_graphs_on_the_emulator_match_python(case: tuple[Any, ...]) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TG_EMU_DIFF") != "full", reason="runs in CI's emulator stage under --full "
+                    "(TG_EMU_DIFF=full)")  # fmt: skip
 @settings(max_examples=200, deadline=None)
 @given(graphs())
 def test_many_random_graphs_on_the_emulator_match_python(case: tuple[Any, ...]) -> None:

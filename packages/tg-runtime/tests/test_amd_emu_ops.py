@@ -387,8 +387,8 @@ def _run_salu(text: str, words: tuple[int, ...], sig: str, rows: list[tuple[Any,
                 scc = int(r[k])
                 continue
             reg = 2 + 2 * k
-            bits = _bits(ty, r[k]) if k < 2 and not text.startswith(("s_cmpk", "s_addk")) else _bits(ty, r[k])
-            if text.startswith("s_addk"):
+            bits = _bits(ty, r[k])
+            if text.startswith("s_addk"):  # SOPK: the register is also the destination
                 reg = 0
             sgprs[reg], sgprs[reg + 1] = bits & FULL, bits >> 32
         w = run_code(struct.pack(f"<{len(words) + 1}I", *words, ENDPGM), sgprs=sgprs, scc=scc)

@@ -7,7 +7,8 @@ PYTHON, else the kernel run again on PYTHON from the same inputs. Integers and f
 equals any NaN), except in kernels using instructions that hardware computes approximately (v_exp_f32, v_rcp_f32...;
 amd.md 4.5), compared within `APPROX_ULPS`, and float reductions: the GPU optimisations (locals, group reduces) add
 in another order than the PYTHON device's heuristics, so those are compared within a reduction-order tolerance, and
-once more with no optimisations on either side, bit for bit.
+once more with no optimisations on either side, bit for bit. Each kernel's decoder listing is also compared with
+LLVM's own assembly of it, instruction for instruction.
 """
 
 from __future__ import annotations
@@ -150,9 +151,21 @@ def compare(got: bytes, want: bytes, dt: DType, mode: str = "exact") -> str | No
     return f"{len(bad)} of {count} {dt} values differ; first at [{k}]: emulator {g[k]!r}, PYTHON {w[k]!r}"
 
 
-def replay(records: Sequence[CallRecord]) -> tuple[list[str], Counter[str]]:
+def listing_mismatch(kernel: EmulatedKernel) -> str | None:
+    """None when the decoder's listing of the kernel equals LLVM's own assembly, instruction for instruction."""
+    aligned = kernel.llvm_listing(align=True)
+    mine, llvm = kernel.decoder_listing(aligned), [x for x in aligned if not x.startswith(".")]
+    if mine == llvm:
+        return None
+    k = next((i for i, (a, b) in enumerate(zip(mine, llvm, strict=False)) if a != b), min(len(mine), len(llvm)))
+    a, b = (mine[k] if k < len(mine) else "<end>"), (llvm[k] if k < len(llvm) else "<end>")
+    return f"the decoder's listing differs from LLVM's at instruction {k}: {a!r} vs LLVM {b!r}"
+
+
+def replay(records: Sequence[CallRecord], listings: bool = True) -> tuple[list[str], Counter[str]]:
     """Run every recorded call on the emulator and compare with PYTHON (see the module docstring); returns the
-    failures (one line each) and counts (calls, kernels, and comparisons by mode)."""
+    failures (one line each) and counts (calls, kernels, and comparisons by mode). With `listings`, the decoder's
+    listing of each kernel is also compared with LLVM's assembly of it (amd.md 4.7, item 1)."""
     failures: list[str] = []
     counts: Counter[str] = Counter()
     kernels: dict[tuple[UOp, bool], EmulatedKernel] = {}
@@ -167,6 +180,9 @@ def replay(records: Sequence[CallRecord]) -> tuple[list[str], Counter[str]]:
             try:
                 if key not in kernels:
                     kernels[key] = EmulatedKernel(rec.ast, opts)
+                    if listings and (msg := listing_mismatch(kernels[key])) is not None:
+                        failures.append(f"{label}: {msg}")
+                    counts["listings"] += listings
                 kernels[key](got, rec.var_vals)
             except (EmulatorError, ValueError) as e:
                 failures.append(f"{label}: {type(e).__name__}: {e}")

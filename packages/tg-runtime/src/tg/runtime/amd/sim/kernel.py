@@ -20,6 +20,7 @@ from tg.runtime.amd.program import CodeObject
 from tg.runtime.amd.sim import emu
 from tg.runtime.amd.sim.decode import Program, decode
 from tg.runtime.amd.sim.ops.valu import APPROXIMATE
+from tg.runtime.amd.sim.translate import branch_target
 from tg.runtime.llvm import AMDGPU_TRIPLE, LLVMCompiler
 
 _compilers: dict[str, LLVMCompiler] = {}
@@ -41,6 +42,7 @@ class EmulatedKernel:
     """A kernel AST compiled for gfx1100 and run on the emulator (see the module docstring)."""
 
     def __init__(self, ast: UOp, opts: Sequence[Any] | None = None, arch: str = "gfx1100") -> None:
+        self.arch = arch
         self.program: ProgramSpec = get_program(ast, AMDLLVMRenderer(arch), opts)
         self.lib = _compiler(arch).compile_cached(self.program.src)
         self.code_object = CodeObject(self.lib, self.program.name)
@@ -61,6 +63,44 @@ class EmulatedKernel:
         """The kernel's machine code as LLVM prints it."""
         return self.decoded().listing()
 
+    def decoder_listing(self, align: Sequence[str] = ()) -> list[str]:
+        """The decoder's text of the kernel's instructions, branch targets as `@<instruction index>`.
+
+        `align` is LLVM's listing with its `.p2align N` lines: the `s_nop` padding those put in the object is left
+        out here, as in LLVM's assembly (where it is a directive)."""
+        size = self.code_object.elf.symbol(self.name).size  # type: ignore[union-attr]
+        entry = self.code_object.entry_offset
+        insts = [i for i in self.decoded().instructions if entry <= i.pc < entry + size]
+        if align:
+            kept, j = [], 0
+            for line in align:
+                if line.startswith(".p2align"):  # .p2align N[, fill[, max bytes skipped]]
+                    args = [a.strip() for a in line.split(None, 1)[1].split(",")]
+                    pad = -insts[j].pc % (1 << int(args[0])) if j < len(insts) else 0
+                    if len(args) < 3 or not args[2] or pad <= int(args[2]):
+                        end = insts[j].pc + pad if j < len(insts) else 0
+                        while j < len(insts) and insts[j].pc < end and insts[j].name == "s_nop":
+                            j += 1
+                elif j < len(insts):
+                    kept.append(insts[j])
+                    j += 1
+            insts = kept + insts[j:]
+        index = {i.pc: n for n, i in enumerate(insts)}
+        lines = []
+        for i in insts:
+            if i.name.startswith(("s_branch", "s_cbranch")) and branch_target(i) in index:
+                lines.append(f"{i.name} @{index[branch_target(i)]}")
+            else:
+                lines.append(i.text)
+        return lines
+
+    def llvm_listing(self, align: bool = False) -> list[str]:
+        """LLVM's own assembly of the kernel (llvmlite's emit_assembly of the same module), in the decoder's format:
+        directives (but `.p2align N` with `align`), labels and comments dropped, whitespace collapsed, branch targets
+        as `@<instruction index>`."""
+        text = _compiler(self.arch).assembly(self.program.src)
+        return normalise_llvm_assembly(text, align).get(self.name, [])
+
     @property
     def approximate(self) -> bool:
         """Whether the code uses instructions that hardware computes approximately (v_exp_f32, v_rcp_f32...): their
@@ -80,3 +120,40 @@ class EmulatedKernel:
         bufs = {addr: buffers[slot] for addr, slot in zip(addrs, p.globals, strict=True)}
         args = emu.pack_args(addrs, [vals[n] for n in names])
         emu.launch(self.lib, p.name, bufs, args, _dims(p.global_size, vals), _dims(p.local_size, vals))
+
+
+def normalise_llvm_assembly(text: str, align: bool = False) -> dict[str, list[str]]:
+    """Per kernel, the instructions of an LLVM AMDGPU assembly listing: directives (but `.p2align N` lines with
+    `align`), labels and comments dropped, whitespace collapsed, branch targets as `@<instruction index>` (the
+    decoder corpus's format; indices count instructions only)."""
+    kernels: dict[str, list[str]] = {}
+    labels: dict[str, dict[str, int]] = {}
+    cur = None
+    for raw in text.splitlines():
+        line = raw.split(";")[0].split("//")[0].rstrip()
+        if line.strip() == "---":
+            break
+        if not line.strip():
+            continue
+        if not line.startswith(("\t", " ")):
+            m = re.match(r"^([A-Za-z_.$][\w.$]*):", line)
+            if m and not m.group(1).startswith("."):
+                cur = m.group(1)
+                kernels[cur], labels[cur] = [], {}
+            elif m and cur is not None:
+                labels[cur][m.group(1)] = sum(1 for x in kernels[cur] if not x.startswith("."))
+            continue
+        ins = re.sub(r"\s+", " ", line.strip())
+        if cur is None or (ins.startswith(".") and not (align and ins.startswith(".p2align "))):
+            continue
+        kernels[cur].append(ins)
+    out = {}
+    for name, lines in kernels.items():
+        if not lines:
+            continue
+        fixed = []
+        for ins in lines:
+            m = re.match(r"^(s_branch|s_cbranch_\w+) (\S+)$", ins)
+            fixed.append(f"{m.group(1)} @{labels[name][m.group(2)]}" if m and m.group(2) in labels[name] else ins)
+        out[name] = fixed
+    return out

@@ -1,11 +1,13 @@
-"""CapturedProgram (a captured LINEAR of CALLs with buffer roles) and the CPU batch runner: replays equal running
+"""CapturedProgram (a captured LINEAR of CALLs with buffer roles) and its graph executors: replays equal running
 the schedule, slots follow new buffers (also at byte offsets), variables are patched, copies batch, pruning keeps
-what depends on slots or state, intermediates are memory-planned, and a program pickles."""
+what depends on slots or state, intermediates are memory-planned, and a program pickles. Every test runs twice:
+on CPU (the CPU batch runner) and on HCQ+CPU (the HCQ graph executor), jit-multi.md 3.5."""
 
 from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,7 +15,17 @@ from tg.codegen.schedule import create_schedule
 from tg.ir import Context, GlobalCounters, Ops, UOp, Variable, dtypes
 from tg.runtime.engine import buffer_for, run_linear
 from tg.runtime.graph.cpu_batch import CPUBatchExecutor
+from tg.runtime.hcq.graph import HCQGraphExecutor
 from tg.runtime.jit import CapturedProgram
+
+EXECUTORS = {"CPU": CPUBatchExecutor, "HCQ+CPU": HCQGraphExecutor}
+
+
+@pytest.fixture(autouse=True, params=list(EXECUTORS))
+def executor(request: pytest.FixtureRequest) -> Iterator[type]:
+    """The executor under test: each test runs on plain CPU and on HCQ+CPU (the "CPU" devices are HCQ ones)."""
+    with Context(DEV=request.param):
+        yield EXECUTORS[request.param]
 
 
 def upload(values: list[float], device: str = "CPU") -> UOp:
@@ -58,7 +70,7 @@ def chain(x: UOp, n: int) -> UOp:
 
 
 @pytest.mark.parametrize("mode", [1, 2])
-def test_replay_equals_the_schedule_with_new_slots(mode: int) -> None:
+def test_replay_equals_the_schedule_with_new_slots(mode: int, executor: type) -> None:
     x = upload([0.0, 1.0, 2.0])
     linear, _, (out,) = schedule(chain(x, 5))
     assert values(out) == [31.0, 63.0, 95.0] and len(linear.src) == 5
@@ -70,7 +82,7 @@ def test_replay_equals_the_schedule_with_new_slots(mode: int) -> None:
         assert GlobalCounters.kernel_count - kernels == 5
     assert values(out2) == [63.0] * 3
     assert values(out) == [31.0, 63.0, 95.0], "the capture-time output slot must not be written"
-    assert isinstance(program._executors[0][0], CPUBatchExecutor) == (mode == 1)
+    assert isinstance(program._executors[0][0], executor) == (mode == 1)
 
 
 def test_slots_become_params_and_intermediates_share_one_planned_arena() -> None:
@@ -126,7 +138,7 @@ def test_variables_are_patched_per_replay_and_fixed_values_kept() -> None:
     assert values(target) == [3.0, 6.0, 9.0, 12.0]
 
 
-def test_copies_between_cpu_devices_batch_with_kernels() -> None:
+def test_copies_between_cpu_devices_batch_with_kernels(executor: type) -> None:
     x = upload([1.0, 2.0])
     on1 = affine(x.copy_to_device("CPU:1"), 2, 0).contiguous()
     back = affine(on1.copy_to_device("CPU"), 1, 1)
@@ -136,7 +148,7 @@ def test_copies_between_cpu_devices_batch_with_kernels() -> None:
     out2 = upload([0.0, 0.0])
     program.replay([buffer_for(upload([5.0, 6.0])), buffer_for(out2)])
     assert values(out2) == [11.0, 13.0]
-    assert len(program._executors) == 1 and isinstance(program._executors[0][0], CPUBatchExecutor)
+    assert len(program._executors) == 1 and isinstance(program._executors[0][0], executor)
 
 
 def test_pruning_keeps_slot_and_state_users_and_their_producers() -> None:

@@ -572,6 +572,8 @@ class Compiled:
     interfaces: ClassVar[dict[str, str]] = {}
     # DEVICE:RENDERER: the renderer names this class accepts, its default first (empty: the slot must stay empty)
     renderers: ClassVar[tuple[str, ...]] = ()
+    # driven through hardware command queues (tg.runtime.hcq.HCQDevice): run_linear hands its schedules to hcq.run
+    is_hcq: ClassVar[bool] = False
 
     @classmethod
     def for_target(cls, target: Target) -> type[Compiled]:

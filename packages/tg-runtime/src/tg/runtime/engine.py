@@ -335,7 +335,26 @@ def run_linear(linear: UOp, var_vals: dict[Any, int] | None = None) -> None:
         raise TypeError(f"run_linear needs a LINEAR of CALLs, got {getattr(linear, 'op', type(linear).__name__)}")
     if capturing and (add_linear := getattr(capturing[0], "add_linear", None)) is not None:
         add_linear(linear, _normalize_var_vals(var_vals))
+    # HCQ devices run the schedule as queue programs; call by call instead at DEBUG>=2 (each timed) and for
+    # recorders that count lowered steps (add)
+    if DEBUG.value < 2 and not (capturing and hasattr(capturing[0], "add")) and _touches_hcq(linear):
+        from tg.runtime.hcq.run import run
+
+        precompile(linear.src)
+        run(linear, _normalize_var_vals(var_vals))
+        return
     run_schedule(linear.src, var_vals)
+
+
+def _touches_hcq(linear: UOp) -> bool:
+    """Whether a call of the schedule has a buffer on an HCQ device (tg.runtime.hcq runs those schedules)."""
+    for call in linear.src:
+        for a in call.src[1:]:
+            while a.op is Ops.BUFFER_VIEW:
+                a = a.src[0]
+            if a.op is Ops.BUFFER and (dev := a.src[1].arg).__class__ is str and Device[dev].is_hcq:
+                return True
+    return False
 
 
 def run_schedule(items: Sequence[ScheduleItemLike | UOp], var_vals: dict[Any, int] | None = None) -> None:

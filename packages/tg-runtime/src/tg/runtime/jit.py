@@ -214,26 +214,32 @@ class CapturedProgram:
         return [ExecItem(ei.runner, b, ei.fixedvars) for ei, b in zip(self.items, bufs, strict=True)]
 
     def _build_executors(self) -> list[tuple[Any, list[int]]]:
-        """Split the items into batches the CPU batch runner takes and single ExecItems (JIT=2: all single)."""
-        from tg.runtime.graph.cpu_batch import CPUBatchExecutor
+        """Split the items into batches of the registered graph executors (tg.runtime.graph.EXECUTORS: the first
+        class whose ``supports`` takes an item; consecutive items of one class form a batch) and single ExecItems
+        (JIT=2 or DEBUG>=2: all single)."""
+        from tg.runtime.graph import executor_classes
 
         plan: list[tuple[Any, list[int]]] = []
         batch: list[int] = []
+        current: Any = None
 
         def flush() -> None:
             if len(batch) > 1:
-                plan.append((CPUBatchExecutor(self.items, batch, self.uses), list(batch)))
+                plan.append((current.build(self, batch), list(batch)))
             elif batch:
                 plan.append((None, list(batch)))
             batch.clear()
 
-        use_batches = JIT.value == 1 and DEBUG.value < 2
+        classes = executor_classes() if JIT.value == 1 and DEBUG.value < 2 else []
         for i, ei in enumerate(self.items):
-            if use_batches and CPUBatchExecutor.supports(ei):
-                batch.append(i)
-            else:
+            cls = next((c for c in classes if c.supports(ei)), None)
+            if cls is not current:
                 flush()
+                current = cls
+            if cls is None:
                 plan.append((None, [i]))
+            else:
+                batch.append(i)
         flush()
         return plan
 

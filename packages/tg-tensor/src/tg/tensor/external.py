@@ -39,7 +39,6 @@ def from_blob(
     result. `ptr` must be aligned to the dtype's size.
     Example: `Tensor.from_blob(arr.ctypes.data, arr.shape, dtype=dtypes.float32)`.
     """
-    from tg.runtime.backends.cpu import CPUAllocator, HostMemory
     from tg.runtime.device import Buffer, BufferSpec, Device
     from tg.runtime.engine import bind_buffer
     from tg.tensor.tensor import Tensor, canonical_device
@@ -51,7 +50,8 @@ def from_blob(
         raise ValueError(f"from_blob: negative dimension in shape {shp}")
     dt = dtype_arg(dtype) or dtypes.default_float
     dev = canonical_device(device or "CPU")  # host memory: CPU unless another host-memory device is named
-    if not isinstance(Device[dev].allocator, CPUAllocator):
+    allocator = Device[dev].allocator
+    if not hasattr(allocator, "from_host_memory"):  # host-memory devices: CPU (also behind HCQ+CPU)
         raise ValueError(
             f"from_blob: device {dev} cannot use host memory at a raw pointer (only CPU can); "
             f"make the tensor on CPU and call .to({dev!r})"
@@ -64,9 +64,8 @@ def from_blob(
     nbytes = n * dt.itemsize
     memory = (ctypes.c_char * max(nbytes, 1)).from_address(ptr) if n else (ctypes.c_char * 1)()
     # nolru: when the tensor goes, the allocator must not keep this memory to hand out again
-    buf = Buffer(
-        dev, n, dt, opaque=HostMemory(memoryview(memory).cast("B"), ptr if n else 0), options=BufferSpec(nolru=True)
-    )
+    opaque = allocator.from_host_memory(memoryview(memory).cast("B"), ptr if n else 0)
+    buf = Buffer(dev, n, dt, opaque=opaque, options=BufferSpec(nolru=True))
     uop = UOp.new_buffer(dev, n, dt)
     bind_buffer(uop, buf)
     return Tensor(uop.reshape(shp), requires_grad=requires_grad)

@@ -629,13 +629,18 @@ class ClangRenderer(CStyleLanguage):
                       for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)},
                    Ops.WHERE: _vector_or_scalar(Ops.WHERE, cvector.render_where)}  # fmt: skip
 
-    def __init__(self, vector_bytes: int = 0, threads: int = 1, fma: bool = False) -> None:
+    def __init__(
+        self, vector_bytes: int = 0, threads: int = 1, fma: bool = False, entry_wrappers: bool = False
+    ) -> None:
         if vector_bytes not in (0, 16, 32, 64):
             raise ValueError(f"vector_bytes must be 0, 16, 32 or 64, got {vector_bytes!r}")
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.vector_bytes, self.thread_max, self.has_threads = vector_bytes, threads, threads > 1
         self.has_fma = bool(fma)
+        # every kernel gets `<name>_entry(args, core_id)`, not only threaded ones (the HCQ+CPU worker calls all
+        # kernels through it; optimizer.md 5.5)
+        self.entry_wrappers = bool(entry_wrappers)
         self.vector_registers = 32 if vector_bytes == 64 else 16 if vector_bytes else 0
         ops = cvector.NUMERIC_VECTOR_OPS | ({Ops.MULACC} if fma else set())
         self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
@@ -676,19 +681,23 @@ class ClangRenderer(CStyleLanguage):
     def render_entry(self, name: str, params: list[UOp], variables: list[UOp]) -> str:
         """For a kernel with a THREAD axis, `<name>_entry(args, core_id)`: the one signature the CPU thread pool
         calls, taking the buffers then the other variables (sorted by name) from one array of 64-bit values."""
-        if not any(v.arg[0] == "core_id" for v in variables):
+        threaded = any(v.arg[0] == "core_id" for v in variables)
+        if not threaded and not self.entry_wrappers:
             return ""
         args = [f"({self.render_dtype(p.dtype)}*)args[{i}]" for i, p in enumerate(params)]
         others = sorted((v for v in variables if v.arg[0] != "core_id"), key=lambda v: v.arg[0])
         args += [f"({self.render_dtype(v.dtype)})args[{len(params) + i}]" for i, v in enumerate(others)]
+        call_args = [*args, "core_id"] if threaded else args
         return (f"void {name}_entry(const long long* args, int core_id) {{\n"
-                f"  {name}({', '.join([*args, 'core_id'])});\n}}\n")  # fmt: skip
+                f"  {name}({', '.join(call_args)});\n}}\n")  # fmt: skip
 
-    def __reduce__(self) -> tuple[type, tuple[int, int, bool]]:  # type: ignore[override]
-        return type(self), (self.vector_bytes, self.thread_max, self.has_fma)
+    def __reduce__(self) -> tuple[type, tuple[int, int, bool, bool]]:  # type: ignore[override]
+        return type(self), (self.vector_bytes, self.thread_max, self.has_fma, self.entry_wrappers)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vector_bytes={self.vector_bytes}, threads={self.thread_max}, fma={self.has_fma})"
+        wrappers = ", entry_wrappers=True" if self.entry_wrappers else ""
+        return (f"{type(self).__name__}(vector_bytes={self.vector_bytes}, threads={self.thread_max}, "
+                f"fma={self.has_fma}{wrappers})")  # fmt: skip
 
 
 # the kernels compile with -ffp-contract=off (every a*b+c rounds twice, like the PYTHON device); a fused

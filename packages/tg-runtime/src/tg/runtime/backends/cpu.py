@@ -90,6 +90,10 @@ class CPUAllocator(LRUAllocator["CPUDevice"]):
     def _as_buffer(self, src: HostMemory) -> memoryview:
         return src.mv
 
+    def from_host_memory(self, mv: memoryview, addr: int) -> HostMemory:
+        """A buffer handle over existing host memory (``Tensor.from_blob``): no copy, not owned."""
+        return HostMemory(mv, addr)
+
 
 def load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
     """dlopen the bytes of a shared object (through a temporary file, unlinked once loaded).
@@ -306,6 +310,8 @@ class CPUDevice(Compiled):
     LLVM renderer (``CPU:LLVM``) LLVM IR compiled in-process by llvmlite and loaded by tg.runtime.elf."""
 
     renderers = ("CLANG", "LLVM")
+    # DEV=HCQ+CPU: the same kernels driven through hardware command queues (tg.runtime.hcq, the reference HCQ device)
+    interfaces = {"HCQ": "tg.runtime.hcq.cpu:HCQCPUDevice"}
 
     @classmethod
     def check_arch(cls, target: Target) -> None:

@@ -13,7 +13,8 @@
  * Ids are handed out one at a time from an atomic counter, and a worker only takes part if it joins the job
  * before the caller has handed out every id: so when another process holds a core, the caller (and the other
  * workers) run the ids that core would have run, and nobody waits for a worker that is not scheduled.
- * One job runs at a time (the Python side holds a lock around tg_pool_run). After fork() the child has no
+ * One job runs at a time: tg_pool_run holds `job_mu` (callers are the Python side and the HCQ+CPU queue workers,
+ * which launch from their own threads). After fork() the child has no
  * workers: an atfork handler resets the pool, and workers are created again.
  */
 #include <pthread.h>
@@ -38,6 +39,7 @@ static int job_next; /* the next id to hand out (atomic) */
 static int nworkers, sleepers;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time, whoever launches it */
 static int atfork_installed;
 static unsigned start_generation[TG_MAX_WORKERS + 1]; /* the generation before a worker's first job */
 
@@ -100,6 +102,7 @@ static void reset_after_fork(void) {
   sleepers = 0;
   __atomic_store_n(&state, (unsigned long long)current_generation() << 32, __ATOMIC_RELEASE);
   pthread_mutex_init(&mu, 0);
+  pthread_mutex_init(&job_mu, 0);
   pthread_cond_init(&wake, 0);
 }
 
@@ -126,6 +129,7 @@ static int ensure_workers(int n) {
 /* Run fn(args, t) once for every t in [0, n) on up to `threads` threads (the caller is one of them); returns the
  * number of workers the job was offered to. */
 int tg_pool_run(tg_entry fn, const long long *args, int n, int threads) {
+  pthread_mutex_lock(&job_mu);
   if (threads > n) threads = n;
   int workers = threads > 1 ? ensure_workers(threads) : 0;
   job_fn = fn;
@@ -147,6 +151,7 @@ int tg_pool_run(tg_entry fn, const long long *args, int n, int threads) {
       if ((++spins & 1023) == 0) sched_yield(); /* a descheduled worker holds an id: give the core away */
     }
   }
+  pthread_mutex_unlock(&job_mu);
   return workers;
 }
 

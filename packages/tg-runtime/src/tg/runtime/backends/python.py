@@ -303,7 +303,7 @@ class PythonProgram(Program):
                 reg_tr = truncate[dt.base] if dt.base.count == 1 else (lambda x: x)
                 env[f"_d{i}"] = (f"acc{i}", [dt.base.scalar().min] * max(dt.size, 1), reg_tr)
                 emit(f"v{i} = _Memory(_d{i}[0], list(_d{i}[1]), lambda x: x, _d{i}[2])")
-            elif op not in (Ops.SINK, Ops.GROUP, Ops.NOOP):
+            elif op not in (Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.BARRIER):  # one thread: a barrier orders nothing more
                 raise NotImplementedError(f"the PYTHON device can't run {op}")
         if open_loops:
             raise ValueError(f"{name}: RANGE at {open_loops[-1]} is never closed")
@@ -311,6 +311,15 @@ class PythonProgram(Program):
         pysrc = "\n".join(lines) + "\n"
         exec(compile(pysrc, f"<PYTHON kernel {name}>", "exec"), env)  # our own generated code, no user input
         return pysrc, env["_kernel"]
+
+    def run_on(self, memories: list[Any], vals: tuple[int, ...]) -> None:
+        """Run the program (no THREAD axis) on objects with ``load(i)`` and ``store(i, value)`` of elements, one per
+        buffer parameter: the HCQ submitters run so over MMIO views, every access going through the view in
+        program order. ``vals`` are the variable values in name order."""
+        if len(memories) != len(self.params) or len(vals) != len(self.variables) or self.core_id is not None:
+            raise ValueError(f"{self.name} takes {len(self.params)} memories and {len(self.variables)} values "
+                             f"(and no thread id), got {len(memories)} and {len(vals)}")  # fmt: skip
+        self._fxn(memories, tuple(vals))
 
     def __call__(
         self,

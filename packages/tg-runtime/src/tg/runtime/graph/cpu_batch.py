@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tg.runtime.c_compiler import CCompiler
 from tg.runtime.device import Buffer, Device
@@ -47,7 +47,10 @@ class _Batch(ctypes.Structure):
 
 
 def _is_cpu(device: str) -> bool:
-    return device.split(":", 1)[0] == "CPU"
+    """A plain CPU device (host memory, kernels called from the host; not CPU behind HCQ)."""
+    from tg.runtime.backends.cpu import CPUDevice
+
+    return device.split(":", 1)[0] == "CPU" and isinstance(Device[device], CPUDevice)
 
 
 def _trampoline(kind: int, nbufs: int, nvars: int) -> str:
@@ -116,6 +119,11 @@ class CPUBatchExecutor:
         if isinstance(runner, BufferCopy):
             return len(ei.bufs) == 2 and _is_cpu(ei.bufs[0].device) and _is_cpu(ei.bufs[1].device)
         return False
+
+    @classmethod
+    def build(cls, program: Any, indices: Sequence[int]) -> CPUBatchExecutor:
+        """The executor of a CapturedProgram's items ``indices`` (the executor registry's constructor)."""
+        return cls(program.items, indices, program.uses)
 
     def __init__(self, items: Sequence[ExecItem], indices: Sequence[int], uses: Sequence[Sequence[SlotUse]]) -> None:
         self.items = [items[i] for i in indices]

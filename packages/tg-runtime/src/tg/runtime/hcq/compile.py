@@ -71,6 +71,35 @@ def compile_batch(calls: Sequence[UOp], env: PrepareEnv, profile: bool = False,
 
     sched: ScheduledBatch = schedule_batch(calls, has_copy_queue, profile)
     merged = merge_queues(sched.queues, batch_size)
+    return _encoded_batch(merged, sched.devices, sched.profile, [call_name(c) for c in calls], env)
+
+
+def compile_queues(queues: Sequence[UOp], env: PrepareEnv, finalize: bool = True) -> CompiledBatch:
+    """A batch of hand-made QUEUEs (QCMDs and lowered CALLs, in the caller's order: no dependency tracking), e.g.
+    for device tests. ``finalize`` starts each (device, queue) after the device's earlier work (its timeline) and
+    ends every queue other than a device's COMPUTE:0 with a signal its COMPUTE:0 waits for, then signals the
+    device's timeline (so ``synchronize`` and the host fence work as usual)."""
+    queues = list(queues)
+    devices = tuple(dict.fromkeys(q.arg.device for q in queues))
+    if finalize:
+        first = {(q.arg.device, q.arg.name): i for i, q in reversed(list(enumerate(queues)))}
+        for (dev, _), i in first.items():
+            q = queues[i]
+            queues[i] = q.replace(src=(ir.barrier(), ir.wait(ir.timeline(dev), ir.minus(ir.epoch(dev), 1)), *q.src))
+        last = {(q.arg.device, q.arg.name): i for i, q in enumerate(queues)}
+        for (dev, name), i in last.items():
+            if name != "COMPUTE:0":
+                q = queues[i]
+                queues[i] = q.replace(src=(*q.src, ir.signal(ir.queue_signal(dev, name), 1)))
+        for d in devices:
+            waits = [ir.wait(ir.queue_signal(d, name), 1) for dev, name in last if dev == d and name != "COMPUTE:0"]
+            queues.append(ir.queue(d, "COMPUTE:0", [*waits, ir.signal(ir.timeline(d), ir.epoch(d))]))
+    names = [call_name(c) for q in queues for c in q.src if c.op is Ops.CALL]
+    return _encoded_batch(queues, devices, [], names or ["queues"], env)
+
+
+def _encoded_batch(merged: list[UOp], devices: tuple[str, ...], profile: list[Any], names: list[str],
+                   env: PrepareEnv) -> CompiledBatch:  # fmt: skip
     encoded: list[EncodedQueue] = []
     for i, q in enumerate(merged):
         dev = env.hcq_device(q.arg.device)
@@ -81,8 +110,10 @@ def compile_batch(calls: Sequence[UOp], env: PrepareEnv, profile: bool = False,
     patches = plan_patches(blocks)
     variables = sorted({u for _, _, w, _ in patches.runtime for u in w.toposort() if u.op is Ops.DEFINE_VAR},
                        key=lambda v: v.arg[0])  # fmt: skip
-    return CompiledBatch(sched.devices, merged, encoded, blocks, patches, variables, sched.profile,
-                         [call_name(c) for c in calls])  # fmt: skip
+    batch = CompiledBatch(devices, merged, encoded, blocks, patches, variables, profile, names)
+    if DEBUG.value >= 4:
+        print(batch.listing())
+    return batch
 
 
 def compile_linear(slotted: UOp, slot_count: int, env: PrepareEnv, profile: bool = False,
@@ -92,10 +123,7 @@ def compile_linear(slotted: UOp, slot_count: int, env: PrepareEnv, profile: bool
     steps: list[CompiledBatch | UOp] = []
     for s in prepared.src:
         if s.op is Ops.LINEAR and s.arg == BATCH:
-            batch = compile_batch(s.src, env, profile, batch_size)
-            if DEBUG.value >= 4:
-                print(batch.listing())
-            steps.append(batch)
+            steps.append(compile_batch(s.src, env, profile, batch_size))
         else:
             steps.append(s)
     return CompiledProgram(steps, slot_count, profile)

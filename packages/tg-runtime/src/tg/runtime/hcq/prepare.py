@@ -79,8 +79,8 @@ class HCQTargetLike(Protocol):
 class PrepareEnv(Protocol):
     """The devices and the kernel compiler stage S0 works with."""
 
-    def hcq_device(self, device: str) -> HCQTargetLike | None:
-        """The HCQ device named ``device``, or None when it is not an HCQ device."""
+    def hcq_device(self, device: str) -> Any:
+        """The HCQ device named ``device`` (an HCQTargetLike), or None when it is not an HCQ device."""
         ...
 
     def lower_kernel(self, device: str, ast: UOp) -> ProgramInfo:

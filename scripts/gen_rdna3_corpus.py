@@ -21,38 +21,9 @@ CORPUS = pathlib.Path(__file__).resolve().parent.parent / "packages/tg-runtime/t
 
 def normalise_llvm_assembly(text: str) -> str:
     """Kernel headers and instructions of LLVM's emit_assembly output, in the corpus listing format."""
-    kernels: dict[str, list[str]] = {}
-    labels: dict[str, dict[str, int]] = {}
-    cur = None
-    for raw in text.splitlines():
-        line = raw.split(";")[0].split("//")[0].rstrip()
-        if line.strip() == "---":
-            break
-        if not line.strip():
-            continue
-        if not line.startswith(("\t", " ")):
-            m = re.match(r"^([A-Za-z_.$][\w.$]*):", line)
-            if m and not m.group(1).startswith("."):
-                cur = m.group(1)
-                kernels[cur], labels[cur] = [], {}
-            elif m and cur is not None:
-                labels[cur][m.group(1)] = len(kernels[cur])
-            continue
-        ins = line.strip()
-        if ins.startswith(".") or cur is None:
-            continue
-        kernels[cur].append(re.sub(r"\s+", " ", ins))
-    out = []
-    for name, lines in kernels.items():
-        if not lines:
-            continue
-        out.append(f"{name}:")
-        for ins in lines:
-            m = re.match(r"^(s_branch|s_cbranch_\w+) (\S+)$", ins)
-            if m and m.group(2) in labels[name]:
-                ins = f"{m.group(1)} @{labels[name][m.group(2)]}"
-            out.append(ins)
-    return "\n".join(out) + "\n"
+    from tg.runtime.amd.sim.kernel import normalise_llvm_assembly as per_kernel
+
+    return "".join(f"{name}:\n" + "".join(f"{ins}\n" for ins in lines) for name, lines in per_kernel(text).items())
 
 
 def normalise_objdump(text: str) -> str:

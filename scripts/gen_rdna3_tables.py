@@ -154,10 +154,13 @@ def build(llvm_mc: str) -> dict[str, dict[int, tuple]]:
         op: (n, max(width_of(r, 3), width_of(r, 3, "s")), width_of(r, 1), width_of(r, 2), width_of(r, 5))
         for op, (n, r, *_) in vop3.items()
     }
+    # op_sel_hi defaults to all ones (dw0 bit 14 is its third bit): LLVM rejects two-source packed ops without it
     v3p = {
         op: [
             [0xCC000000 | op << 16 | 3, 3 << 27 | 261 << 18 | 258 << 9 | 257],
             [0xCC000000 | op << 16 | 3, 3 << 27 | 258 << 9 | 257],
+            [0xCC000000 | op << 16 | 1 << 14 | 3, 3 << 27 | 261 << 18 | 258 << 9 | 257],
+            [0xCC000000 | op << 16 | 1 << 14 | 3, 3 << 27 | 258 << 9 | 257],
         ]
         for op in range(128)
     }

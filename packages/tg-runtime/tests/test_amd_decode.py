@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
-from tg.runtime.amd.sim.codeobj import load_code_object
+from tg.runtime.amd.program import CodeObject
 from tg.runtime.amd.sim.decode import EmulatorError, decode, decode_one
+from tg.runtime.elf import ElfObject
 
 CORPUS = pathlib.Path(__file__).parent / "amd_corpus"
 LLVM22 = sorted(CORPUS.glob("*.llvm22.lst"))
@@ -19,11 +20,17 @@ LLVM22 = sorted(CORPUS.glob("*.llvm22.lst"))
 
 def listing(obj: bytes, llvm15: bool = False) -> dict[str, list[str]]:
     """Per kernel, the decoder's text of each instruction (branch targets as @<instruction index>)."""
-    img = load_code_object(obj)
-    prog = decode(img.image[img.text_offset : img.text_offset + img.text_size], img.text_offset)
+    elf = ElfObject(obj)
+    names = [s.name for s in elf.symbols if s.name and elf.symbol(s.name + ".kd") is not None]
     out = {}
-    for name, k in img.kernels.items():
-        insts = [i for i in prog.instructions if k.entry <= i.pc < k.entry + k.size]
+    for name in names:
+        co = CodeObject(obj, name)
+        text = co.elf.section(".text")
+        assert text is not None
+        start = co.linked.section_offsets[text.index]
+        prog = decode(co.image[start : start + text.size], start)
+        size = co.elf.symbol(name).size  # type: ignore[union-attr]
+        insts = [i for i in prog.instructions if co.entry_offset <= i.pc < co.entry_offset + size]
         index = {i.pc: n for n, i in enumerate(insts)}
         lines = []
         for i in insts:

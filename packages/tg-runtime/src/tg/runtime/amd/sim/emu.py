@@ -1,106 +1,78 @@
 """The RDNA3 wave32 emulator: run gfx1100 machine code on `GPUMemory` (amd.md section 4).
 
-`dispatch` runs a grid the way the command processor would launch it (workgroups in z, y, x order, waves of a
-workgroup round-robin between barriers); `launch` is the test entry that takes a code object and host buffers.
-Instructions are decoded and compiled to closures once per code image (cached by its bytes and load address).
+`dispatch` runs a grid the way the command processor would launch it (workgroups in z, y, x order, the waves of a
+workgroup round-robin between barriers); `launch` is the test entry that takes a code object and host buffers. A code
+image is decoded once and its basic blocks are translated to Python functions on first use (translate.py), cached by
+the image's bytes, load address and float mode.
 """
 
 from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from tg.runtime.amd.sim.codeobj import load_code_object
-from tg.runtime.amd.sim.decode import EmulatorError, Instruction, Program, decode
-from tg.runtime.amd.sim.exec_memory import compile_ds, compile_flat
-from tg.runtime.amd.sim.exec_scalar import ENDPGM, compile_scalar
-from tg.runtime.amd.sim.exec_valu import compile_valu
+from tg.runtime.amd.program import CodeObject
+from tg.runtime.amd.sim.decode import EmulatorError, Program, decode
+from tg.runtime.amd.sim.translate import ENDPGM, Translation
 from tg.runtime.amd.sim.wave import Ctx, GPUMemory, Wave
+from tg.runtime.device import CompileError
 
-__all__ = ["EmulatorError", "GPUMemory", "HostMemory", "decode", "dispatch", "launch", "stats"]
+__all__ = [
+    "EmulatorError",
+    "GPUMemory",
+    "HostMemory",
+    "Program",
+    "decode",
+    "dispatch",
+    "launch",
+    "pack_args",
+    "run_code",
+    "stats",
+]
 
 MAX_STEPS_BETWEEN_BARRIERS = 10**6
 MAX_ROUNDS = 10**7
-Step = Callable[[Wave], int]
-# counters of the last dispatches (instructions, lane-ops) for benchmarks
+# counters of the dispatches since the last reset (wave-instructions, lane-ops = instructions x lanes of the wave)
 stats = {"instructions": 0, "lane_ops": 0}
 
-
-def _compile(inst: Instruction, ctx: Ctx) -> Step:
-    """The closure running `inst` on a wave and returning the next pc."""
-    enc, nxt = inst.encoding, inst.pc + inst.size
-    if enc in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM"):
-        return compile_scalar(inst, ctx)
-    if enc == "MUBUF":  # only the cache invalidates decode; the simulation is coherent
-        return lambda w: nxt
-    if enc == "DS":
-        body = compile_ds(inst, ctx)
-    elif enc == "FLAT":
-        body = compile_flat(inst, ctx)
-    else:
-        body = compile_valu(inst, ctx)
-
-    def step(w: Wave) -> int:
-        body(w)
-        return nxt
-
-    return step
+_TRANSLATIONS: dict[tuple[bytes, int, int, str], Translation] = {}
 
 
-class CompiledProgram:
-    """Instructions of a code image compiled lazily (first execution) into closures, by pc."""
-
-    def __init__(self, program: Program, ctx: Ctx) -> None:
-        self.program, self.ctx = program, ctx
-        self.steps: dict[int, Step] = {}
-
-    def step_at(self, pc: int) -> Step:
-        step = self.steps.get(pc)
-        if step is None:
-            inst = self.program.by_pc.get(pc)
-            if inst is None:
-                raise EmulatorError(f"jump to pc=0x{pc:x}, not the start of an instruction in {self.ctx.kernel}")
-            step = self.steps[pc] = _compile(inst, self.ctx)
-        return step
+def translation(code: bytes, base: int, rsrc1: int, kernel: str = "") -> Translation:
+    """The (cached) translation of the code image `code` loaded at `base`, for a kernel with float modes `rsrc1`."""
+    key = (code, base, rsrc1, kernel)
+    tr = _TRANSLATIONS.get(key)
+    if tr is None:
+        if len(_TRANSLATIONS) >= 64:
+            _TRANSLATIONS.clear()
+        tr = _TRANSLATIONS[key] = Translation(decode(code, base, kernel), Ctx(kernel, rsrc1))
+    return tr
 
 
-_PROGRAMS: dict[tuple[bytes, int, int], CompiledProgram] = {}
-
-
-def _program_for(mem: GPUMemory, entry: int, rsrc1: int, kernel: str, code: bytes | None, base: int) -> CompiledProgram:
-    if code is None:  # read the code from GPU memory: up to the end of its page run, decoded lazily below
-        raise EmulatorError("dispatch without a code image: pass code= (the loader's text bytes) and code_base=")
-    key = (code, base, rsrc1)
-    prog = _PROGRAMS.get(key)
-    if prog is None:
-        if len(_PROGRAMS) > 64:
-            _PROGRAMS.clear()
-        prog = _PROGRAMS[key] = CompiledProgram(decode(code, base, kernel), Ctx(kernel, rsrc1))
-    return prog
-
-
-def _run_wave(prog: CompiledProgram, w: Wave, pc: int) -> int:
+def _run_wave(tr: Translation, w: Wave, pc: int) -> int:
     """Run until s_endpgm (returns ENDPGM) or s_barrier (returns -(resume pc + 2))."""
-    steps = prog.steps
-    step_at = prog.step_at
+    blocks, block = tr.blocks, tr.block
     n = 0
     try:
         while pc >= 0:
-            w.pc = pc
-            step = steps.get(pc) or step_at(pc)
-            pc = step(w)
-            n += 1
+            fn, count = blocks.get(pc) or block(pc)
+            n += count
+            pc = fn(w)
             if n > MAX_STEPS_BETWEEN_BARRIERS:
                 raise EmulatorError(
                     f"wave {w.wave_id} of {w.kernel} ran {MAX_STEPS_BETWEEN_BARRIERS} instructions without a barrier "
-                    f"or s_endpgm (pc=0x{w.pc:x}): infinite loop?"
+                    f"or s_endpgm (pc=0x{pc:x}): infinite loop?"
                 )
     except EmulatorError as e:
-        inst = prog.program.by_pc.get(w.pc)
+        inst = tr.program.by_pc.get(w.pc)
         if inst is None or str(e).endswith(inst.text):
             raise
         raise EmulatorError(f"{e}: {inst.text}") from None
+    except Exception as e:  # a translator bug must not pass for a result: name where it happened
+        inst = tr.program.by_pc.get(w.pc)
+        raise EmulatorError(f"internal emulator error {type(e).__name__}: {e} at pc=0x{w.pc:x} in {w.kernel}: "
+                            f"{inst.text if inst else '?'}") from e  # fmt: skip
     finally:
         stats["instructions"] += n
         stats["lane_ops"] += n * w.nlanes
@@ -112,18 +84,24 @@ def dispatch(mem: GPUMemory, entry: int, rsrc1: int, rsrc2: int, user_data: Sequ
              code: bytes | None = None, code_base: int = 0, kernel: str = "") -> None:  # fmt: skip
     """Run a grid of `groups` workgroups of `local` work-items starting at `entry` (amd.md 2.4 launch state).
 
-    `code`/`code_base` give the code image and its address (the mocks pass the uploaded image). Raises EmulatorError
-    for undecodable or unsupported instructions, bad memory accesses and runaway waves.
+    `code`/`code_base` give the code image (the kernel's text section) and its address. Raises EmulatorError for
+    undecodable or unsupported instructions, bad memory accesses and runaway waves.
     """
-    prog = _program_for(mem, entry, rsrc1, kernel, code, code_base)
+    if code is None:
+        raise EmulatorError("dispatch without a code image: pass code= (the loader's text bytes) and code_base=")
+    if not code_base <= entry < code_base + len(code):
+        raise EmulatorError(f"entry 0x{entry:x} is outside the code image at 0x{code_base:x} ({len(code)} bytes)")
+    tr = translation(code, code_base, rsrc1, kernel)
     user_sgprs = rsrc2 >> 1 & 0x1F
     tgid_en = [rsrc2 >> 7 & 1, rsrc2 >> 8 & 1, rsrc2 >> 9 & 1]
     tg_size_en = rsrc2 >> 10 & 1
     tid_comps = rsrc2 >> 11 & 3
     lx, ly, lz = local
     nthreads = lx * ly * lz
-    if nthreads <= 0 or nthreads > 1024:
+    if min(local) <= 0 or nthreads > 1024:
         raise EmulatorError(f"workgroup size {local} must have 1..1024 work-items")
+    if min(groups) < 0:
+        raise EmulatorError(f"grid {groups} has a negative dimension")
     nwaves = (nthreads + 31) // 32
     user = list(user_data) + [0] * max(0, user_sgprs - len(user_data))
     for gz in range(groups[2]):
@@ -143,16 +121,17 @@ def dispatch(mem: GPUMemory, entry: int, rsrc1: int, rsrc2: int, user_data: Sequ
                             k += 1
                     if tg_size_en:
                         s[k] = nwaves << 6 | wid  # wave id in group [5:0], waves per group [11:6]
-                    v0 = w.v[0]
+                    v0 = [0] * 32
                     for lane in range(nl):
                         t = 32 * wid + lane
                         x, y, z = t % lx, t // lx % ly, t // (lx * ly)
                         v0[lane] = x | (y << 10 if tid_comps >= 1 else 0) | (z << 20 if tid_comps >= 2 else 0)
+                    w.v[0] = v0
                     waves.append(w)
-                _run_group(prog, waves, entry)
+                _run_group(tr, waves, entry)
 
 
-def _run_group(prog: CompiledProgram, waves: list[Wave], entry: int) -> None:
+def _run_group(tr: Translation, waves: list[Wave], entry: int) -> None:
     pcs = {w.wave_id: entry for w in waves}
     live = list(waves)
     rounds = 0
@@ -162,7 +141,7 @@ def _run_group(prog: CompiledProgram, waves: list[Wave], entry: int) -> None:
             raise EmulatorError(f"workgroup {live[0].group} of {live[0].kernel} did not finish: infinite loop?")
         at_barrier = []
         for w in live:
-            r = _run_wave(prog, w, pcs[w.wave_id])
+            r = _run_wave(tr, w, pcs[w.wave_id])
             if r == ENDPGM:
                 continue
             pcs[w.wave_id] = -r - 2
@@ -181,7 +160,12 @@ class HostMemory:
         self.regions: list[tuple[int, bytearray]] = []
 
     def map(self, va: int, buf: bytearray) -> None:
+        """Place `buf` at address `va` (it must not overlap a region already mapped)."""
         i = bisect.bisect(self.starts, va)
+        if (i > 0 and self.starts[i - 1] + len(self.regions[i - 1][1]) > va) or (
+            i < len(self.starts) and va + len(buf) > self.starts[i]
+        ):
+            raise ValueError(f"region at 0x{va:x} ({len(buf)} bytes) overlaps a mapped region")
         self.starts.insert(i, va)
         self.regions.insert(i, (va, buf))
 
@@ -205,28 +189,54 @@ class HostMemory:
 CODE_BASE = 0x7F00_0000_0000
 
 
+def run_code(code: bytes, *, sgprs: dict[int, int] | None = None, vgprs: dict[int, Sequence[int]] | None = None,
+             exec_mask: int = 0xFFFFFFFF, scc: int = 0, rsrc1: int = 0, lds_bytes: int = 0, scratch_bytes: int = 0,
+             mem: GPUMemory | None = None) -> Wave:  # fmt: skip
+    """Run machine code on one wave32 whose registers start as given, until s_endpgm; returns the wave.
+
+    For instruction tests and experiments: `code` is raw instruction words (ending in s_endpgm), loaded at
+    CODE_BASE; `sgprs`/`vgprs` set registers (a VGPR from a list of up to 32 lane values), `exec_mask` and `scc` the
+    masks; rsrc1 gives the float modes (0: denormals kept, IEEE mode)."""
+    w = Wave(mem or HostMemory(), bytearray(lds_bytes), scratch_bytes, 32, 0, (0, 0, 0), "run_code")
+    for n, value in (sgprs or {}).items():
+        w.s[n] = value & 0xFFFFFFFF
+    for n, lanes in (vgprs or {}).items():
+        if len(lanes) > 32:
+            raise ValueError(f"v{n} has 32 lanes, got {len(lanes)} values")
+        w.v[n] = [x & 0xFFFFFFFF for x in lanes] + [0] * (32 - len(lanes))
+    w.s[126], w.scc = exec_mask & 0xFFFFFFFF, scc
+    tr = translation(bytes(code), CODE_BASE, rsrc1, "run_code")
+    if _run_wave(tr, w, CODE_BASE) != ENDPGM:
+        raise EmulatorError("run_code: the code reached s_barrier (one wave has nothing to wait for)")
+    return w
+
+
 def launch(code_object: bytes, kernel: str, bufs: dict[int, bytearray], args: bytes,
            groups: tuple[int, int, int], local: tuple[int, int, int]) -> None:  # fmt: skip
     """Run `kernel` of a gfx1100 code object on host buffers mapped at their keys (GPU addresses); `args` is the
-    kernarg segment (buffer addresses then variables, amd.md 2.4). Buffers are updated in place."""
-    img = load_code_object(code_object)
-    if kernel not in img.kernels:
-        raise EmulatorError(f"code object has no kernel {kernel!r}; it has {sorted(img.kernels)}")
-    k = img.kernels[kernel]
+    kernarg segment (buffer addresses then variables, amd.md 2.4). Buffers are updated in place.
+
+    The code object is checked and linked by tg.runtime.amd.program (a CompileError there becomes an EmulatorError)."""
+    try:
+        co = CodeObject(code_object, kernel)
+        image = co.link(CODE_BASE)
+    except CompileError as e:
+        raise EmulatorError(str(e)) from e
+    kd = co.descriptor
+    text = co.elf.section(".text")
+    if text is None:
+        raise EmulatorError(f"code object of kernel {kernel} has no .text section")
+    text_off = image.section_offsets[text.index]
     mem = HostMemory()
     for va, buf in bufs.items():
         mem.map(va, buf)
     kernarg_va = CODE_BASE - 0x1000_0000
-    kernargs = bytearray(args) + bytearray(max(0, k.kernarg_size - len(args)) + 256)
-    mem.map(kernarg_va, kernargs)
-    mem.map(CODE_BASE, bytearray(img.image))
-    props = k.code_properties
-    if props & 0x77:
-        raise EmulatorError(f"kernel {kernel}: unsupported kernel ABI feature (kernel_code_properties=0x{props:x})")
-    user_data = [kernarg_va & 0xFFFFFFFF, kernarg_va >> 32]
-    text = img.image[img.text_offset : img.text_offset + img.text_size]
-    dispatch(mem, CODE_BASE + k.entry, k.rsrc1, k.rsrc2, user_data, groups, local, k.group_segment_size,
-             k.private_segment_size, code=text, code_base=CODE_BASE + img.text_offset, kernel=kernel)  # fmt: skip
+    mem.map(kernarg_va, bytearray(args) + bytearray(max(0, kd.kernarg_size - len(args)) + 256))
+    mem.map(CODE_BASE, bytearray(image.image))
+    dispatch(mem, CODE_BASE + co.entry_offset, kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2,
+             [kernarg_va & 0xFFFFFFFF, kernarg_va >> 32], groups, local, kd.group_segment_fixed_size,
+             kd.private_segment_fixed_size, code=image.image[text_off : text_off + text.size],
+             code_base=CODE_BASE + text_off, kernel=kernel)  # fmt: skip
 
 
 def pack_args(addresses: Sequence[int], variables: Sequence[int] = ()) -> bytes:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
+from itertools import chain
 
 INF, NAN = math.inf, math.nan
 F32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
@@ -18,19 +20,83 @@ F16_MAX = 65504.0
 F32_OVERFLOW = 2.0**128 * (1 - 2.0**-25)
 F16_OVERFLOW = 65520.0
 
-_PACK = {n: (struct.Struct(f"<{n}I"), struct.Struct(f"<{n}f")) for n in (1, 32)}
-_PACK_H = {n: (struct.Struct(f"<{n}H"), struct.Struct(f"<{n}e")) for n in (1, 32)}
-_PACK_Q = {n: (struct.Struct(f"<{n}Q"), struct.Struct(f"<{n}d")) for n in (1, 32)}
-_FMTS = {32: (_PACK, 0xFFFFFFFF), 16: (_PACK_H, 0xFFFF), 64: (_PACK_Q, 0xFFFFFFFFFFFFFFFF)}
+# whole-register conversions (32 lanes) between raw bits and Python floats, at C speed through struct
+_U16, _U32, _U64x2 = struct.Struct("<32H"), struct.Struct("<32I"), struct.Struct("<64I")
+_F16, _F32, _F64 = struct.Struct("<32e"), struct.Struct("<32f"), struct.Struct("<32d")
+
+
+def f32s(bits: Sequence[int]) -> tuple[float, ...]:
+    """32 lanes of f32 bit patterns as Python floats."""
+    return _F32.unpack(_U32.pack(*bits))
+
+
+def f16s(bits: Sequence[int]) -> tuple[float, ...]:
+    """32 lanes of f16 bit patterns (16-bit values) as Python floats."""
+    return _F16.unpack(_U16.pack(*bits))
+
+
+def f64s(lo: Sequence[int], hi: Sequence[int]) -> tuple[float, ...]:
+    """32 lanes of f64 values held in a register pair (low and high dwords) as Python floats."""
+    return _F64.unpack(_U64x2.pack(*chain.from_iterable(zip(lo, hi, strict=False))))
+
+
+def b32f(values: Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """32 Python floats rounded to f32 (nearest even, overflow to +-inf): (their bits, their values)."""
+    try:
+        packed = _F32.pack(*values)
+    except OverflowError:  # struct refuses finite values beyond the f32 range; array's C cast rounds them to inf
+        packed = array("f", values).tobytes()
+    return _U32.unpack(packed), _F32.unpack(packed)
+
+
+def b32s(values: Sequence[float]) -> tuple[int, ...]:
+    """32 Python floats rounded to f32: their bits."""
+    try:
+        return _U32.unpack(_F32.pack(*values))
+    except OverflowError:
+        return _U32.unpack(array("f", values).tobytes())
+
+
+def b16s(values: Sequence[float]) -> tuple[int, ...]:
+    """32 Python floats rounded to f16 (nearest even, overflow to +-inf): their 16-bit patterns."""
+    try:
+        return _U16.unpack(_F16.pack(*values))
+    except (OverflowError, struct.error):
+        return tuple(_round_one(x, 16) for x in values)
+
+
+def b64s(values: Sequence[float]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """32 Python floats as f64 bit patterns split into (low dwords, high dwords)."""
+    words = _U64x2.unpack(_F64.pack(*values))
+    return words[0::2], words[1::2]
+
+
+_TINY = {16: 2.0**-14, 32: 2.0**-126, 64: 2.0**-1022}
+
+
+def ftz(values: Sequence[float], width: int) -> tuple[float, ...]:
+    """Denormal inputs flushed to zero of their sign (float_mode without denormals)."""
+    tiny = _TINY[width]
+    return tuple(x * 0.0 if x != 0 and abs(x) < tiny else x for x in values)
+
+
+def b32f_ftz(values: Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """b32f with denormal results flushed to zero."""
+    return b32f(ftz(b32f(values)[1], 32))
+
+
+def b16s_ftz(values: Sequence[float]) -> tuple[int, ...]:
+    return b16s(ftz(f16s(b16s(values)), 16))
+
+
+def b64s_ftz(values: Sequence[float]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return b64s(ftz(values, 64))
 
 
 def bits_to_floats(bits: list[int], width: int) -> list[float]:
     """Raw bit patterns (any count) to Python floats for an f16/f32/f64 operand."""
-    table, _ = _FMTS[width]
-    n = len(bits)
-    ints, floats = table[n] if n in table else (struct.Struct(f"<{n}{table[1][0].format[-1]}"),
-                                                 struct.Struct(f"<{n}{table[1][1].format[-1]}"))  # fmt: skip
-    return list(floats.unpack(ints.pack(*bits)))
+    fmt = {16: ("H", "e"), 32: ("I", "f"), 64: ("Q", "d")}[width]
+    return list(struct.unpack(f"<{len(bits)}{fmt[1]}", struct.pack(f"<{len(bits)}{fmt[0]}", *bits)))
 
 
 def _round_one(x: float, width: int) -> int:
@@ -46,20 +112,16 @@ def _round_one(x: float, width: int) -> int:
 
 
 def floats_to_bits(values: list[float], width: int) -> list[int]:
-    """Round Python floats to f16/f32/f64 (nearest even, overflow to +-inf) and return their bit patterns."""
-    table, _ = _FMTS[width]
-    n = len(values)
-    if n in table:
-        ints, floats = table[n]
-        try:
-            return list(ints.unpack(floats.pack(*values)))
-        except (OverflowError, struct.error):
-            pass
+    """Round Python floats (any count) to f16/f32/f64 (nearest even, overflow to +-inf): their bit patterns."""
     return [_round_one(x, width) for x in values]
 
 
 def f32_bits(x: float) -> int:
     return _round_one(x, 32)
+
+
+def f16_bits(x: float) -> int:
+    return _round_one(x, 16)
 
 
 def bits_f32(b: int) -> float:
@@ -96,23 +158,42 @@ def _two_sum(a: float, b: float) -> tuple[float, float]:
 
 
 def fma_f64(a: float, b: float, c: float) -> float:
-    """a*b+c with one rounding to double."""
-    if hasattr(math, "fma"):
-        try:
-            return math.fma(a, b, c)  # type: ignore[attr-defined,unused-ignore]
-        except (ValueError, OverflowError):
-            pass
+    """a*b+c with one rounding to double: the exact sum as a ratio of integers, divided once (Python's int / int is
+    correctly rounded, subnormals included)."""
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
         return a * b + c
-    from fractions import Fraction
-
-    exact = Fraction(a) * Fraction(b) + Fraction(c)
-    if exact == 0:
-        return 0.0 if (a * b == 0 and math.copysign(1, a * b) + math.copysign(1, c) > 0) else (a * b + c)
+    (na, da), (nb, db), (nc, dc) = a.as_integer_ratio(), b.as_integer_ratio(), c.as_integer_ratio()
+    num = na * nb * dc + nc * da * db
+    if num == 0:  # an exact zero: a*b is exactly -c, so double arithmetic gives it with IEEE's sign rules
+        return a * b + c
     try:
-        return float(exact)
+        return num / (da * db * dc)
     except OverflowError:
-        return INF if exact > 0 else -INF
+        return INF if num > 0 else -INF
+
+
+# f32 FMA of 32 lanes: a*b is exact in double, so a*b+c is one double rounding away from exact; rounding that double
+# to f32 again is wrong only when it lands exactly on an f32 midpoint (low 29 mantissa bits 0x10000000) or in the
+# f32 subnormal range. Both are found at C speed on the packed doubles (bytes 0-3: the low mantissa bits; byte 7:
+# sign and exponent, |x| < 2^-112 when its low 7 bits are <= 0x38) and only those lanes are redone by fma_narrow.
+_MIDPOINT_BYTE3 = bytes(0 if b & 0x1F == 0x10 else 1 for b in range(256))  # 0: byte 3 of a possible midpoint
+_SMALL_BYTE7 = bytes(0 if b & 0x7F <= 0x38 else 1 for b in range(256))  # 0: byte 7 of a small (or zero) double
+_F32_TINY = 2.0**-126
+
+
+def fma32v(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float]) -> list[float]:
+    """Lane-wise fma(x, y, z) of f32 values as doubles whose rounding to f32 is the correctly rounded FMA."""
+    sums = [x * y + z for x, y, z in zip(xs, ys, zs, strict=False)]
+    d = _F64.pack(*sums)
+    frm = int.from_bytes
+    low = frm(d[0::8], "little") | frm(d[1::8], "little") | frm(d[2::8], "little")
+    mid = (low | frm(d[3::8].translate(_MIDPOINT_BYTE3), "little")).to_bytes(32, "little")
+    small = d[7::8].translate(_SMALL_BYTE7)
+    if 0 in mid or 0 in small:
+        for i in range(32):
+            if mid[i] == 0 or (small[i] == 0 and 0 < abs(sums[i]) < _F32_TINY):
+                sums[i] = fma_narrow(xs[i], ys[i], zs[i], 32)
+    return sums
 
 
 def fma_narrow(a: float, b: float, c: float, width: int) -> float:
@@ -232,11 +313,12 @@ def frndne(x: float) -> float:
 
 
 def ffract(x: float) -> float:
+    """v_fract: x + -floor(x) (so fract(-0) = +0, fract(+-inf) = NaN)."""
     if x != x:
         return x
     if math.isinf(x):
         return NAN
-    return x - math.floor(x)
+    return x + -ffloor(x)
 
 
 def ldexp(x: float, e: int) -> float:

@@ -10,7 +10,7 @@ import pytest
 
 from tg.runtime.amd.program import CodeObject
 from tg.runtime.amd.sim.decode import EmulatorError
-from tg.runtime.amd.sim.emu import launch, pack_args
+from tg.runtime.amd.sim.emu import HostMemory, code_in_memory, dispatch, launch, pack_args
 
 CORPUS = pathlib.Path(__file__).parent / "amd_corpus"
 OUT, IN1, IN2, IN3, IN4 = 0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000, 0x50_0000
@@ -183,3 +183,48 @@ def test_corpus_descriptors_give_the_launch_state() -> None:
     assert k.private_segment_fixed_size > 0 and k.scratch_enabled
     assert k.kernarg_pointer and k.wave32
     assert CodeObject(obj("reduce_lds"), "r_lds").descriptor.group_segment_fixed_size == 256
+
+
+def _dispatch_from_memory(blob: bytes, kernel: str, bufs: dict[int, bytearray], local: tuple) -> None:
+    """What a mock GPU does: the code object uploaded to GPU memory, dispatch given only the entry address."""
+    base = 0x5000_0000
+    co = CodeObject(blob, kernel)
+    image = co.link(base)
+    mem = HostMemory()
+    for va, buf in bufs.items():
+        mem.map(va, buf)
+    mem.map(base, bytearray(image.image))
+    args = bytearray(pack_args(sorted(bufs)) + bytes(256))
+    mem.map(0x6000_0000, args)
+    kd = co.descriptor
+    dispatch(mem, base + co.entry_offset, kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2, [0x6000_0000, 0], (1, 1, 1),
+             local, kd.group_segment_fixed_size, kd.private_segment_fixed_size, kernel=kernel)  # fmt: skip
+
+
+def test_dispatch_reads_the_code_from_gpu_memory() -> None:
+    a, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    bufs = {OUT: bytearray(256), IN1: bytearray(a.tobytes()), IN2: bytearray(b.tobytes())}
+    _dispatch_from_memory(obj("elem_f32"), "E_f32", bufs, (64, 1, 1))
+    want = bytearray(256)
+    launch(obj("elem_f32"), "E_f32", {OUT: want, IN1: bytearray(a.tobytes()), IN2: bytearray(b.tobytes())},
+           pack_args([OUT, IN1, IN2]), (1, 1, 1), (64, 1, 1))  # fmt: skip
+    assert bufs[OUT] == want and any(want)
+    entry = 0x5000_0000 + CodeObject(obj("elem_f32"), "E_f32").entry_offset
+    code, base = code_in_memory(_image_memory(obj("elem_f32")), entry)
+    assert base == entry
+    assert code.endswith(struct.pack("<I", 0xBF9F0000)) and struct.pack("<I", 0xBFB00000) in code  # up to s_code_end
+
+
+def _image_memory(blob: bytes) -> HostMemory:
+    mem = HostMemory()
+    mem.map(0x5000_0000, bytearray(CodeObject(blob, "E_f32").link(0x5000_0000).image))
+    return mem
+
+
+def test_an_invalid_word_in_gpu_memory_fails_at_once() -> None:
+    blob = bytearray(obj("elem_f32"))
+    i = blob.index(struct.pack("<I", 0xBFB00000))
+    blob[i : i + 4] = struct.pack("<I", 0x7E01FE00)
+    bufs = {OUT: bytearray(512), IN1: bytearray(512), IN2: bytearray(512)}
+    with pytest.raises(EmulatorError, match="unknown rdna3 instruction word=0x7e01fe00 at pc=0x5000"):
+        _dispatch_from_memory(bytes(blob), "E_f32", bufs, (64, 1, 1))

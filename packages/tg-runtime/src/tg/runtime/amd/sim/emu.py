@@ -13,7 +13,7 @@ import struct
 from collections.abc import Sequence
 
 from tg.runtime.amd.program import CodeObject
-from tg.runtime.amd.sim.decode import EmulatorError, Program, decode
+from tg.runtime.amd.sim.decode import EmulatorError, Program, decode, decode_one
 from tg.runtime.amd.sim.translate import ENDPGM, Translation
 from tg.runtime.amd.sim.wave import Ctx, GPUMemory, Wave
 from tg.runtime.device import CompileError
@@ -50,6 +50,46 @@ def translation(code: bytes, base: int, rsrc1: int, kernel: str = "") -> Transla
     return tr
 
 
+CODE_CHUNK = 4096
+S_CODE_END = 0xBF9F0000
+
+
+def _read_some(mem: GPUMemory, va: int) -> bytes:
+    for size in (CODE_CHUNK, 256, 16, 4):  # smaller reads near the end of a mapping
+        try:
+            return mem.read(va, size)
+        except EmulatorError:
+            continue
+    return b""
+
+
+def code_in_memory(mem: GPUMemory, entry: int, kernel: str = "") -> tuple[bytes, int]:
+    """(code bytes, their address) of the kernel at `entry` read from GPU memory: instructions are decoded from the
+    entry on, in reads of up to 4 KiB, up to LLVM's `s_code_end` padding or the end of mapped memory. A word that
+    does not decode raises at once (as `decode` of a whole section does)."""
+    data, off = b"", 0
+    while True:
+        chunk = _read_some(mem, entry + len(data))
+        data += chunk
+        end = not chunk
+        while off < len(data) and (end or off + 12 <= len(data)):
+            try:
+                inst = decode_one(data, off, entry + off, kernel)
+            except EmulatorError as e:
+                if end and str(e).startswith("truncated"):  # cut off by the end of the mapping: the code ends here
+                    break
+                raise
+            if inst.words[0] == S_CODE_END:
+                return data[: off + 4], entry
+            off += inst.size
+        if end:
+            if off == 0:
+                raise EmulatorError(f"no code mapped at the entry 0x{entry:x} of {kernel or 'the kernel'}")
+            return data[:off], entry
+        if len(data) > 1 << 24:
+            raise EmulatorError(f"the code of {kernel or 'the kernel'} at 0x{entry:x} has no end in 16 MiB")
+
+
 def _run_wave(tr: Translation, w: Wave, pc: int) -> int:
     """Run until s_endpgm (returns ENDPGM) or s_barrier (returns -(resume pc + 2))."""
     blocks, block = tr.blocks, tr.block
@@ -84,11 +124,12 @@ def dispatch(mem: GPUMemory, entry: int, rsrc1: int, rsrc2: int, user_data: Sequ
              code: bytes | None = None, code_base: int = 0, kernel: str = "") -> None:  # fmt: skip
     """Run a grid of `groups` workgroups of `local` work-items starting at `entry` (amd.md 2.4 launch state).
 
-    `code`/`code_base` give the code image (the kernel's text section) and its address. Raises EmulatorError for
-    undecodable or unsupported instructions, bad memory accesses and runaway waves.
+    `code`/`code_base` give the code image (the kernel's text section) and its address; without them the code is
+    read from `mem` at `entry` (`code_in_memory`). Raises EmulatorError for undecodable or unsupported instructions,
+    bad memory accesses and runaway waves.
     """
     if code is None:
-        raise EmulatorError("dispatch without a code image: pass code= (the loader's text bytes) and code_base=")
+        code, code_base = code_in_memory(mem, entry, kernel)
     if not code_base <= entry < code_base + len(code):
         raise EmulatorError(f"entry 0x{entry:x} is outside the code image at 0x{code_base:x} ({len(code)} bytes)")
     tr = translation(code, code_base, rsrc1, kernel)

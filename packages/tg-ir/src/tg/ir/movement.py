@@ -77,6 +77,14 @@ def _eq(a: sint, b: sint) -> bool:
     return bool(a == b)
 
 
+def _fill_sources_first(node: Any, name: str) -> None:
+    """Compute the cached property `name` of every node under `node` that lacks it, sources before users (an
+    iterative walk: a property computed from its sources' values then never recurses more than one level)."""
+    for u in node.toposort(gate=lambda n: n is node or name not in n.__dict__):
+        if u is not node:
+            getattr(u, name)
+
+
 class MovementMixin:
     """Shape/device inference and tensor-graph constructors for UOp."""
 
@@ -87,6 +95,10 @@ class MovementMixin:
     @cached_property
     def _shape(self) -> tuple[sint, ...] | None:
         op, src = self.op, self.src
+        for x in src:
+            if "_shape" not in x.__dict__:  # a graph built without shapes (a rewrite): fill them sources first,
+                _fill_sources_first(self, "_shape")  # so the recursion below is one level deep at any depth
+                break
         if op in _ALU:  # the common case first: kernel-level math has no shape
             for x in src:
                 if (sh := x._shape) is not None:

@@ -15,7 +15,7 @@ from tg.ir.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
 from tg.ir.floats import truncate
 from tg.ir.helpers import argfix, cached_property, prod
 from tg.ir.mathtrait import MathMixin
-from tg.ir.movement import MovementMixin, _eq, _fs
+from tg.ir.movement import MovementMixin, _eq, _fill_sources_first, _fs
 from tg.ir.ops import AxisType, GroupOp, Ops
 
 _CMP = GroupOp.Comparison
@@ -197,10 +197,13 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @cached_property
     def key(self) -> bytes:
         """A stable content hash (sha256) of the whole graph, equal across processes."""
-        h = hashlib.sha256(str((self.op, self.dtype, self.arg, self.tag)).encode())
-        for s in self.src:
-            h.update(s.key)
-        return h.digest()
+        # sources first over the toposort (no recursion: graphs can be 10,000 nodes deep), each node's key cached
+        for u in self.toposort(gate=lambda n: "key" not in n.__dict__):
+            h = hashlib.sha256(str((u.op, u.dtype, u.arg, u.tag)).encode())
+            for s in u.src:
+                h.update(s.__dict__["key"])
+            u.__dict__["key"] = h.digest()
+        return self.__dict__["key"]
 
     # ---- graph traversal --------------------------------------------------------------------------------------
 
@@ -489,6 +492,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def _min_max(self) -> tuple[ConstType, ConstType]:
         from tg.ir.bounds import min_max
 
+        for s in self.src:
+            if "_min_max" not in s.__dict__:  # deep expressions: bounds of the sources first, iteratively
+                _fill_sources_first(self, "_min_max")
+                break
         return min_max(self)
 
     def const_factor(self) -> int:

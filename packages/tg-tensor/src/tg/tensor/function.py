@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tg.ir import Ops, UOp, dtypes
+from tg.ir import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 from tg.ir.helpers import getenv
 from tg.tensor import autograd as _autograd
 from tg.tensor import random as _random
@@ -243,20 +243,24 @@ class Function(Generic[R]):
         return _unflatten_return(trace.ret_structure, iter(returned))
 
 
+def _inline_output(ctx: dict[UOp, UOp], g: UOp) -> UOp:
+    """GETTUPLE(FUNCTION(body, *args), k) -> output k of the body over the call's arguments (the substituted body is
+    memoised per call, so a call's outputs share it)."""
+    fn = g.src[0]
+    if (body := ctx.get(fn)) is None:
+        body = ctx[fn] = fn.src[0].substitute(dict(zip(fn.arg[1], fn.src[1:], strict=True)))
+    return body.src[g.arg]
+
+
+# a call's outputs become its body over its arguments; graph_rewrite inlines the arguments first (sources first) and
+# rewrites each inlined body again, so calls inside bodies are inlined in the same pass
+pm_inline_calls = PatternMatcher([(UPat(Ops.GETTUPLE, src=(UPat(Ops.FUNCTION),), name="g"), _inline_output)])
+
+
 def inline_calls(roots: list[UOp]) -> list[UOp]:
     """`roots` with every function call replaced by its body over the call's arguments (before scheduling: the call
-    boundary never blocks fusion). Calls inside bodies are inlined in later rounds."""
-    sink = UOp.sink(*roots)
-    while gets := [u for u in sink.toposort() if u.op is Ops.GETTUPLE]:
-        bodies: dict[UOp, UOp] = {}
-        mapping: dict[UOp, UOp] = {}
-        for g in gets:
-            fn = g.src[0]
-            if (body := bodies.get(fn)) is None:
-                body = bodies[fn] = fn.src[0].substitute(dict(zip(fn.arg[1], fn.src[1:], strict=True)))
-            mapping[g] = body.src[g.arg]
-        sink = sink.substitute(mapping)
-    return list(sink.src)
+    boundary never blocks fusion). One memoised rewrite: linear in the graph, however many calls are chained."""
+    return list(graph_rewrite(UOp.sink(*roots), pm_inline_calls, ctx={}, name="inline calls").src)
 
 
 def _base(u: UOp) -> UOp:

@@ -42,22 +42,29 @@ def _size(r: UOp) -> int:
 
 
 def affine(x: UOp, v: UOp) -> tuple[int, UOp] | None:
-    """(c, rest) with x == c*v + rest exactly (rest free of v), or None when x is not visibly affine in v."""
-    if x is v:
-        return 1, UOp.const(x.dtype, 0)
-    if v not in x.toposort():
-        return 0, x
-    if x.op in (Ops.ADD, Ops.SUB):
-        a, b = affine(x.src[0], v), affine(x.src[1], v)
-        if a is None or b is None:
-            return None
-        if x.op is Ops.ADD:
-            return a[0] + b[0], a[1] + b[1]
-        return a[0] - b[0], a[1] - b[1]
-    if x.op is Ops.MUL:
-        for p, q in (x.src, x.src[::-1]):
-            if q.op is Ops.CONST and (a := affine(p, v)) is not None:
-                return a[0] * int(q.arg), a[1] * q
+    """(c, rest) with x == c*v + rest exactly (rest free of v), or None when x is not visibly affine in v.
+
+    One pass over x's nodes, sources first (no recursion: index expressions can be long sums)."""
+    found: dict[UOp, tuple[int, UOp] | None] = {}
+    has_v: dict[UOp, bool] = {}
+    for n in x.toposort():
+        has_v[n] = n is v or any(has_v[s] for s in n.src)
+        if n is v:
+            found[n] = 1, UOp.const(n.dtype, 0)
+        elif not has_v[n]:
+            found[n] = 0, n
+        elif n.op in (Ops.ADD, Ops.SUB) and (a := found[n.src[0]]) is not None and (b := found[n.src[1]]) is not None:
+            found[n] = (a[0] + b[0], a[1] + b[1]) if n.op is Ops.ADD else (a[0] - b[0], a[1] - b[1])
+        else:
+            found[n] = _scaled(found, n) if n.op is Ops.MUL else None
+    return found[x]
+
+
+def _scaled(found: dict[UOp, tuple[int, UOp] | None], n: UOp) -> tuple[int, UOp] | None:
+    """`p * CONST` (either order) of an affine p."""
+    for p, q in (n.src, n.src[::-1]):
+        if q.op is Ops.CONST and (a := found[p]) is not None:
+            return a[0] * int(q.arg), a[1] * q
     return None
 
 
@@ -161,13 +168,58 @@ class Expander:
         return x if x.dtype.count == self.width else x.broadcast(self.width)
 
     def ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        """u expanded for the values `env` of the unrolled ranges.
+
+        Iterative, not recursive (kernels can be 10,000 ops deep): a request whose inputs (`_inputs`) are not all
+        expanded yet goes back on the stack under them; once they are, `_ex` builds it and finds them memoised."""
         if not self.touched[u]:
             return u
-        key = self._key(u, env)
-        if (m := self.memo.get(key)) is not None:
+        if (m := self.memo.get(key := self._key(u, env))) is not None:
             return m
-        self.memo[key] = ret = self._ex(u, env)
-        return ret
+        stack: list[tuple[UOp, dict[UOp, int], tuple[UOp, tuple[tuple[UOp, int], ...]]]] = [(u, env, key)]
+        while stack:
+            node, nenv, nkey = stack[-1]
+            if nkey in self.memo:
+                stack.pop()
+                continue
+            missing = [(s, senv, skey) for s, senv in self._inputs(node, nenv)
+                       if self.touched[s] and (skey := self._key(s, senv)) not in self.memo]  # fmt: skip
+            if missing:
+                stack.extend(reversed(missing))
+                continue
+            stack.pop()
+            self.memo[nkey] = self._ex(node, nenv)
+        return self.memo[key]
+
+    def _inputs(self, u: UOp, env: dict[UOp, int]) -> list[tuple[UOp, dict[UOp, int]]]:
+        """The (node, env) requests `_ex(u, env)` makes, so `ex` can expand them first: the rule table beside
+        `_ex`'s dispatch (loads/stores read their buffer with no env; END/REDUCE/warp WMMA add their ranges' values
+        to the env; every other op expands its sources in the same env)."""
+        if u.op is Ops.RANGE:
+            return []
+        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src) == 1:
+            return [(u.src[0].src[0], {})]
+        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+            return [(u.src[0].src[0], {}), (u.src[1], env)]
+        if u.op is Ops.END:
+            ended = [r for r in u.src[1:] if r in self.expanded]
+            return [(u.src[0], {**env, **a}) for a in self._assignments(ended, chunk_last=True)]
+        if u.op is Ops.REDUCE:
+            groups, unrolls = self._reduce_axes(u)
+            return [(u.src[0], {**env, **g, **a}) for g in self._assignments(groups) for a in self._assignments(unrolls)]
+        if u.op is Ops.WMMA and (warp := self._warp_of(u)) is not None:
+            rest = {r: v for r, v in env.items() if r is not warp}
+            return [(s, {**rest, warp: lane}) for s in u.src for lane in range(_size(warp))]
+        return [(s, env) for s in u.src]
+
+    def _warp_of(self, u: UOp) -> UOp | None:
+        return next((r for r in self.deps[u] if _rtype(r) is AxisType.WARP), None)
+
+    def _reduce_axes(self, u: UOp) -> tuple[list[UOp], list[UOp]]:
+        """A REDUCE's expanded ranges: (GROUP_REDUCE ones, the others)."""
+        rngs = [r for r in u.src[1:] if r in self.expanded]
+        return [r for r in rngs if _rtype(r) is AxisType.GROUP_REDUCE], [r for r in rngs if _rtype(r) is not
+                                                                          AxisType.GROUP_REDUCE]  # fmt: skip
 
     def _ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
         if u.op is Ops.RANGE:
@@ -182,10 +234,7 @@ class Expander:
             return self._end(u, env)
         if u.op is Ops.REDUCE:
             return self._reduce(u, env)
-        if (
-            u.op is Ops.WMMA
-            and (warp := next((r for r in self.deps[u] if _rtype(r) is AxisType.WARP), None)) is not None
-        ):
+        if u.op is Ops.WMMA and (warp := self._warp_of(u)) is not None:
             return self._warp_wmma(u, env, warp)
         src = tuple(self.ex(s, env) for s in u.src)
         if self.lane is not None and any(s.dtype.count == self.width > 1 for s in src) and \
@@ -274,8 +323,7 @@ class Expander:
 
     def _reduce(self, u: UOp, env: dict[UOp, int]) -> UOp:
         value, rngs = u.src[0], u.src[1:]
-        groups = [r for r in rngs if r in self.expanded and _rtype(r) is AxisType.GROUP_REDUCE]
-        unrolls = [r for r in rngs if r in self.expanded and _rtype(r) is not AxisType.GROUP_REDUCE]
+        groups, unrolls = self._reduce_axes(u)
         loops = [r for r in rngs if r not in self.expanded and r is not self.lane]
         horizontal = self.lane is not None and self.lane in rngs
         accs = []

@@ -64,22 +64,25 @@ class Schedule(NamedTuple):
 
 def _storage_expr(plan: Plan, node: UOp) -> UOp | None:
     """`node`'s value as a view of the buffer holding it, if one does."""
+    views: list[tuple[sint, ...]] = []  # the shapes of the aliases passed on the way down (a loop, not recursion)
     base = plan.peel(node)
-    if base.op is Ops.BUFFER:
-        buf = base if numel_matches(base, node.shape) else None
-    elif base in plan.aliases:
-        inner = _storage_expr(plan, plan.aliases[base])
-        return None if inner is None else inner.reshape(node.shape)
-    else:
-        buf = plan.buffers.get(base)
+    while base.op is not Ops.BUFFER and base in plan.aliases:
+        views.append(node.shape)
+        node = plan.aliases[base]
+        base = plan.peel(node)
+    buf = (base if numel_matches(base, node.shape) else None) if base.op is Ops.BUFFER else plan.buffers.get(base)
     if buf is None:
         return None
     if numel_matches(buf, node.shape):
-        return buf.reshape(node.shape)
-    n: sint = 1
-    for s in node.shape:
-        n = n * s
-    return buf.shrink(((0, n),)).reshape(node.shape)
+        expr = buf.reshape(node.shape)
+    else:
+        n: sint = 1
+        for s in node.shape:
+            n = n * s
+        expr = buf.shrink(((0, n),)).reshape(node.shape)
+    for shape in reversed(views):
+        expr = expr.reshape(shape)
+    return expr
 
 
 def _schedule_template(sink: UOp) -> Template:

@@ -46,6 +46,7 @@ class Plan:
         self.index_memo: dict[Any, tuple[Index, UOp | None]] = {}  # movement_index memo, shared with kernels.py
         self.dead: dict[UOp, frozenset[int]] = {}  # D1: stored node -> axes its value is constant along (not stored)
         self._next_axis = 0
+        self._assign_targets: dict[UOp, UOp] = {}  # ASSIGN -> the BUFFER it writes (assign_target's memo)
 
     # ---- where values live ----------------------------------------------------------------------------------
 
@@ -59,10 +60,11 @@ class Plan:
     def storage_node(self, node: UOp) -> UOp | None:
         """The node that holds `node`'s value contiguously (a full BUFFER, or a stored/aliased node), if any."""
         base = self.peel(node)
+        while base.op is not Ops.BUFFER and base in self.aliases:  # a loop: alias chains can be long
+            node = self.aliases[base]
+            base = self.peel(node)
         if base.op is Ops.BUFFER:
             return base if numel_matches(base, node.shape) else None
-        if base in self.aliases:
-            return self.storage_node(self.aliases[base])
         if base in self.stores and not self.stores[base].removable:
             return base
         return None
@@ -104,24 +106,42 @@ class Plan:
         return idx if not dead else tuple(as_index(0) if a in dead else i for a, i in enumerate(idx))
 
     def assign_target(self, node: UOp) -> UOp:
-        """The BUFFER an ASSIGN node writes."""
-        target = self.peel(node.src[0])
+        """The BUFFER an ASSIGN node writes (down a chain of assigns to assigns: a loop, memoised per assign, so
+        3,000 chained assigns cost linear time and no recursion)."""
+        chain: list[UOp] = []
+        target = node
+        while target.op is Ops.ASSIGN and target not in self._assign_targets:
+            chain.append(target)
+            target = self.peel(target.src[0])
         if target.op is Ops.ASSIGN:
-            return self.assign_target(target)
-        if target.op is Ops.BUFFER:
-            return target
-        raise ValueError(f"assign target must be a realized buffer (possibly reshaped), got a {target.op} node")
+            target = self._assign_targets[target]
+        if target.op is not Ops.BUFFER:
+            raise ValueError(f"assign target must be a realized buffer (possibly reshaped), got a {target.op} node")
+        for a in chain:
+            self._assign_targets[a] = target
+        return target
 
 
 def contiguous_range(node: UOp) -> tuple[UOp, int, int] | None:
     """(BUFFER, offset, size) in elements when `node` is one contiguous run of a BUFFER (reshapes and shrinks that
     keep the elements in order and adjacent), else None. Symbolic views are never a known run."""
-    if node.op is Ops.BUFFER:
-        return (node, 0, node.arg) if isinstance(node.arg, int) else None
-    if node.op in policy.PASSTHROUGH:
-        return contiguous_range(node.src[0])
-    if node.op is not Ops.SHRINK or (inner := contiguous_range(node.src[0])) is None:
-        return None
+    shrinks: list[UOp] = []
+    while node.op is not Ops.BUFFER:  # down to the buffer (a loop: view chains can be long)
+        if node.op is Ops.SHRINK:
+            shrinks.append(node)
+        elif node.op not in policy.PASSTHROUGH:
+            return None
+        node = node.src[0]
+    run: tuple[UOp, int, int] | None = (node, 0, node.arg) if isinstance(node.arg, int) else None
+    for shrink in reversed(shrinks):  # innermost first
+        if run is None:
+            return None
+        run = _shrunk_run(shrink, run)
+    return run
+
+
+def _shrunk_run(node: UOp, inner: tuple[UOp, int, int]) -> tuple[UOp, int, int] | None:
+    """The run a SHRINK of the contiguous run `inner` covers, if it is one."""
     shape, bounds = node.src[0].shape, node.arg
     if not all(isinstance(s, int) for s in shape) or not all(isinstance(b, int) for bd in bounds for b in bd):
         return None

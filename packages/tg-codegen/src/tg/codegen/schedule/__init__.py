@@ -90,8 +90,9 @@ def _schedule_template(sink: UOp) -> Template:
     plan = plan_stores(rewritten[sink])
     linear = order_kernels(plan, build_kernels(plan))
     becomes: dict[UOp, UOp] = {}
+    outputs = set(sink.src)  # a set: `in sink.src` scanned the tuple per node (nodes x outputs on deep backward graphs)
     for orig, new in rewritten.items():
-        if orig in sink.src or orig.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+        if orig in outputs or orig.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
             if (expr := _storage_expr(plan, new)) is not None:
                 becomes[orig] = expr
     return Template(linear, becomes, made_buffers(linear, becomes))

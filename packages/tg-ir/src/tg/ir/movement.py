@@ -77,6 +77,10 @@ def _eq(a: sint, b: sint) -> bool:
     return bool(a == b)
 
 
+# ops whose device is not simply that of their first source with one (the walk below handles them)
+_OWN_DEVICE = frozenset({Ops.DEVICE, Ops.MULTI, Ops.MSELECT, Ops.BUFFER, Ops.COPY})
+
+
 def _fill_sources_first(node: Any, name: str) -> None:
     """Compute the cached property `name` of every node under `node` that lacks it, sources before users (an
     iterative walk: a property computed from its sources' values then never recurses more than one level)."""
@@ -177,6 +181,14 @@ class MovementMixin:
         """The device a tensor-level node lives on (None if it has none): that of its first source that has one."""
         # Walked with an explicit stack, not recursion: tensor graphs can be thousands of nodes deep.
         stack: list[Any] = [self]
+        if self.op not in _OWN_DEVICE:  # the common case: every source's device is known (sources built first)
+            for s in self.src:
+                if (known := s.__dict__.get("device", s)) is s:
+                    break  # not computed yet: the walk below
+                if known is not None:
+                    return known
+            else:
+                return None
         seen: set[Any] = set()
         while stack:
             node = stack.pop()

@@ -211,6 +211,30 @@ def test_deep_graph_is_iterative() -> None:
     assert len(folded.toposort()) <= 5 and folded.sym_infer({"x": 3}) == 3 * 1501 + 1500
 
 
+def test_cached_properties_of_deep_graphs_need_no_recursion() -> None:
+    a = UOp.new_buffer("CPU", 8, dtypes.float32)
+    x = a
+    for _ in range(10_000):
+        x = x.alu(Ops.ADD, a)
+    # substitute rebuilds every node without computing its shape: .shape at the top must not recurse 10,000 deep
+    y = x.substitute({a: UOp.new_buffer("CPU", 8, dtypes.float32)})
+    assert y.shape == (8,) and y.device == "CPU"
+    assert len(x.key) == 32 and x.key != y.key
+    e = Variable("v", 0, 10)
+    for _ in range(10_000):
+        e = UOp(Ops.ADD, dtypes.int32, (e, UOp.const(dtypes.int32, 1)))  # built raw: bounds not computed on the way
+    assert e.vmin == 10_000 and e.vmax == 10_010
+
+
+def test_repr_of_a_deep_graph_grows_linearly() -> None:
+    a = UOp.new_buffer("CPU", 8, dtypes.float32)
+    x = a
+    for _ in range(10_000):
+        x = x.alu(Ops.ADD, a)
+    text = repr(x)
+    assert text.count("\n") > 10_000 and len(text) < 400 * 10_000  # indentation stops growing: was 200 MB
+
+
 def test_const_vector_and_nan() -> None:
     v = UOp.const(dtypes.float32.vec(2), (1.0, 2.0))
     assert v.op is Ops.VCONST and v.arg == (1.0, 2.0)

@@ -31,6 +31,11 @@ def arg_repr(x: Any) -> str:
     return repr(x)
 
 
+# indentation stops growing past this nesting depth: the text of an n-deep graph stays O(n), not O(n^2) (a 10,000-deep
+# chain printed 200 MB); it is still valid Python
+_MAX_INDENT_LEVELS = 64
+
+
 def pretty_print(root: UOp, indent: int = 2) -> str:
     """A nested `UOp(Ops.X, dtype, arg=..., src=(...))` rendering; shared nodes are named once with `xN:=` and
     referenced later, so the text is valid Python that rebuilds the same graph (given `from tg.ir import *`)."""
@@ -47,7 +52,7 @@ def pretty_print(root: UOp, indent: int = 2) -> str:
     stack: list[tuple[UOp, int, int, str]] = [(root, 0, 0, "")]
     while stack:
         u, depth, state, suffix = stack.pop()
-        pad = " " * (indent * depth)
+        pad = " " * (indent * min(depth, _MAX_INDENT_LEVELS))
         if state == 0:
             if u in names:
                 out.append(f"{pad}{names[u]}{suffix}")

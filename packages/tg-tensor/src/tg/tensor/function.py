@@ -83,10 +83,9 @@ def _sharded_placeholder(trace: int, i: int, t: Tensor) -> UOp:
 
 
 def _base_buffer(uop: UOp) -> UOp | None:
-    from tg.tensor.movement import VIEW_OPS
+    from tg.tensor.movement import storage_base
 
-    while uop.op in VIEW_OPS or uop.op is Ops.ASSIGN:
-        uop = uop.src[0]
+    uop = storage_base(uop)
     return uop if uop.op is Ops.BUFFER else None
 
 

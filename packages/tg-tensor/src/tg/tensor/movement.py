@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -331,8 +332,29 @@ def view_base(target: UOp) -> UOp:
 
 def storage_base(target: UOp) -> UOp:
     """The node under the movement ops and pending assigns of `target` (a BUFFER or MULTI when it is storage)."""
-    while target.op in _VIEWS or target.op is Ops.ASSIGN:
+    return under_assigns(target, _VIEWS)
+
+
+RESHAPES = frozenset({Ops.RESHAPE})
+# views -> pending ASSIGN -> the node under it (weak keys: an assign chain lives as long as its tensors)
+_under_memo: dict[frozenset[Ops], weakref.WeakKeyDictionary[UOp, UOp]] = {}
+
+
+def under_assigns(target: UOp, views: frozenset[Ops]) -> UOp:
+    """The node under the ops `views` and the pending ASSIGNs of `target`. Each ASSIGN's answer is remembered, so
+    a tensor assigned thousands of times (an ASSIGN chain as deep) is walked once, not once per assign."""
+    if (memo := _under_memo.get(views)) is None:
+        memo = _under_memo[views] = weakref.WeakKeyDictionary()
+    passed: list[UOp] = []
+    while target.op in views or target.op is Ops.ASSIGN:
+        if target.op is Ops.ASSIGN:
+            if (known := memo.get(target)) is not None:
+                target = known
+                break
+            passed.append(target)
         target = target.src[0]
+    for a in passed:
+        memo[a] = target
     return target
 
 

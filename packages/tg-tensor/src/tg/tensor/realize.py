@@ -14,6 +14,7 @@ from tg.ir import GroupOp, Ops, UOp
 from tg.tensor import bounds, plans
 from tg.tensor.autograd import note_realized
 from tg.tensor.data import to_numpy_dtype
+from tg.tensor.movement import RESHAPES, under_assigns
 from tg.tensor.shapes import concrete_shape, has_symbolic
 
 if TYPE_CHECKING:
@@ -334,15 +335,12 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     if st.assigns:
         targets: set[UOp] = set()
         for t_uop in {n.src[0] for n in st.assigns}:
-            base = t_uop
-            while base.op in (Ops.RESHAPE, Ops.ASSIGN):
-                base = base.src[0]
+            base = under_assigns(t_uop, RESHAPES)  # remembered per ASSIGN: chains of assigns are walked once
             if base.op is Ops.BUFFER:
                 targets.add(base)
             elif base.op is Ops.MULTI:  # a sharded target: every shard's buffer is overwritten
                 for shard in base.src:
-                    while shard.op in (Ops.RESHAPE, Ops.ASSIGN):
-                        shard = shard.src[0]
+                    shard = under_assigns(shard, RESHAPES)
                     if shard.op is Ops.BUFFER:
                         targets.add(shard)
         if extra := pending_readers(targets, roots):

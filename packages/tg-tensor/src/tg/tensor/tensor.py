@@ -367,9 +367,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
         if self.uop is x.uop:
             return self
         _realize.separate_twins(self)  # an equal tensor made independently must not see this write
-        base = self.uop
-        while base.op in (Ops.RESHAPE, Ops.ASSIGN):
-            base = base.src[0]
+        base = _movement.under_assigns(self.uop, _movement.RESHAPES)
         if (inner := getattr(self, "_bitcast_of", None)) is not None:
             # a bitcast to another itemsize (its last dim scaled): the value's bits, regrouped, go to the source
             inner.assign(x.bitcast(inner.dtype)).realize()

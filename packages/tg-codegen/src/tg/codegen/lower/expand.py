@@ -206,7 +206,8 @@ class Expander:
             return [(u.src[0], {**env, **a}) for a in self._assignments(ended, chunk_last=True)]
         if u.op is Ops.REDUCE:
             groups, unrolls = self._reduce_axes(u)
-            return [(u.src[0], {**env, **g, **a}) for g in self._assignments(groups) for a in self._assignments(unrolls)]
+            unrolled = self._assignments(unrolls)
+            return [(u.src[0], {**env, **g, **a}) for g in self._assignments(groups) for a in unrolled]
         if u.op is Ops.WMMA and (warp := self._warp_of(u)) is not None:
             rest = {r: v for r, v in env.items() if r is not warp}
             return [(s, {**rest, warp: lane}) for s in u.src for lane in range(_size(warp))]

@@ -142,6 +142,14 @@ HCQ_TIMELINE_WRAP = ContextVar("HCQ_TIMELINE_WRAP", 1 << 31)
 # 1: HCQ devices record start/end timestamps of every command (tg.runtime.hcq.profile) and write a Chrome/Perfetto
 # trace at exit (to PROFILE_PATH when set)
 PROFILE = ContextVar("PROFILE", 0)
+# AM, the user-space AMD driver (PCI+AMD, USB+AMD; specs/amd.md 5): 1 = full boot with a mode-1 reset even after a
+# clean AM session; a power limit in watts (0: highest clocks); where firmware files are looked for first; 1 = download
+# missing firmware from linux-firmware (pinned commit, sha256-checked); the mock AM GPU's VRAM in MiB
+AM_RESET = ContextVar("AM_RESET", 0)
+AM_POWER_LIMIT = ContextVar("AM_POWER_LIMIT", 0.0)
+TG_AMD_FW_DIR = ContextVar("TG_AMD_FW_DIR", "")
+TG_AMD_FW_FETCH = ContextVar("TG_AMD_FW_FETCH", 0)
+TG_MOCKAM_VRAM_MB = ContextVar("TG_MOCKAM_VRAM_MB", 512)
 
 
 def dev_targets() -> tuple[Target, ...]:

@@ -154,7 +154,11 @@ class AMDev:
             raise RuntimeError(f"AM {self.name}: RCC_CONFIG_MEMSIZE reads 0: the GPU is not posted or not an AMD GPU")
         self.large_bar = self.vram.nbytes >= self.vram_size
         off = self.vram_size - discovery.TABLE_OFFSET_FROM_END
-        blob = self.vram.read(off, discovery.TABLE_BYTES) if self.large_bar else self._read_vram(off, discovery.TABLE_BYTES)
+        blob = (
+            self.vram.read(off, discovery.TABLE_BYTES)
+            if self.large_bar
+            else self._read_vram(off, discovery.TABLE_BYTES)
+        )
         self.disc = discovery.parse(blob)
         self.ip_versions = dict(self.disc.versions)
         log(self, "discovery: " + ", ".join(f"{ip} {'.'.join(map(str, v))}" for ip, v in self.ip_versions.items()))

@@ -52,11 +52,19 @@ class Discovery:
         xccs = len([i for i in self.bases.get("GC", {0: ()}) if i not in self.harvested.get("GC", set())]) or 1
         arrays = sa_per_se * g["gc_num_se"] * xccs
         major, minor, rev = self.versions["GC"]
-        return {"cu_per_simd_array": cu_per_sa, "simd_count": 2 * cu_per_sa * arrays, "simd_per_cu": 2,
-                "array_count": arrays, "simd_arrays_per_engine": sa_per_se, "num_xcc": xccs,
-                "max_slots_scratch_cu": g["gc_max_scratch_slots_per_cu"], "max_waves_per_simd": g["gc_max_waves_per_simd"],
-                "lds_size_in_kb": g["gc_lds_size"], "wave_front_size": g["gc_wave_size"],
-                "gfx_target_version": major * 10000 + minor * 100 + rev}  # fmt: skip
+        return {
+            "cu_per_simd_array": cu_per_sa,
+            "simd_count": 2 * cu_per_sa * arrays,
+            "simd_per_cu": 2,
+            "array_count": arrays,
+            "simd_arrays_per_engine": sa_per_se,
+            "num_xcc": xccs,
+            "max_slots_scratch_cu": g["gc_max_scratch_slots_per_cu"],
+            "max_waves_per_simd": g["gc_max_waves_per_simd"],
+            "lds_size_in_kb": g["gc_lds_size"],
+            "wave_front_size": g["gc_wave_size"],
+            "gfx_target_version": major * 10000 + minor * 100 + rev,
+        }
 
 
 def _struct(cls: type[ctypes.Structure], blob: bytes, off: int, what: str) -> ctypes.Structure:
@@ -67,10 +75,12 @@ def _struct(cls: type[ctypes.Structure], blob: bytes, off: int, what: str) -> ct
 
 def parse(blob: bytes) -> Discovery:
     """Read a discovery table (DiscoveryError when it is not one)."""
-    bhdr: defs.binary_header = defs.binary_header.from_buffer_copy(blob)  # type: ignore[assignment]
+    bhdr: defs.binary_header = defs.binary_header.from_buffer_copy(blob)
     if bhdr.binary_signature != defs.BINARY_SIGNATURE:
-        raise DiscoveryError(f"discovery table: binary signature {bhdr.binary_signature:#010x}, expected "
-                             f"{defs.BINARY_SIGNATURE:#010x} (is VRAM readable? is this an AMD GPU after POST?)")  # fmt: skip
+        raise DiscoveryError(
+            f"discovery table: binary signature {bhdr.binary_signature:#010x}, expected "
+            f"{defs.BINARY_SIGNATURE:#010x} (is VRAM readable? is this an AMD GPU after POST?)"
+        )
     ihdr: defs.ip_discovery_header = _struct(defs.ip_discovery_header, blob, bhdr.table_list[defs.IP_DISCOVERY].offset,
                                              "the IP discovery header")  # type: ignore[assignment]  # fmt: skip
     if ihdr.signature != defs.DISCOVERY_TABLE_SIGNATURE:
@@ -96,14 +106,14 @@ def parse(blob: bytes) -> Discovery:
             off = end
     harv_off = bhdr.table_list[defs.HARVEST_INFO].offset
     if harv_off and harv_off + ctypes.sizeof(defs.harvest_table) <= len(blob):
-        harv: defs.harvest_table = defs.harvest_table.from_buffer_copy(blob, harv_off)  # type: ignore[assignment]
+        harv: defs.harvest_table = defs.harvest_table.from_buffer_copy(blob, harv_off)
         if harv.header.signature == defs.HARVEST_TABLE_SIGNATURE:
             for entry in harv.list:
                 if (name := _IP_OF_HW.get(entry.hw_id)) is not None:
                     out.harvested.setdefault(name, set()).add(entry.number_instance)
     gc_off = bhdr.table_list[defs.GC].offset
     ghdr: defs.gpu_info_header = _struct(defs.gpu_info_header, blob, gc_off, "the GC info")  # type: ignore[assignment]
-    cls = defs.gc_info_v2_1 if ghdr.version_major >= 2 else defs.gc_info_v1_0
+    cls: type[ctypes.Structure] = defs.gc_info_v2_1 if ghdr.version_major >= 2 else defs.gc_info_v1_0
     if ghdr.version_major == 2 and ghdr.version_minor == 0:
         cls = defs.gc_info_v2_0
     gc = _struct(cls, blob, gc_off, "the GC info")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from tg.runtime.amd.regs import defs
 
-__all__ = ["FIRMWARE", "FW_COMMIT", "Firmware", "FirmwareFiles", "SYSTEM_DIR"]
+__all__ = ["FIRMWARE", "FW_COMMIT", "SYSTEM_DIR", "Firmware", "FirmwareFiles"]
 
 SYSTEM_DIR = pathlib.Path("/lib/firmware/amdgpu")
 FW_COMMIT = "0a6871b19abf5d6e024b5d208b101ae53e7fa0de"  # linux-firmware commit the hashes below come from
@@ -45,8 +45,14 @@ class FirmwareFiles:
     """Where firmware blobs come from: the file system (``dirs``, then the download when ``fetch``), or ``blobs`` given
     directly (the mocks' fake firmware). Each blob is checked against ``hashes``."""
 
-    def __init__(self, dirs: list[pathlib.Path] | None = None, *, fetch: bool = False,
-                 blobs: Mapping[str, bytes] | None = None, hashes: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dirs: list[pathlib.Path] | None = None,
+        *,
+        fetch: bool = False,
+        blobs: Mapping[str, bytes] | None = None,
+        hashes: Mapping[str, str] | None = None,
+    ) -> None:
         if dirs is None:
             from tg.ir.helpers import TG_AMD_FW_DIR, TG_AMD_FW_FETCH
 
@@ -114,7 +120,9 @@ def _hdr(cls: type[ctypes.Structure], blob: bytes, name: str) -> ctypes.Structur
 
 def _slice(blob: bytes, off: int, size: int, name: str, what: str) -> bytes:
     if off < 0 or size < 0 or off + size > len(blob):
-        raise ValueError(f"AM: firmware {name}: {what} [{off:#x}, {off + size:#x}) lies outside the {len(blob)}-byte file")
+        raise ValueError(
+            f"AM: firmware {name}: {what} [{off:#x}, {off + size:#x}) lies outside the {len(blob)}-byte file"
+        )
     return blob[off : off + size]
 
 
@@ -136,13 +144,19 @@ class Firmware:
         def v(ip: str) -> str:
             return "_".join(map(str, ip_versions[ip]))
 
-        names = {"sos": f"psp_{v('MP0')}_sos.bin", "smu": f"smu_{v('MP1')}.bin", "sdma": f"sdma_{v('SDMA0')}.bin",
-                 "mec": f"gc_{v('GC')}_mec.bin", "imu": f"gc_{v('GC')}_imu.bin", "rlc": f"gc_{v('GC')}_rlc.bin"}  # fmt: skip
+        names = {
+            "sos": f"psp_{v('MP0')}_sos.bin",
+            "smu": f"smu_{v('MP1')}.bin",
+            "sdma": f"sdma_{v('SDMA0')}.bin",
+            "mec": f"gc_{v('GC')}_mec.bin",
+            "imu": f"gc_{v('GC')}_imu.bin",
+            "rlc": f"gc_{v('GC')}_rlc.bin",
+        }
         blobs = files.load_all(list(names.values()))
         fw = cls()
         for key, n in names.items():
             common = _hdr(defs.common_firmware_header, blobs[n], n)
-            fw.versions[key] = (common.header_version_major, common.header_version_minor)  # type: ignore[attr-defined]
+            fw.versions[key] = (common.header_version_major, common.header_version_minor)
         fw._sos(blobs[names["sos"]], names["sos"])
         fw._smu(blobs[names["smu"]], names["smu"])
         fw._sdma(blobs[names["sdma"]], names["sdma"])
@@ -158,37 +172,47 @@ class Firmware:
     def _sos(self, blob: bytes, name: str) -> None:
         self._need(name, "sos", 2)
         h = _hdr(defs.psp_firmware_header_v2_0, blob, name)
-        base = h.header.ucode_array_offset_bytes  # type: ignore[attr-defined]
+        base = h.header.ucode_array_offset_bytes
         desc_size = ctypes.sizeof(defs.psp_fw_bin_desc)
-        for i in range(h.psp_fw_bin_count):  # type: ignore[attr-defined]
+        for i in range(h.psp_fw_bin_count):
             off = ctypes.sizeof(defs.psp_firmware_header_v2_0) + i * desc_size
             d = defs.psp_fw_bin_desc.from_buffer_copy(_slice(blob, off, desc_size, name, f"component {i}"))
             self.sos[d.fw_type] = _slice(blob, base + d.offset_bytes, d.size_bytes, name, f"component {d.fw_type}")
 
     def _smu(self, blob: bytes, name: str) -> None:
-        h = _hdr(defs.smc_firmware_header_v1_0, blob, name).header  # type: ignore[attr-defined]
+        h = _hdr(defs.smc_firmware_header_v1_0, blob, name).header
         self.smu = ([defs.GFX_FW_TYPE_SMU], _slice(blob, h.ucode_array_offset_bytes, h.ucode_size_bytes, name, "image"))
 
     def _sdma(self, blob: bytes, name: str) -> None:
         self._need(name, "sdma", 2)
         h = _hdr(defs.sdma_firmware_header_v2_0, blob, name)
-        self.ip.append(([defs.GFX_FW_TYPE_SDMA_UCODE_TH1], _slice(blob, h.ctl_ucode_offset, h.ctl_ucode_size_bytes,  # type: ignore[attr-defined]
+        self.ip.append(([defs.GFX_FW_TYPE_SDMA_UCODE_TH1], _slice(blob, h.ctl_ucode_offset, h.ctl_ucode_size_bytes,
                                                                 name, "thread 1")))  # fmt: skip
-        self.ip.append(([defs.GFX_FW_TYPE_SDMA_UCODE_TH0], _slice(blob, h.header.ucode_array_offset_bytes,  # type: ignore[attr-defined]
-                                                                h.ctx_ucode_size_bytes, name, "thread 0")))  # type: ignore[attr-defined]  # fmt: skip
+        self.ip.append(
+            (
+                [defs.GFX_FW_TYPE_SDMA_UCODE_TH0],
+                _slice(
+                    blob,
+                    h.header.ucode_array_offset_bytes,
+                    h.ctx_ucode_size_bytes,
+                    name,
+                    "thread 0",
+                ),
+            )
+        )
 
     def _mec(self, blob: bytes, name: str) -> None:
         self._need(name, "mec", 2)
         h = _hdr(defs.gfx_firmware_header_v2_0, blob, name)
-        code = _slice(blob, h.header.ucode_array_offset_bytes, h.ucode_size_bytes, name, "RS64 code")  # type: ignore[attr-defined]
+        code = _slice(blob, h.header.ucode_array_offset_bytes, h.ucode_size_bytes, name, "RS64 code")
         self.ip.append(([defs.GFX_FW_TYPE_RS64_MEC], code))
-        stack = _slice(blob, h.data_offset_bytes, h.data_size_bytes, name, "stack")  # type: ignore[attr-defined]
+        stack = _slice(blob, h.data_offset_bytes, h.data_size_bytes, name, "stack")
         self.ip.append(([defs.GFX_FW_TYPE_RS64_MEC_P0_STACK], stack))
-        self.mec_start = h.ucode_start_addr_lo | h.ucode_start_addr_hi << 32  # type: ignore[attr-defined]
+        self.mec_start = h.ucode_start_addr_lo | h.ucode_start_addr_hi << 32
 
     def _imu(self, blob: bytes, name: str) -> None:
         h = _hdr(defs.imu_firmware_header_v1_0, blob, name)
-        off, isz, dsz = h.header.ucode_array_offset_bytes, h.imu_iram_ucode_size_bytes, h.imu_dram_ucode_size_bytes  # type: ignore[attr-defined]
+        off, isz, dsz = h.header.ucode_array_offset_bytes, h.imu_iram_ucode_size_bytes, h.imu_dram_ucode_size_bytes
         self.ip.append(([defs.GFX_FW_TYPE_IMU_I], _slice(blob, off, isz, name, "instruction RAM")))
         self.ip.append(([defs.GFX_FW_TYPE_IMU_D], _slice(blob, off + isz, dsz, name, "data RAM")))
 
@@ -199,16 +223,26 @@ class Firmware:
         h2, h1, h0 = h3.v2_2, h3.v2_2.v2_1, h3.v2_2.v2_1.v2_0
         if minor >= 1:
             for kind, f in (("LIST_SRM_CNTL", "cntl"), ("LIST_GPM_MEM", "gpm"), ("LIST_SRM_MEM", "srm")):
-                off, size = getattr(h1, f"save_restore_list_{f}_offset_bytes"), getattr(h1, f"save_restore_list_{f}_size_bytes")
-                self.ip.append(([getattr(defs, f"GFX_FW_TYPE_RLC_RESTORE_{kind}")], _slice(blob, off, size, name, kind)))
+                off, size = (
+                    getattr(h1, f"save_restore_list_{f}_offset_bytes"),
+                    getattr(h1, f"save_restore_list_{f}_size_bytes"),
+                )
+                self.ip.append(
+                    ([getattr(defs, f"GFX_FW_TYPE_RLC_RESTORE_{kind}")], _slice(blob, off, size, name, kind))
+                )
         if minor >= 2:
             for kind, f in (("IRAM", "iram"), ("DRAM_BOOT", "dram")):
                 off, size = getattr(h2, f"rlc_{f}_ucode_offset_bytes"), getattr(h2, f"rlc_{f}_ucode_size_bytes")
                 self.ip.append(([getattr(defs, f"GFX_FW_TYPE_RLC_{kind}")], _slice(blob, off, size, name, kind)))
         if minor >= 3:
             for kind in ("P", "V"):
-                off, size = getattr(h3, f"rlc{kind.lower()}_ucode_offset_bytes"), getattr(h3, f"rlc{kind.lower()}_ucode_size_bytes")
-                self.ip.append(([getattr(defs, f"GFX_FW_TYPE_RLC_{kind}")], _slice(blob, off, size, name, f"RLC {kind}")))
+                off, size = (
+                    getattr(h3, f"rlc{kind.lower()}_ucode_offset_bytes"),
+                    getattr(h3, f"rlc{kind.lower()}_ucode_size_bytes"),
+                )
+                self.ip.append(
+                    ([getattr(defs, f"GFX_FW_TYPE_RLC_{kind}")], _slice(blob, off, size, name, f"RLC {kind}"))
+                )
         hdr = h0.header
         self.ip.append(([defs.GFX_FW_TYPE_RLC_G], _slice(blob, hdr.ucode_array_offset_bytes, hdr.ucode_size_bytes, name,
                                                           "RLC G")))  # fmt: skip

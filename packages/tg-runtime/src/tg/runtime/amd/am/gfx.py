@@ -50,8 +50,14 @@ class GFX:
         from tg.runtime.amd.am.device import log
 
         d = self.dev
-        d.wait(lambda: int(d.reg("CP_STAT").read() == 0 and d.reg("RLC_RLCS_BOOTLOAD_STATUS").fields()["bootload_complete"] == 1),
-               1, 1, "RLC autoload (CP_STAT idle, RLC_RLCS_BOOTLOAD_STATUS.bootload_complete)")  # fmt: skip
+        d.wait(
+            lambda: int(
+                d.reg("CP_STAT").read() == 0 and d.reg("RLC_RLCS_BOOTLOAD_STATUS").fields()["bootload_complete"] == 1
+            ),
+            1,
+            1,
+            "RLC autoload (CP_STAT idle, RLC_RLCS_BOOTLOAD_STATUS.bootload_complete)",
+        )
         d.gmc.init_hub("GC")
         if d.partial_boot:
             self.reset_mec()
@@ -123,20 +129,35 @@ class GFX:
         mqd_mc = d.mc_addr(self.mqd[RING_QUEUE])
         r = {n: d.reg(n).spec for n in ("CP_HQD_PERSISTENT_STATE", "CP_HQD_PQ_DOORBELL_CONTROL", "CP_HQD_PQ_CONTROL",
                                         "CP_HQD_IB_CONTROL", "CP_MQD_CONTROL", "CP_HQD_EOP_CONTROL")}  # fmt: skip
-        m = defs.v11_compute_mqd(header=MQD_HEADER, cp_mqd_base_addr_lo=mqd_mc & 0xFFFFFFFF, cp_mqd_base_addr_hi=mqd_mc >> 32,
-            cp_hqd_pipe_priority=0x2, cp_hqd_queue_priority=0xF, cp_hqd_quantum=0x111,
+        m = defs.v11_compute_mqd(
+            header=MQD_HEADER,
+            cp_mqd_base_addr_lo=mqd_mc & 0xFFFFFFFF,
+            cp_mqd_base_addr_hi=mqd_mc >> 32,
+            cp_hqd_pipe_priority=0x2,
+            cp_hqd_queue_priority=0xF,
+            cp_hqd_quantum=0x111,
             cp_hqd_persistent_state=r["CP_HQD_PERSISTENT_STATE"].encode(preload_size=0x55, preload_req=1),
-            cp_hqd_pq_base_lo=(ring >> 8) & 0xFFFFFFFF, cp_hqd_pq_base_hi=ring >> 40,
-            cp_hqd_pq_rptr_report_addr_lo=rptr_addr & 0xFFFFFFFF, cp_hqd_pq_rptr_report_addr_hi=rptr_addr >> 32,
-            cp_hqd_pq_wptr_poll_addr_lo=wptr_addr & 0xFFFFFFFF, cp_hqd_pq_wptr_poll_addr_hi=wptr_addr >> 32,
-            cp_hqd_pq_doorbell_control=r["CP_HQD_PQ_DOORBELL_CONTROL"].encode(doorbell_offset=self.doorbell_index * 2,
-                                                                               doorbell_en=1),
-            cp_hqd_pq_control=r["CP_HQD_PQ_CONTROL"].encode(rptr_block_size=5, unord_dispatch=0,
-                                                            queue_size=(ring_bytes // 4).bit_length() - 2),
-            cp_hqd_ib_control=r["CP_HQD_IB_CONTROL"].encode(min_ib_avail_size=0x3), cp_hqd_hq_status0=0x20004000,
-            cp_mqd_control=r["CP_MQD_CONTROL"].encode(priv_state=1), cp_hqd_vmid=0, cp_hqd_aql_control=0,
-            cp_hqd_eop_base_addr_lo=(eop >> 8) & 0xFFFFFFFF, cp_hqd_eop_base_addr_hi=eop >> 40,
-            cp_hqd_eop_control=r["CP_HQD_EOP_CONTROL"].encode(eop_size=(eop_bytes // 4).bit_length() - 2))  # fmt: skip
+            cp_hqd_pq_base_lo=(ring >> 8) & 0xFFFFFFFF,
+            cp_hqd_pq_base_hi=ring >> 40,
+            cp_hqd_pq_rptr_report_addr_lo=rptr_addr & 0xFFFFFFFF,
+            cp_hqd_pq_rptr_report_addr_hi=rptr_addr >> 32,
+            cp_hqd_pq_wptr_poll_addr_lo=wptr_addr & 0xFFFFFFFF,
+            cp_hqd_pq_wptr_poll_addr_hi=wptr_addr >> 32,
+            cp_hqd_pq_doorbell_control=r["CP_HQD_PQ_DOORBELL_CONTROL"].encode(
+                doorbell_offset=self.doorbell_index * 2, doorbell_en=1
+            ),
+            cp_hqd_pq_control=r["CP_HQD_PQ_CONTROL"].encode(
+                rptr_block_size=5, unord_dispatch=0, queue_size=(ring_bytes // 4).bit_length() - 2
+            ),
+            cp_hqd_ib_control=r["CP_HQD_IB_CONTROL"].encode(min_ib_avail_size=0x3),
+            cp_hqd_hq_status0=0x20004000,
+            cp_mqd_control=r["CP_MQD_CONTROL"].encode(priv_state=1),
+            cp_hqd_vmid=0,
+            cp_hqd_aql_control=0,
+            cp_hqd_eop_base_addr_lo=(eop >> 8) & 0xFFFFFFFF,
+            cp_hqd_eop_base_addr_hi=eop >> 40,
+            cp_hqd_eop_control=r["CP_HQD_EOP_CONTROL"].encode(eop_size=(eop_bytes // 4).bit_length() - 2),
+        )
         for se in range(8):
             setattr(m, f"compute_static_thread_mgmt_se{se}", 0xFFFFFFFF)
         d.vram.write(self.mqd[RING_QUEUE], bytes(m))
@@ -155,12 +176,21 @@ class GFX:
         d = self.dev
         d.reg("RLC_SAFE_MODE").write(message=1, cmd=1)
         d.wait(d.reg("RLC_SAFE_MODE").read, 1, 0, "RLC safe mode entry")
-        d.reg("RLC_CGCG_CGLS_CTRL").update(cgcg_gfx_idle_threshold=0x36, cgcg_en=1, cgls_rep_compansat_delay=0xF, cgls_en=1)
+        d.reg("RLC_CGCG_CGLS_CTRL").update(
+            cgcg_gfx_idle_threshold=0x36, cgcg_en=1, cgls_rep_compansat_delay=0xF, cgls_en=1
+        )
         d.reg("CP_RB_WPTR_POLL_CNTL").update(poll_frequency=0x100, idle_poll_count=0x90)
         d.reg("CP_INT_CNTL").update(cntx_busy_int_enable=1, cntx_empty_int_enable=1, cmp_busy_int_enable=1)
         d.reg("SDMA0_RLC_CGCG_CTRL").update(cgcg_int_enable=1)
         d.reg("SDMA1_RLC_CGCG_CTRL").update(cgcg_int_enable=1)
-        d.reg("RLC_CGTT_MGCG_OVERRIDE").update(perfmon_clock_state=1, gfxip_repeater_fgcg_override=0, gfxip_fgcg_override=0,
-                                               grbm_cgtt_sclk_override=0, rlc_cgtt_sclk_override=0, gfxip_mgcg_override=0,
-                                               gfxip_cgls_override=0, gfxip_cgcg_override=0)  # fmt: skip
+        d.reg("RLC_CGTT_MGCG_OVERRIDE").update(
+            perfmon_clock_state=1,
+            gfxip_repeater_fgcg_override=0,
+            gfxip_fgcg_override=0,
+            grbm_cgtt_sclk_override=0,
+            rlc_cgtt_sclk_override=0,
+            gfxip_mgcg_override=0,
+            gfxip_cgls_override=0,
+            gfxip_cgcg_override=0,
+        )
         d.reg("RLC_SAFE_MODE").write(message=0, cmd=1)

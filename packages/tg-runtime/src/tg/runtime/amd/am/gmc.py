@@ -74,8 +74,11 @@ class GMC:
         faults |= {f"{k}_protection_fault_enable_default": 1 for k in FAULT_KINDS}
         d.reg(f"{vm}_CONTEXT0_CNTL").write(0x1800000, **faults, enable_context=1, page_table_depth=3,
                                            page_table_block_size=0)  # fmt: skip
-        d.wreg_pair(f"{vm}_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32",
-                    f"{vm}_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32", 0xFFFFFFFFF)  # identity aperture off
+        d.wreg_pair(
+            f"{vm}_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32",
+            f"{vm}_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32",
+            0xFFFFFFFFF,
+        )  # identity aperture off
         d.wreg_pair(f"{vm}_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_LO32",
                     f"{vm}_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32", 0)  # fmt: skip
         d.wreg_pair(f"{vm}_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_LO32", f"{vm}_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_HI32",
@@ -118,6 +121,9 @@ class GMC:
         """The GC hub's last protection fault: (virtual address, status fields); clears it."""
         d = self.dev
         status = d.reg("GCVM_L2_PROTECTION_FAULT_STATUS").fields()
-        page = d.reg("GCVM_L2_PROTECTION_FAULT_ADDR_HI32").read() << 32 | d.reg("GCVM_L2_PROTECTION_FAULT_ADDR_LO32").read()
+        page = (
+            d.reg("GCVM_L2_PROTECTION_FAULT_ADDR_HI32").read() << 32
+            | d.reg("GCVM_L2_PROTECTION_FAULT_ADDR_LO32").read()
+        )
         d.reg("GCVM_L2_PROTECTION_FAULT_CNTL").update(clear_protection_fault_status_addr=1)
         return page << 12, status

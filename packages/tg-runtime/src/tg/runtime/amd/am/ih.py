@@ -47,7 +47,9 @@ class IH:
     def __init__(self, dev: AMDev) -> None:
         self.dev = dev
         mm = dev.mm
-        self.rings = [(mm.palloc(RING_BYTES, boot=True), mm.palloc(0x1000, boot=True), suffix) for suffix in ("", "_RING1")]
+        self.rings = [
+            (mm.palloc(RING_BYTES, boot=True), mm.palloc(0x1000, boot=True), suffix) for suffix in ("", "_RING1")
+        ]
         self.ring_dwords = RING_BYTES // 4
 
     def init_hw(self) -> None:
@@ -55,8 +57,15 @@ class IH:
         for ring, wptr_page, suf in self.rings:
             d.wreg_pair(f"IH_RB_BASE{suf}", f"IH_RB_BASE_HI{suf}", d.mc_addr(ring) >> 8)
             extra = {"wptr_overflow_enable": 1, "rptr_rearm": 1} if not suf else {"rb_full_drain_enable": 1}
-            d.reg(f"IH_RB_CNTL{suf}").write(mc_space=4, wptr_overflow_clear=1, rb_size=(self.ring_dwords - 1).bit_length(),
-                                            mc_snoop=1, mc_ro=0, mc_vmid=0, **extra)  # fmt: skip
+            d.reg(f"IH_RB_CNTL{suf}").write(
+                mc_space=4,
+                wptr_overflow_clear=1,
+                rb_size=(self.ring_dwords - 1).bit_length(),
+                mc_snoop=1,
+                mc_ro=0,
+                mc_vmid=0,
+                **extra,
+            )
             if not suf:
                 d.wreg_pair("IH_RB_WPTR_ADDR_LO", "IH_RB_WPTR_ADDR_HI", d.mc_addr(wptr_page))
             d.reg(f"IH_RB_WPTR{suf}").write(0)
@@ -104,9 +113,13 @@ class IH:
                 found.append(f"SQ error {SQ_ERRORS[e.context[0] >> 21 & 3]} (ring {e.ring}, vmid {e.vmid})")
             elif e.client in (defs.SOC21_IH_CLIENTID_VMC, defs.SOC21_IH_CLIENTID_GFX) and e.source == 0:
                 va, status = d.gmc.fault()
-                kinds = [k for k in ("permission_faults", "mapping_error", "range_fault", "walker_error") if status.get(k)]
-                found.append(f"GPU page fault at {va:#x} ({', '.join(kinds) or 'not present'}; client "
-                             f"{'GC' if e.client == defs.SOC21_IH_CLIENTID_GFX else 'MM'} hub, vmid {e.vmid})")  # fmt: skip
+                kinds = [
+                    k for k in ("permission_faults", "mapping_error", "range_fault", "walker_error") if status.get(k)
+                ]
+                found.append(
+                    f"GPU page fault at {va:#x} ({', '.join(kinds) or 'not present'}; client "
+                    f"{'GC' if e.client == defs.SOC21_IH_CLIENTID_GFX else 'MM'} hub, vmid {e.vmid})"
+                )
             else:
                 found.append(f"interrupt from client {e.client:#x} source {e.source:#x} ctx "
                              f"[{', '.join(f'{c:#x}' for c in e.context)}]")  # fmt: skip

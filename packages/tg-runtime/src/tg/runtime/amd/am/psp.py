@@ -77,20 +77,24 @@ class PSP:
         self._ring_create()
         if defs.PSP_FW_TYPE_PSP_TOC in fw.sos:
             self._write_msg(fw.sos[defs.PSP_FW_TYPE_PSP_TOC])
-            resp = self._submit(defs.GFX_CMD_ID_LOAD_TOC, "cmd_load_toc", toc_phy_addr_lo=d.mc_addr(self.msg1) & 0xFFFFFFFF,
-                                toc_phy_addr_hi=d.mc_addr(self.msg1) >> 32,
-                                toc_size=len(fw.sos[defs.PSP_FW_TYPE_PSP_TOC]))  # fmt: skip
+            resp = self._submit(
+                defs.GFX_CMD_ID_LOAD_TOC,
+                "cmd_load_toc",
+                toc_phy_addr_lo=d.mc_addr(self.msg1) & 0xFFFFFFFF,
+                toc_phy_addr_hi=d.mc_addr(self.msg1) >> 32,
+                toc_size=len(fw.sos[defs.PSP_FW_TYPE_PSP_TOC]),
+            )
             self.tmr_size = resp.resp.tmr_size
             if self.tmr_size > MAX_TMR:
                 raise PSPError(f"AM {d.name}: the PSP asks for a {self.tmr_size:#x}-byte TMR, tg reserves {MAX_TMR:#x}")
         if fw.smu is not None:
             self._load_ip_fw(*fw.smu)
         tmr = d.mc_addr(self.tmr)
-        cmd = self._command(defs.GFX_CMD_ID_SETUP_TMR, "cmd_setup_tmr", buf_phy_addr_lo=tmr & 0xFFFFFFFF,
+        setup = self._command(defs.GFX_CMD_ID_SETUP_TMR, "cmd_setup_tmr", buf_phy_addr_lo=tmr & 0xFFFFFFFF,
                             buf_phy_addr_hi=tmr >> 32, system_phy_addr_lo=self.tmr & 0xFFFFFFFF,
                             system_phy_addr_hi=self.tmr >> 32, buf_size=self.tmr_size)  # fmt: skip
-        cmd.cmd.cmd_setup_tmr.bitfield.virt_phy_addr = 1
-        self._ring_submit(cmd)
+        setup.cmd.cmd_setup_tmr.bitfield.virt_phy_addr = 1
+        self._ring_submit(setup)
         for types, image in fw.ip:
             self._load_ip_fw(types, image)
         self._submit(defs.GFX_CMD_ID_AUTOLOAD_RLC)
@@ -163,7 +167,9 @@ class PSP:
                f"PSP command {name}: fence")  # fmt: skip
         resp = defs.psp_gfx_cmd_resp.from_buffer_copy(d.vram.read(self.cmd, ctypes.sizeof(cmd)))
         if resp.resp.status != 0:
-            raise PSPError(f"AM {d.name}: PSP command {name} ({cmd.cmd_id:#x}) failed with status {resp.resp.status:#x}")
+            raise PSPError(
+                f"AM {d.name}: PSP command {name} ({cmd.cmd_id:#x}) failed with status {resp.resp.status:#x}"
+            )
         return resp
 
     def _load_ip_fw(self, types: list[int], image: bytes) -> None:

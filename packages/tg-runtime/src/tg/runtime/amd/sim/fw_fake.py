@@ -32,7 +32,7 @@ def payload(name: str, part: str, size: int = PAYLOAD_BYTES) -> bytes:
 
 
 def _common(hdr: ctypes.Structure, total: int, array_off: int, size: int, major: int, minor: int) -> None:
-    c = hdr.header  # type: ignore[attr-defined]
+    c = hdr.header
     c.size_bytes, c.header_size_bytes = total, ctypes.sizeof(hdr)
     c.header_version_major, c.header_version_minor = major, minor
     c.ucode_array_offset_bytes, c.ucode_size_bytes = array_off, size

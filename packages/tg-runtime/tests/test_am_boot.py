@@ -218,3 +218,31 @@ def test_page_tables_match_the_mock_walker(gpu: MockAMGPU) -> None:
         mm.translate(0x1000)
     dev.fini()
     pci.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["MOCKPCI", "MOCKUSB"])
+def test_interface_memory_and_reopen(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.runtime.amd.am import iface
+
+    monkeypatch.setattr(iface, "_mock_gpus", [MockAMGPU(256)])
+    am = iface.AMIface(kind, 0)
+    assert not am.dev.partial_boot and am.props["gfx_target_version"] == 110000
+    assert am.can_map_host is False  # mocks (and USB) copy through staging, host memory is not DMA-able
+    a = am.alloc(100, uncached=True, cpu_access=True)
+    a.view.write(0, b"signal!!")
+    phys, system = am.dev.mm.translate(a.va)  # type: ignore[misc]
+    assert not system and bytes(am.dev.vram.read(phys, 8)) == b"signal!!"
+    big = am.alloc(9 << 20)
+    assert big.view is None and big.va % (2 << 20) == 0
+    am.free(a)
+    am.free(big)
+    assert am.dev.mm.translate(a.va) is None
+    with pytest.raises(ValueError, match="queue kind"):
+        am.create_queue("video", 4096)
+    am.close()
+    again = iface.AMIface(kind, 0)
+    assert again.dev.partial_boot
+    again.close()
+    with pytest.raises(Exception, match="MOCKPCI\\+AMD:1 does not exist"):
+        iface.AMIface("MOCKPCI", 1)
+    assert iface._mock_gpus[0].violations == []

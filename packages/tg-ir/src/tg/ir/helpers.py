@@ -150,6 +150,9 @@ AM_POWER_LIMIT = ContextVar("AM_POWER_LIMIT", 0.0)
 TG_AMD_FW_DIR = ContextVar("TG_AMD_FW_DIR", "")
 TG_AMD_FW_FETCH = ContextVar("TG_AMD_FW_FETCH", 0)
 TG_MOCKAM_VRAM_MB = ContextVar("TG_MOCKAM_VRAM_MB", 512)
+# mock AMD GPUs (MOCKKFD, MOCKPCI, MOCKUSB): how many, and 0 = retire dispatches without emulating them
+TG_MOCKGPU_COUNT = ContextVar("TG_MOCKGPU_COUNT", 2)
+TG_MOCKGPU_EMU = ContextVar("TG_MOCKGPU_EMU", 1)
 
 
 def dev_targets() -> tuple[Target, ...]:

@@ -158,6 +158,9 @@ class BufferCopy(Runner):
             src.copyout(host_view)  # straight into the host-visible destination memory
         else:
             dest.copyin(src.as_memoryview(allow_zero_copy=True))
+        if wait:  # a device-side transfer may still run (HCQ devices): time it to the end
+            Device[src.device].synchronize()
+            Device[dest.device].synchronize()
         return time.perf_counter() - start if wait else None
 
 

@@ -80,7 +80,7 @@ class Worker:
 
     def __init__(self, dev: HCQCPUDevice, queue: str) -> None:
         self.dev, self.queue = dev, queue
-        self.ring = dev.alloc_region(RING_SLOTS * CMD_WORDS * 8)
+        self.ring = dev.alloc_region(RING_SLOTS * CMD_WORDS * 8, populate=True)  # no page faults while submitting
         self.state = dev.alloc_region(4096)
         self.words = self.state.u64()
         lib = worker_library()
@@ -151,7 +151,8 @@ def _submit(ctx: SubmitCtx, q: UOp) -> UOp:
     i32 = dtypes.int32
     base = put.after(*after).index(UOp.const(i32, 0)).load()
     n = ctx.nentries
-    e, w = UOp.range(UOp.const(i32, n), 2000), UOp.range(UOp.const(i32, CMD_WORDS), 2001)
+    # only the words some entry of this submit uses: a 64-word entry is mostly padding the worker never reads
+    e, w = UOp.range(UOp.const(i32, n), 2000), UOp.range(UOp.const(i32, ctx.used_words or CMD_WORDS), 2001)
     slot = ((base + e.cast(U64)) & UOp.const(U64, RING_SLOTS - 1)).cast(i32)
     src = cmdbuf.after(*after).index(e * UOp.const(i32, CMD_WORDS) + w).load()
     copied = ring.index(slot * UOp.const(i32, CMD_WORDS) + w).store(src).end(w, e)
@@ -236,8 +237,12 @@ class HCQCPUDevice(HCQDevice):
 
     # ---- memory ----------------------------------------------------------------------------------------------------
 
-    def alloc_region(self, size: int) -> Region:
-        mem = mmap.mmap(-1, size)
+    def alloc_region(self, size: int, populate: bool = False) -> Region:
+        populate_flag = getattr(mmap, "MAP_POPULATE", 0) if populate else 0
+        if populate_flag:
+            mem = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | populate_flag)
+        else:
+            mem = mmap.mmap(-1, size)
         addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
         return Region(addr, size, HostView(addr, size, "B", owner=mem), self, mem)
 

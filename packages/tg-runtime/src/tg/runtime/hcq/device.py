@@ -164,6 +164,7 @@ class HCQDevice(Compiled):
         self.generation = 0  # bumped by each timeline rebase: stamps of an older generation are complete
         self.epoch_slots: weakref.WeakSet[Any] = weakref.WeakSet()  # objects with reset_epochs(dev) (linked programs)
         self.last_submitted = "nothing"
+        self._deferred: list[Any] = []  # callables returning True once they did their work (memory released)
         self._profile: list[_PendingProfile] = []
         self._clock_offset_us: float | None = None
 
@@ -319,6 +320,8 @@ class HCQDevice(Compiled):
         if (self.timeline.words[0] & 0xFFFFFFFF) < target:
             self.wait_signal(self.timeline, target, timeout_ms, what="timeline")
         self.collect_profile()
+        if self._deferred:
+            self._run_deferred()
         if target + 1 > HCQ_TIMELINE_WRAP.value:
             self.rebase_timeline()
 
@@ -333,8 +336,17 @@ class HCQDevice(Compiled):
             holder.reset_epochs(self)
         self.generation += 1
 
+    def defer(self, fn: Any) -> None:
+        """Run ``fn()`` at later submits and synchronizes until it returns True (e.g. free memory once idle)."""
+        self._deferred.append(fn)
+
+    def _run_deferred(self) -> None:
+        self._deferred = [fn for fn in self._deferred if not fn()]
+
     def next_epoch(self) -> int:
         """The epoch the next submit on this device signals (``V_d``), rebasing first when it passed the wrap."""
+        if self._deferred:
+            self._run_deferred()
         v = int(self.timeline_value.words[0])
         if v > HCQ_TIMELINE_WRAP.value:
             self.synchronize()

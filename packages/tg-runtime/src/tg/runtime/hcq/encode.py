@@ -182,5 +182,10 @@ def decode_block(block: Block) -> str:
         for k in range(first, first + n):
             words.append(f"[{ir.render_word(patched[k])}]" if k in patched else
                          hex(struct.unpack_from(fmt, block.blob, k * ws)[0]))  # fmt: skip
+        padding = 0
+        while len(words) - padding > 1 and words[len(words) - 1 - padding] == "0x0":
+            padding += 1
+        if padding > 2:  # fixed-size entries: trailing zero words shown as a count
+            words = [*words[: len(words) - padding], f"(+{padding} zero words)"]
         lines.append(f"  {name:<12s} {' '.join(words)}")
     return "\n".join(lines)

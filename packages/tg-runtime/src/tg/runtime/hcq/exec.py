@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from tg.ir.helpers import DEBUG, PROFILE
 from tg.runtime.hcq.alloc import HCQBuffer
@@ -57,11 +56,10 @@ def execute(lb: LinkedBatch, slots: Sequence[HCQBuffer | None], var_vals: dict[s
             raise RuntimeError(f"HCQ batch {lb.name}: slot {slot} has no buffer")
         table[i] = buf.va if buf.owner is dev else buf.owner.map_buffer(buf, dev)
     # 4. ring space, submitter, kick
-    for dev_name, queue, nwords in lb.sub.submits:
-        dev = _device(lb, dev_name)
+    for dev, queue, nwords, ring_words in lb.submits:
         put, done = dev.ring_pointers(queue)
-        if put + nwords - done > dev.queues[queue].ring_words:
-            dev.wait_ring(queue, put + nwords - dev.queues[queue].ring_words)
+        if put + nwords - done > ring_words:
+            dev.wait_ring(queue, put + nwords - ring_words)
     values = _values(lb, var_vals)
     if phases is not None:
         t = _phase(phases, "table", t)
@@ -69,8 +67,8 @@ def execute(lb: LinkedBatch, slots: Sequence[HCQBuffer | None], var_vals: dict[s
     copy.submitter.run(values)
     if phases is not None:
         t = _phase(phases, "submit", t)
-    for dev_name, queue, _ in lb.sub.submits:
-        _device(lb, dev_name).kick(queue)
+    for dev, queue in lb.kicks:
+        dev.kick(queue)
     if phases is not None:
         t = _phase(phases, "kick", t)
     # 5. stamps
@@ -106,13 +104,6 @@ def _phase(phases: dict[str, float], name: str, since: float) -> float:
     now = time.perf_counter()
     phases[name] = phases.get(name, 0.0) + now - since
     return now
-
-
-def _device(lb: LinkedBatch, name: str) -> Any:
-    for d in lb.devices:
-        if d.device == name:
-            return d
-    raise RuntimeError(f"HCQ batch {lb.name} submits to {name}, which takes no part in it")
 
 
 def _values(lb: LinkedBatch, var_vals: dict[str, int] | None) -> list[int]:

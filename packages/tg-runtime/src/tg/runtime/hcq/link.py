@@ -14,6 +14,7 @@ region (``owner.map_region``), the rest is integer arithmetic on constants.
 from __future__ import annotations
 
 import struct
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,8 +66,23 @@ class LinkedCopy:
         if (sig := self.epoch_slots.get(dev)) is not None:
             sig.value = 0
 
+    def idle(self) -> bool:
+        """Whether the last execution of this copy finished on every device (a released copy is idle)."""
+        return all(d.error_state is not None or (d.timeline.words[0] & 0xFFFFFFFF) >= sig.value
+                   for d, sig in self.epoch_slots.items())  # fmt: skip
+
+    def release_when_idle(self) -> bool:
+        """Release if idle; returns whether it did (a device's deferred list calls it again until then)."""
+        if not self.idle():
+            return False
+        self.release()
+        return True
+
     def release(self) -> None:
         """Give signals and blocks back (the caller made sure the copy is idle)."""
+        for dev in self.epoch_slots:
+            dev.epoch_slots.discard(self)
+        self.epoch_slots = {}
         for sig in self.signals:
             if sig.pool is not None:
                 sig.pool.release(sig)
@@ -88,18 +104,17 @@ class LinkedBatch:
     count: int = 0
     name: str = ""
     used_slots: tuple[int, ...] = ()  # the slots whose buffers an execution stamps
+    submits: list[tuple[Any, str, int, int]] = field(default_factory=list)  # (device, queue, words, ring words)
+    kicks: list[tuple[Any, str]] = field(default_factory=list)  # each (device, queue) submitted to, once
 
     def signal(self, buf: UOp, copy: int = 0) -> Signal:
         """The signal an HCQBUF of role signal stands for in link copy ``copy``."""
         return Signal(self.copies[copy].regions[buf])
 
     def release(self) -> None:
-        """Wait until no copy is in flight, then give its memory back."""
-        for c in self.copies:
-            for dev, sig in c.epoch_slots.items():
-                if dev.error_state is None:
-                    dev.wait_signal(dev.timeline, sig.value, what="timeline (release)")
-            c.release()
+        """Give the memory back: now for idle copies, later (at the device's next submit or synchronize after they
+        finished) for copies in flight."""
+        _release_later(self.copies)
         self.copies = []
 
 
@@ -147,10 +162,23 @@ def link_batch(batch: CompiledBatch, sub: Submitter, env: Any, runtime: str, cop
     name = names[0] if len(names) == 1 else f"{len(names)} calls: {names[0]} .. {names[-1]}"
     used = tuple(sorted({slot for slot, _ in inputs}))
     lb = LinkedBatch(batch, sub, devices, linked, inputs, linked[0].submitter.runtime, name=name, used_slots=used)
+    for dev_name, queue, nwords in sub.submits:
+        dev = dev_of_name(by_name, env, dev_name)
+        lb.submits.append((dev, queue, nwords, dev.queues[queue].ring_words))
+        if (dev, queue) not in lb.kicks:
+            lb.kicks.append((dev, queue))
     for c in linked:
         for d in c.epoch_slots:
             d.epoch_slots.add(c)
+    # a linked batch nobody holds any more gives its memory back once its executions finished
+    weakref.finalize(lb, _release_later, list(linked)).atexit = False
     return lb
+
+
+def _release_later(copies: list[LinkedCopy]) -> None:
+    for c in copies:
+        if not c.release_when_idle() and c.epoch_slots:
+            next(iter(c.epoch_slots)).defer(c.release_when_idle)
 
 
 def dev_of_name(by_name: dict[str, HCQDevice], env: Any, name: str) -> HCQDevice:

@@ -53,6 +53,9 @@ class ProgramInfo:
     local_size: tuple[Any, ...] | None = None
     runner: Any = None
 
+    def __str__(self) -> str:
+        return self.name
+
     @staticmethod
     def of_runner(runner: Any) -> ProgramInfo:
         """The ProgramInfo of a CompiledRunner (made once per runner)."""

@@ -42,13 +42,16 @@ I32, U64 = dtypes.int32, dtypes.uint64
 @dataclass(frozen=True)
 class SubmitCtx:
     """What a ``pm_submit`` rule gets as ``ctx``: the device and queue, the command buffer's size in words and
-    entries (fixed-entry queues), the queue's spec and the device's static facts."""
+    entries (fixed-entry queues), the queue's spec, the device's static facts, and for fixed-entry queues
+    ``used_words``: the words of an entry any of this submit's packets uses (the rest is zero padding a worker never
+    reads)."""
 
     device: str
     queue: str
     nwords: int
     spec: QueueSpec
     facts: Any
+    used_words: int = 0
 
     @property
     def nentries(self) -> int:
@@ -115,7 +118,8 @@ def build_submitter(batch: CompiledBatch, env: Any) -> Submitter:
         dev_name, queue = eq.key
         dev = env.hcq_device(dev_name)
         spec = dev.queues[queue]
-        ctx = SubmitCtx(dev_name, queue, eq.cmdbuf.nwords, spec, dev.encode_facts)
+        used = max((_used_words(p) for p in eq.queue.src), default=1) if spec.entry_words else 0
+        ctx = SubmitCtx(dev_name, queue, eq.cmdbuf.nwords, spec, dev.encode_facts, used)
         frag = dev.pm_submit.rewrite(UOp(Ops.QUEUE, dtypes.void, (eq.cmdbuf.buf, *prev), eq.queue.arg), ctx)
         if frag is None:
             raise RuntimeError(f"{dev_name} has no submit rule for {queue}")
@@ -132,6 +136,14 @@ def build_submitter(batch: CompiledBatch, env: Any) -> Submitter:
     ast = _params_for(sink, {u: i for i, u in enumerate(params)})
     variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
     return Submitter(ast, params, variables, table, link_entries, submits)
+
+
+def _used_words(packet: UOp) -> int:
+    """Words of a packet up to its last word that is not a zero CONST."""
+    n = len(packet.src)
+    while n > 1 and packet.src[n - 1].op is Ops.CONST and packet.src[n - 1].arg == 0:
+        n -= 1
+    return n
 
 
 def _params_for(sink: UOp, slot: dict[UOp, int]) -> UOp:

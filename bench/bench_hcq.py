@@ -19,6 +19,7 @@ Run: `hatch run bench:hcq [--calls N] [--smoke]`. Prints numbers and ratios; ass
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -143,7 +144,9 @@ def main() -> None:
         rows.append(row)
 
     cols = ["cpu eager", "cpu jit2", "cpu jit1", "hcq eager", "hcq graph C", "hcq graph PY"]
-    print("us per call (us per kernel), chains of n tiny kernels; best of 5")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"us per call (us per kernel), chains of n tiny kernels; best of 5; {os.cpu_count()} cores, load average "
+          f"{load:.1f} (HCQ+CPU needs its worker threads scheduled: on a busy machine every handoff waits)")  # fmt: skip
     print(f"{'n':>4} " + " ".join(f"{c:>22}" for c in cols))
     for row in rows:
         cells = [f"{row[c]:10.1f} ({row[c] / row['n']:8.2f})" for c in cols]

@@ -145,8 +145,10 @@ def main() -> None:
 
     cols = ["cpu eager", "cpu jit2", "cpu jit1", "hcq eager", "hcq graph C", "hcq graph PY"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"us per call (us per kernel), chains of n tiny kernels; best of 5; {os.cpu_count()} cores, load average "
-          f"{load:.1f} (HCQ+CPU needs its worker threads scheduled: on a busy machine every handoff waits)")  # fmt: skip
+    print(
+        f"us per call (us per kernel), chains of n tiny kernels; best of 5; {os.cpu_count()} cores, load "
+        f"average {load:.1f} (HCQ+CPU hands work to worker threads: on a busy machine each hand-off waits)"
+    )
     print(f"{'n':>4} " + " ".join(f"{c:>22}" for c in cols))
     for row in rows:
         cells = [f"{row[c]:10.1f} ({row[c] / row['n']:8.2f})" for c in cols]

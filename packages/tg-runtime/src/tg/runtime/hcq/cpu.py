@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tg.ir import Ops, PatternMatcher, QOp, UOp, UPat, dtypes
+from tg.ir.helpers import DEBUG, HCQ_RUNTIME_DEV, PROFILE
 from tg.ir.target import Target
 from tg.runtime.backends.cpu import (
     CPUDevice,
@@ -37,6 +38,8 @@ from tg.runtime.hcq import ir
 from tg.runtime.hcq.alloc import HCQAllocator, HCQBuffer
 from tg.runtime.hcq.device import HCQDevice, Region, Signal
 from tg.runtime.hcq.encode import EncodeCtx, QueueSpec
+from tg.runtime.hcq.exec import execute
+from tg.runtime.hcq.run import one_call_program, runtime_name
 from tg.runtime.hcq.submit import SubmitCtx
 from tg.runtime.hcq.views import HostView
 
@@ -170,6 +173,9 @@ class HCQCPUAllocator(HCQAllocator):
     """Host memory (page-aligned) for HCQ+CPU buffers."""
 
 
+_ARG_NAMES = tuple(f"_a{i}" for i in range(MAX_ARGS))  # the variables of one-call programs (run.one_call_program)
+
+
 class HCQCPUProgram(Program):
     """A CPU kernel loaded for HCQ+CPU: called directly (``prg(*bufs, vals=...)``), it runs as a one-call HCQ
     program on the device's COMPUTE:0 queue (compiled and linked once per argument shape)."""
@@ -187,14 +193,11 @@ class HCQCPUProgram(Program):
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (), wait: bool = False,
                  threads: int = 1) -> float | None:  # fmt: skip
-        from tg.runtime.hcq.exec import execute
-        from tg.runtime.hcq.run import one_call_program, profiling, runtime_name
-
         # timed calls (wait: BEAM, DEBUG=2) get the program with timestamps: the device's own time is returned
-        key = (len(bufs), len(vals), threads, profiling() or wait, runtime_name())
+        key = (len(bufs), len(vals), threads, wait or PROFILE.value or DEBUG.value >= 2, HCQ_RUNTIME_DEV.value)
         if (lb := self._linked.get(key)) is None:
-            lb = self._linked[key] = one_call_program(self.dev, self, key)
-        return execute(lb, bufs, {f"_a{i}": v for i, v in enumerate(vals)} if vals else None, wait)
+            lb = self._linked[key] = one_call_program(self.dev, self, (*key[:3], bool(key[3]), runtime_name()))
+        return execute(lb, bufs, dict(zip(_ARG_NAMES, vals, strict=False)) if vals else None, wait)
 
 
 class HCQCPUDevice(HCQDevice):

@@ -83,9 +83,50 @@ def test_r3_keeps_the_elementwise_work_between_reduction_and_broadcast():
 
 def test_c1_broadcast_elementwise_of_few_buffers_is_recomputed():
     a, b = buf(4, 8), buf(4, 1)
-    small = b.alu(Ops.MUL, b).alu(Ops.EXP2)
+    small = b.alu(Ops.MUL, b).alu(Ops.ADD, full((4, 1), 1.0))  # cost 2: a scale and shift is recomputed
     out = a.alu(Ops.ADD, small.expand((4, 8)))
     assert stores(out) == {out: {policy.OUTPUT}}
+
+
+def test_c3_expensive_elementwise_under_a_broadcast_is_stored():
+    a, b = buf(4, 8), buf(4, 1)
+    costly = b.alu(Ops.MUL, b).alu(Ops.EXP2)  # evaluated 8 times per element if fused
+    got = stores(a.alu(Ops.ADD, costly.expand((4, 8))))
+    assert got[costly] == {policy.BROADCAST}
+
+
+def test_c3_expensive_value_read_once_per_element_by_each_kernel_is_recomputed():
+    a = buf(4, 8)
+    e = a.alu(Ops.EXP2)
+    total = e.r(Ops.ADD, (1,))  # stored (R3): its kernel evaluates e once per element, and so does the output's
+    out = e.alu(Ops.MUL, total.expand((4, 8)))
+    got = stores(out)
+    assert e not in got and got[total] == {policy.BROADCAST}
+
+
+def test_c3_value_read_at_two_indices_by_one_kernel_is_not_repeated():
+    a = buf(8)
+    e = a.alu(Ops.EXP2)  # shifted and flipped reads share the kernel's loop: recomputed (C1), as before
+    assert stores(e.alu(Ops.ADD, e.flip((True,)))) == {e.alu(Ops.ADD, e.flip((True,))): {policy.OUTPUT}}
+
+
+def test_c3_cost_model_counts_op_weights():
+    a = buf(4)
+    assert policy.op_cost(a.alu(Ops.ADD, a)) == 1 and policy.op_cost(a.alu(Ops.EXP2)) == policy.OP_COST[Ops.EXP2]
+    assert policy.op_cost(a.reshape((2, 2))) == 0
+    region = policy.Region(frozenset(), cost=policy.RECOMPUTE_MAX_COST + 1)
+    assert policy.keep_candidate(region, policy.Store({policy.BROADCAST}, repeated=True))
+    assert not policy.keep_candidate(region, policy.Store({policy.MULTI_INDEX}, repeated=False))
+    cheap = policy.Region(frozenset(), cost=policy.RECOMPUTE_MAX_COST)
+    assert not policy.keep_candidate(cheap, policy.Store({policy.BROADCAST}, repeated=True))
+
+
+def test_r4_long_reduction_nested_in_another_is_stored():
+    a, b = buf(64, 32), buf(32, 64)
+    mm = a.reshape((64, 32, 1)).expand((64, 32, 64)).alu(Ops.MUL, b.reshape((1, 32, 64)).expand((64, 32, 64)))
+    inner = mm.r(Ops.ADD, (1,))  # 64*32*64 = 2**17 products: a matmul
+    got = stores(inner.r(Ops.ADD, (0, 1, 2)))
+    assert got[inner] == {policy.NESTED_REDUCE}
 
 
 def test_c2_broadcast_elementwise_reading_many_buffers_is_kept():

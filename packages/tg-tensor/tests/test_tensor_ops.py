@@ -188,7 +188,11 @@ def test_matmul_builds_the_graph_of_its_definition(sa, sb):
     # matmul builds its graph from UOps directly for speed; it must be the graph of the tensor-method definition
     # (broadcast multiply, sum over the shared dim), node for node, so that caches and rewrites see one structure
     a, b = Tensor.ones(*sa).contiguous(), Tensor.ones(*sb).contiguous()
-    by_definition = (a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)).sum(-1)
+    if a.ndim > 2 and b.ndim == 2:  # batched rows times one matrix: one (rows, k) @ (k, m) product, reshaped
+        flat = a.reshape(-1, sa[-1])
+        by_definition = (flat.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)).sum(-1).reshape(*sa[:-1], sb[-1])
+    else:
+        by_definition = (a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)).sum(-1)
     assert (a @ b).uop is by_definition.uop
 
 

@@ -7,6 +7,7 @@ multiply followed by a sum over the shared dim, which the scheduler fuses into o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -391,6 +392,11 @@ def matmul(self: Tensor, w: Tensor, reverse: bool = False, dtype: DType | str | 
             f"matmul: batch dims {self.shape[:-2]} and {w.shape[:-2]} of {self.shape} @ {w.shape} do not broadcast"
         ) from None
     dt = dtype_arg(dtype) or least_upper_dtype(self.dtype, w.dtype)
+    if self.ndim > 2 and w.ndim == 2 and all(isinstance(d, int) for d in self.shape):
+        # (..., n, k) @ (k, m) is one (rows, k) @ (k, m) product: w's gradient is then one reduction over every row
+        # (a kernel the matmul heuristic tiles) instead of a reduction over each batch axis
+        rows = math.prod(self.shape[:-1])
+        return matmul(self.reshape(rows, k), w, dtype=dt).reshape(*self.shape[:-1], w.shape[1])
     x, w = self.cast(dt), w.cast(dt)
     if (fast := _matmul_uop(x.uop, w.uop, batch)) is not None:
         return Tensor(fast)

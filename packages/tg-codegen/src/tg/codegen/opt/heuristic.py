@@ -58,20 +58,23 @@ def _split_at(k: OptKernel, rid: int, types: tuple[AxisType, ...], factor: int, 
 
 
 def _matmul_operands(k: OptKernel, red: UOp) -> tuple[UOp, UOp] | None:
-    """The two loads of a matmul-like reduce value (through casts), or None."""
+    """The two operands of a matmul-like reduce value: a REDUCE ADD of a product (through casts) whose factors are
+    elementwise expressions of loads (a load, or a cheap producer fused into it: a scale, a cast), or None."""
     v = red.src[0]
     while v.op is Ops.CAST:
         v = v.src[0]
     if red.arg is not Ops.ADD or v.op is not Ops.MUL:
         return None
-    loads = []
     for s in v.src:
-        while s.op is Ops.CAST:
-            s = s.src[0]
-        if s.op is not Ops.LOAD:
+        nodes = s.toposort()
+        if not any(u.op is Ops.LOAD for u in nodes) or any(u.op in (Ops.REDUCE, Ops.DEFINE_REG) for u in nodes):
             return None
-        loads.append(s)
-    return loads[0], loads[1]
+    return v.src[0], v.src[1]
+
+
+def _ranges(x: UOp) -> set[UOp]:
+    """The RANGEs an operand expression depends on."""
+    return {u for u in x.toposort() if u.op is Ops.RANGE}
 
 
 def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], int, int] | None:
@@ -182,8 +185,9 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
     that the column operand does not use, UNROLL the reduce axis; the first legal entry of `widths` (default 2W, W,
     W/2), of `rows` (within the register budget) and of `unrolls` is taken."""
     a, b = ops
-    if n_axis not in b.src[0].src[1].toposort():
-        a, b = b, a
+    a_ranges, b_ranges = _ranges(a), _ranges(b)
+    if n_axis not in b_ranges:
+        a, b, a_ranges, b_ranges = b, a, b_ranges, a_ranges
     k_axis = red.src[1]
     regs = max(getattr(k.renderer, "vector_registers", 16), 8)
     n = _int_size(n_axis)
@@ -191,8 +195,8 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
     nr = next((f for f in widths if f >= 2 and n % f == 0), 0)
     if not nr:
         return k
-    m_axis = next((r for r in out_axes if r is not n_axis and r not in b.src[0].src[1].toposort()
-                   and r in a.src[0].src[1].toposort() and _int_size(r) > 1), None)  # fmt: skip
+    m_axis = next((r for r in out_axes if r is not n_axis and r not in b_ranges and r in a_ranges
+                   and _int_size(r) > 1), None)  # fmt: skip
     k = _split_at(k, axis_id(n_axis), (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
     if m_axis is not None:
         vecs = max(nr // lanes, 1)

@@ -12,13 +12,31 @@ Everything not stored is computed inline by the kernel that reads it. The rules 
 | S5 | `COPY(x)` | x must be storage (or a contiguous run of a DISK buffer); else x is stored first |
 | R2 | a node read at different indices by its consumers (or by two kernels) | candidate |
 | R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
+| R4 | a reduction whose consumer reduces it again in the same kernel, of >= 2**15 input elements | candidate |
+| R5 | a reduction read through a PAD (a gradient of a slice, a `cat` of matmuls), no store in between | candidate |
 | C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
 | C2 | any other candidate | keep stored |
+| C3 | a C1 candidate under a broadcast (evaluated more than once per element) costing more than 2 ALU ops | keep |
+| C4 | an R4 or R5 candidate | keep stored |
 | L1 | an ALU op whose kernel would read more than `max_buffers - 1` buffers | store its computed sources |
 | D1 | a kept candidate (R2/R3/L1) whose value is constant along some axes | store it without them, expand on read |
 | P1 | float `REDUCE_AXIS(ADD)` or `MAX`, >= 2**14 per output, <= 255 outputs | stored partials, then their reduction |
 | P1a | a sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
 
+C3 is the fusion cost model: an elementwise producer is fused into its consumer only where each of its elements is
+evaluated once there, or where one evaluation costs at most `RECOMPUTE_MAX_COST` cheap ALU ops (`OP_COST`: a
+transcendental is 16, a division or square root 4, the rest 1). A producer under a broadcast is evaluated once per
+broadcast element: GELU fused into the matmul that reads it would run once per output column, softmax's `exp` once
+per column of the product it feeds. Those are stored (computed once) instead; a scale, a shift or a cast is still
+recomputed. The threshold is low because the consumers that broadcast are mostly matmuls: an operand recomputed per
+register tile costs about as much as the tile's FMAs per op (measured: a ReLU fused into a 512x64x256 matmul's operand
+made it 40x slower than ReLU stored first), while storing costs one elementwise kernel the size of the operand.
+Values read at several indices by one kernel (R2) are not counted as repeated: shifted sums like
+`x[1:] + x[:-1]` reuse each other's terms. C4: a reduction nested in another reduction's loop
+(`(a @ b).sum()`) runs as a kernel of its own, where the optimiser sees a plain matmul or reduction; fused, the
+outer reduction's loops wrap it and no heuristic can vectorise it (a 1024x1024 matmul into a sum took 39 s). A
+reduction read through a PAD would run its whole loop at every padded position too, the result thrown away by a
+select: the three matmuls of an attention's q/k/v gradient `cat`ed into one tensor ran 3x the work, unvectorised.
 P1 rewrites the graph before the other rules (`pm_split_reduce`): it gives long reductions with few outputs a
 parallel axis (THREAD on the CPU, work-items on GPUs) and keeps the final reduction small. Accuracy does not come
 from here: the lowering accumulates every long float sum in nested blocks (`lower/structure.py`).
@@ -46,10 +64,11 @@ if TYPE_CHECKING:
     from tg.codegen.schedule.rangeify import Plan
 
 # store reasons (rule ids of the table above)
-OUTPUT, CONTIGUOUS, ASSIGN, HAZARD, COPY, COPY_SOURCE, MULTI_INDEX, BROADCAST, BUFFER_LIMIT = (
-    "S1", "S2", "S3", "H1", "S5", "S5-source", "R2", "R3", "L1")  # fmt: skip
+OUTPUT, CONTIGUOUS, ASSIGN, HAZARD, COPY, COPY_SOURCE, MULTI_INDEX, BROADCAST, NESTED_REDUCE, PADDED_REDUCE = (
+    "S1", "S2", "S3", "H1", "S5", "S5-source", "R2", "R3", "R4", "R5")  # fmt: skip
+BUFFER_LIMIT = "L1"
 # reasons whose store may drop the axes its value does not depend on (D1): no tensor observes these buffers
-SHRINKABLE = frozenset({MULTI_INDEX, BROADCAST, BUFFER_LIMIT})
+SHRINKABLE = frozenset({MULTI_INDEX, BROADCAST, NESTED_REDUCE, PADDED_REDUCE, BUFFER_LIMIT})
 
 # L1: a kernel's buffer limit (output included) for every device; 0 uses the renderer's `max_buffers`
 MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
@@ -63,12 +82,37 @@ PASSTHROUGH = frozenset({Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
 MAX_RECOMPUTE_BUFFERS = 3
 
 
+# R4: a reduction nested in another one's loop is stored from this many input elements (small ones stay fused)
+NESTED_REDUCE_MIN = 2**15
+
+# C3: what one evaluation of an op costs, in cheap ALU ops (add, multiply, compare, select, cast: 1; ops not listed
+# cost 1, movement ops and loads 0). Transcendentals are polynomials of 10-20 ops; the divider is slow and unpipelined.
+OP_COST: dict[Ops, int] = {
+    Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.POW: 40, Ops.THREEFRY: 40,
+    Ops.SQRT: 4, Ops.RECIPROCAL: 4, Ops.FDIV: 4, Ops.IDIV: 4, Ops.MOD: 4,
+}  # fmt: skip
+FREE_OPS = GroupOp.Movement | {Ops.BITCAST, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}
+# C3: the most a region evaluated more than once per element may cost and still be recomputed (two adds, multiplies
+# or casts: a scale and shift)
+RECOMPUTE_MAX_COST = 2
+COST_CAP = 1 << 20  # region costs add up over shared sources (an upper bound); capped so they stay small ints
+
+
+def op_cost(x: UOp) -> int:
+    """C3: the cost of evaluating tensor node `x` once, its sources excluded."""
+    if x.op in FREE_OPS or x.op not in GroupOp.Elementwise:
+        return 0
+    return OP_COST.get(x.op, 1)
+
+
 @dataclass
 class Store:
-    """Why a node is stored; `removable` stores are candidates the cost rule (C1) may undo."""
+    """Why a node is stored; `removable` stores are candidates the cost rule (C1) may undo. `repeated`: inlined, the
+    node would be evaluated more than once per element by one kernel (C3)."""
 
     reasons: set[str] = field(default_factory=set)
     removable: bool = True
+    repeated: bool = False
 
 
 # ---- A1: structural stores (a rewrite that only fills the plan; sources before users) ----------------------------
@@ -108,13 +152,27 @@ pm_structural_stores = PatternMatcher([
 # ---- A2: candidates found in the range walk (consumers first) ------------------------------------------------------
 
 
-def candidate_reason(x: UOp, consumers_agree: bool, under_broadcast: bool) -> str | None:
-    """R2/R3: the reason to make `x` a store candidate, given what its consumers ask for."""
+def candidate_reason(x: UOp, consumers_agree: bool, under_broadcast: bool, in_reduce: bool = False,
+                     under_pad: bool = False) -> str | None:  # fmt: skip
+    """R2-R5: the reason to make `x` a store candidate, given what its consumers ask for (`in_reduce`: a consumer
+    in the same kernel reduces over x's value; `under_pad`: a PAD above it, no store in between)."""
     if not consumers_agree:
         return MULTI_INDEX  # R2: computed once per distinct index otherwise
     if under_broadcast and (x.op is Ops.REDUCE_AXIS or x.op in GroupOp.Elementwise):
         return BROADCAST  # R3: computed once per broadcast element otherwise
+    if x.op is Ops.REDUCE_AXIS:
+        if in_reduce and _input_elements(x) >= NESTED_REDUCE_MIN:
+            return NESTED_REDUCE  # R4: an optimiser can only see the outer reduction
+        if under_pad:
+            return PADDED_REDUCE  # R5: its loop would also run at every padded position
     return None
+
+
+def _input_elements(x: UOp) -> int:
+    n = 1
+    for s in x.src[0].shape:
+        n *= s if isinstance(s, int) else int(s.vmax)
+    return n
 
 
 # ---- L1: the buffer limit of a kernel (sources first, after the cost rule) -----------------------------------------
@@ -209,15 +267,25 @@ def constant_axes(x: UOp, src_dead: list[int]) -> int:
 
 @dataclass(frozen=True)
 class Region:
-    """What computing a node inline costs: the distinct buffers it reads (capped) and whether it reduces one."""
+    """What computing a node inline costs: the distinct buffers it reads (capped), whether it reduces one, and the
+    cost of one evaluation (`op_cost` summed down to stores and buffers)."""
 
     buffers: frozenset[UOp] = frozenset()
     reduces_buffer: bool = False
+    cost: int = 0
 
 
-def keep_candidate(region: Region) -> bool:
-    """C1/C2: keep a candidate stored unless recomputing it is cheap (few buffers, no reduction over memory)."""
-    return len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer
+def keep_candidate(region: Region, store: Store | None = None) -> bool:
+    """C1-C4: keep a candidate stored unless recomputing it is cheap: few buffers, no reduction over memory, and
+    either evaluated once per element by each kernel that reads it or cheap to evaluate (C3); nested reductions
+    stay stored (C4)."""
+    if len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer:
+        return True  # C2
+    if store is None:
+        return False
+    if NESTED_REDUCE in store.reasons or PADDED_REDUCE in store.reasons:
+        return True  # C4
+    return store.repeated and region.cost > RECOMPUTE_MAX_COST  # C3
 
 
 # ---- P1: split long reductions with few outputs (a graph rewrite before the store rules) ------------------------

@@ -3,8 +3,10 @@
 1. `pm_structural_stores` (one rewrite, sources first): outputs, CONTIGUOUS, ASSIGN, COPY.
 2. The range walk (consumers before producers): every node gets the index its consumers read it at, in terms of
    fresh RANGEs of the kernel that reads it (movement ops map indices with `movement_index`, reductions add REDUCE
-   ranges). A node whose consumers disagree (R2) or that sits under a broadcast (R3) becomes a store candidate.
-3. The cost rule (sources first): a candidate whose region is cheap to recompute is un-stored (C1).
+   ranges). A node whose consumers disagree (R2), that sits under a broadcast (R3), or a long reduction another
+   reduction reads in its loop (R4) becomes a store candidate.
+3. The cost rule (sources first): a candidate whose region is cheap to recompute is un-stored (C1); one evaluated
+   more than once per element stays stored unless it is cheap per evaluation (C3).
 Then every kept store gets its buffer (an assign writes its target's buffer).
 """
 
@@ -182,35 +184,46 @@ def _range_walk(plan: Plan) -> None:
             consumers[s].append(n)
     inp: dict[UOp, Ask] = {}  # node -> the index its sources are read at
     under: dict[UOp, bool] = {}  # node -> a broadcast is above it (no store in between)
+    reducing: dict[UOp, bool] = {}  # node -> its sources are read inside a reduction's loop of the same kernel
+    padded: dict[UOp, bool] = {}  # node -> a PAD is above it (no store in between)
     for x in reversed(plan.order):
         if x.op in _NOT_WALKED:
             continue
         users = [c for c in consumers[x] if c in inp and _reads(c, x)]
         asks = [inp[c] for c in users]
         ub = any(under[c] for c in users)
+        in_reduce = any(reducing[c] for c in users)
+        under_pad = any(padded[c] for c in users)
         out: Ask
         if x in plan.stores:
             out = (plan.fresh(x.shape), None, x)
         elif not asks:
             continue
-        elif (reason := policy.candidate_reason(x, all(_same(a, asks[0]) for a in asks[1:]), ub)) is not None:
+        elif (reason := policy.candidate_reason(x, all(_same(a, asks[0]) for a in asks[1:]), ub, in_reduce,
+                                                under_pad)) is not None:  # fmt: skip
             out = (plan.fresh(x.shape), None, x)
             plan.store(x, reason, removable=True)
+            plan.stores[x].repeated = ub
         else:
             out = asks[0]  # R1: one index in one kernel for every consumer: fuse
         if x in plan.stores:
-            ub = False  # the buffer ends the broadcast
+            ub = in_reduce = under_pad = False  # the buffer ends the broadcast, the reduction and the padding
         if x.op is Ops.EXPAND:
             ub = True
+        elif x.op is Ops.PAD:
+            under_pad = True
         if x.op in GroupOp.Movement:
             idx, gate = movement_index(x, out[0], plan.index_memo)
             inp[x] = (idx, and_gates(out[1], gate), out[2])
         elif x.op is Ops.REDUCE_AXIS:
             red = plan.fresh(x.src[0].shape, AxisType.REDUCE)
             inp[x] = (tuple(red[a] if a in x.arg[1] else i for a, i in enumerate(out[0])), out[1], out[2])
+            in_reduce = True
         else:
             inp[x] = out
         under[x] = ub
+        reducing[x] = in_reduce
+        padded[x] = under_pad
 
 
 # ---- the cost rule -----------------------------------------------------------------------------------------------
@@ -231,8 +244,9 @@ def _unstore_cheap(plan: Plan) -> None:
         srcs = [seen.get(s, empty) for s in x.src]
         bufs = _cap(frozenset().union(*(r.buffers for r in srcs))) if srcs else frozenset()
         reduces = any(r.reduces_buffer for r in srcs) or (x.op is Ops.REDUCE_AXIS and bool(bufs))
-        region = policy.Region(bufs, reduces)
-        if (st := plan.stores.get(x)) is not None and st.removable and not policy.keep_candidate(region):
+        cost = min(policy.COST_CAP, policy.op_cost(x) + sum(r.cost for r in srcs))
+        region = policy.Region(bufs, reduces, cost)
+        if (st := plan.stores.get(x)) is not None and st.removable and not policy.keep_candidate(region, st):
             del plan.stores[x]  # C1: recompute at each consumer
         seen[x] = policy.Region(frozenset({x})) if x in plan.stores else region
 

@@ -14,7 +14,9 @@ import array
 import math
 import struct
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
@@ -182,6 +184,28 @@ def _float32_rounder() -> Callable[[float], float]:
     return round_f32
 
 
+# the counters of the active `count_ops` blocks (innermost last); kernels count their ALU ops only while one is open,
+# into `_counting_sink` (bound into the counting translations), added to every open counter after each run
+_op_counters: list[Counter[Ops]] = []
+_counting_sink: Counter[Ops] = Counter()
+
+
+@contextmanager
+def count_ops() -> Iterator[Counter[Ops]]:
+    """Count the float ALU operations PYTHON kernels execute inside the block, per op and lane (a vector op of 8
+    lanes counts 8; comparisons of floats count too, index arithmetic does not): how tests check that a value is
+    evaluated once per element (e.g. that a fused producer is not recomputed inside a matmul). Counting runs a second
+    translation of each kernel, made on first use. Example: `with count_ops() as n:
+    Tensor.ones(4, device="PYTHON").exp().realize()` leaves `n[Ops.EXP2] == 4`.
+    """
+    counter: Counter[Ops] = Counter()
+    _op_counters.append(counter)
+    try:
+        yield counter
+    finally:
+        _op_counters.remove(counter)
+
+
 def _is_reg(prog: list[Any], index: int) -> bool:
     """Whether INDEX instruction `index` points into a DEFINE_REG (through AFTERs)."""
     b = prog[index][2][0]
@@ -211,11 +235,16 @@ class PythonProgram(Program):
         self.core_id = variables.pop() if variables and self.prog[variables[-1]][3][0] == "core_id" else None
         self.variables = variables
         self.pysrc, self._fxn = self._translate()
+        self._counting_fxn: Callable[[list[_Memory], tuple[int, ...]], None] | None = None
 
-    def _translate(self) -> tuple[str, Callable[[list[_Memory], tuple[int, ...]], None]]:
+    def _translate(
+        self, counts: Counter[Ops] | None = None
+    ) -> tuple[str, Callable[[list[_Memory], tuple[int, ...]], None]]:
+        """The kernel as a Python function; with `counts`, one that adds every ALU op it executes (times its lanes)
+        to that counter."""
         prog, name = self.prog, self.name
         env: dict[str, Any] = {"_Memory": _Memory, "_cast": python_cast, "_bitcast": bitcast_scalar,
-                               "_round_f32": _float32_rounder()}  # fmt: skip
+                               "_round_f32": _float32_rounder(), "_counts": counts}  # fmt: skip
         lines = ["def _kernel(_mem, _vals):"]
         depth, open_loops = 1, []
 
@@ -224,6 +253,9 @@ class PythonProgram(Program):
 
         for i, (op, dt, src, arg) in enumerate(prog):
             v = [f"v{s}" for s in src]
+            if counts is not None and op in GroupOp.ALU and dtypes.is_float(prog[src[-1]][1].scalar()):
+                env[f"_op{i}"] = op
+                emit(f"_counts[_op{i}] += {dt.count}")
             if op is Ops.PARAM:
                 emit(f"v{i} = _mem[{self.params.index(i)}]")
             elif op is Ops.DEFINE_VAR:
@@ -346,16 +378,25 @@ class PythonProgram(Program):
             vname, lo, hi = self.prog[i][3]
             if not lo <= v <= hi:
                 raise ValueError(f"{self.name}: variable {vname}={v} outside its range [{lo}, {hi}]")
+        fxn = self._fxn
+        if _op_counters:
+            if self._counting_fxn is None:
+                self._counting_fxn = self._translate(_counting_sink)[1]
+            fxn = self._counting_fxn
         start = time.perf_counter()
         if self.core_id is None:
-            self._fxn(mems, tuple(vals))
+            fxn(mems, tuple(vals))
         else:
             if threads != self.prog[self.core_id][3][2] + 1:
                 raise ValueError(
                     f"{self.name} runs on {self.prog[self.core_id][3][2] + 1} threads, got threads={threads}"
                 )
             for t in reversed(range(threads)):
-                self._fxn(mems, (*vals, t))
+                fxn(mems, (*vals, t))
+        if _op_counters:
+            for c in _op_counters:
+                c.update(_counting_sink)
+            _counting_sink.clear()
         return time.perf_counter() - start if wait else None
 
 

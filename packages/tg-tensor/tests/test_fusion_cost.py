@@ -1,0 +1,87 @@
+"""The scheduler's fusion cost model (tg.codegen.schedule.policy C3-C4, R4-R5) seen from tensors: an expensive
+producer fused into a reduction that reads it is evaluated once per element it produces, counted by the PYTHON
+device's op counter, and the results stay equal to numpy's."""
+
+import numpy as np
+import pytest
+
+from tg.codegen.schedule import create_schedule
+from tg.ir import Ops, UOp
+from tg.runtime.backends.python import count_ops
+from tg.tensor import Tensor
+
+P = "PYTHON"
+
+
+def kernels(*ts: Tensor) -> int:
+    linear = create_schedule(UOp(Ops.SINK, src=tuple(t.uop for t in ts))).linear
+    return sum(c.src[0].op is Ops.SINK for c in linear.src)
+
+
+def _t(rng: np.random.Generator, *shape: int, device: str = P) -> Tensor:
+    return Tensor(rng.standard_normal(shape).astype(np.float32), device=device).realize()
+
+
+def test_op_counter_counts_each_lane(rng: np.random.Generator) -> None:
+    x = _t(rng, 6, 5)
+    with count_ops() as n:
+        x.exp().realize()
+    assert n[Ops.EXP2] == 30
+    with count_ops() as outer, count_ops() as inner:
+        (x * 2).realize()
+    assert outer[Ops.MUL] == inner[Ops.MUL] == 30  # index arithmetic (ints) is not counted
+    (x + 1).realize()  # no block open: nothing is counted anywhere
+    assert outer[Ops.ADD] == 0
+
+
+def test_gelu_feeding_a_matmul_is_evaluated_once_per_element(rng: np.random.Generator) -> None:
+    x, w = _t(rng, 8, 16), _t(rng, 16, 12)
+    out = x.gelu() @ w
+    assert kernels(out) == 2  # gelu stored, then the matmul
+    with count_ops() as n:
+        got = out.numpy()
+    assert n[Ops.EXP2] == 8 * 16  # erf's one exp per element, not one per element and output column
+    xs = x.numpy().astype(np.float64)
+    erf = np.vectorize(__import__("math").erf)
+    np.testing.assert_allclose(got, (0.5 * xs * (1 + erf(xs / np.sqrt(2)))) @ w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_feeding_a_matmul_computes_exp_once_per_kernel(rng: np.random.Generator) -> None:
+    x, w = _t(rng, 6, 10), _t(rng, 10, 7)
+    out = x.softmax(1) @ w
+    assert kernels(out) == 4  # max, sum of exp, the stored softmax, the matmul
+    with count_ops() as n:
+        got = out.numpy()
+    assert n[Ops.EXP2] == 2 * 6 * 10  # once in the sum's kernel, once where the softmax is stored
+    z = np.exp(x.numpy() - x.numpy().max(1, keepdims=True))
+    np.testing.assert_allclose(got, (z / z.sum(1, keepdims=True)) @ w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cheap_producer_is_still_fused_into_the_matmul(rng: np.random.Generator) -> None:
+    x, w = _t(rng, 8, 16), _t(rng, 16, 12)
+    out = (x * 2 + 1) @ w
+    assert kernels(out) == 1
+    np.testing.assert_allclose(out.numpy(), (x.numpy() * 2 + 1) @ w.numpy(), rtol=1e-5, atol=1e-5)
+    relu = x.relu() @ w  # three ops (compare, not, select) per evaluation: stored
+    assert kernels(relu) == 2
+    np.testing.assert_allclose(relu.numpy(), np.maximum(x.numpy(), 0) @ w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_into_a_sum_is_its_own_kernel(rng: np.random.Generator) -> None:
+    a = Tensor.empty(256, 256, device="NULL")
+    assert kernels((a @ a).sum()) == 3  # the matmul, then the sum (P1: partials, total): never nested loops
+    x, y = _t(rng, 64, 64, device="CPU"), _t(rng, 64, 64, device="CPU")
+    got = (x @ y).sum().item()
+    want = float((x.numpy().astype(np.float64) @ y.numpy().astype(np.float64)).sum())
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-3)
+
+
+def test_concatenated_matmuls_run_no_masked_products(rng: np.random.Generator) -> None:
+    a, b, c = _t(rng, 4, 8), _t(rng, 8, 3), _t(rng, 8, 5)
+    out = (a @ b).cat(a @ c, dim=1)
+    assert kernels(out) == 3  # each matmul in its own kernel, then the cat
+    with count_ops() as n:
+        got = out.numpy()
+    products = n[Ops.MULACC] + n[Ops.MUL]  # float ops only: index arithmetic is not counted
+    assert products == 4 * 8 * (3 + 5)  # fused under the cat's padding, both loops ran at every output
+    np.testing.assert_allclose(got, np.concatenate([a.numpy() @ b.numpy(), a.numpy() @ c.numpy()], 1), rtol=1e-5)

@@ -65,9 +65,17 @@ def _pow2(n: Tensor, dt: DType) -> Tensor:
 def _reduce_ln2(x: Tensor) -> tuple[Tensor, Tensor]:
     """(n, r) with x = n*ln2 + r, |r| <= ln2/2 (n an int tensor; x must be finite and inside exp's range)."""
     dt = x.dtype
-    nf = (x * (1 / math.log(2)) + 0.5).floor()
+    if dt is dtypes.float32:
+        # round to nearest by adding 1.5 * 2**23 (the integer lands in the low mantissa bits): no float->int
+        # conversion, which C vectors on AVX2 can only do one lane at a time (through int64)
+        shifted = x * (1 / math.log(2)) + 12582912.0
+        nf = shifted - 12582912.0
+        n = shifted.bitcast(dtypes.int32) - 0x4B400000
+    else:
+        nf = (x * (1 / math.log(2)) + 0.5).floor()
+        n = nf.cast(_BITS[dt][0])
     r = (x - nf * _LN2_HI[dt]) - nf * _LN2_LO[dt]
-    return nf.cast(_BITS[dt][0]), r
+    return n, r
 
 
 @_in_float32

@@ -22,7 +22,7 @@ from tg.codegen.lower.devectorize import devectorize_rules
 from tg.codegen.lower.expand import expand_kernel
 from tg.codegen.lower.gpudims import add_gpudims
 from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
-from tg.codegen.lower.transcendental import POLY_OPS, transcendental_rules
+from tg.codegen.lower.transcendental import POLY_OPS, pm_vector_transcendentals, transcendental_rules
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import DType
 from tg.ir.helpers import TRANSCENDENTAL
@@ -85,6 +85,9 @@ def lower_kernel(ast: UOp, renderer: Renderer) -> UOp:
     sink = unify_ends(sink)
     # gated loads/stores take the gate as their own source
     sink = graph_rewrite(sink, pm_gates)
+    # CPUs: float32 EXP2/LOG2 on vectors stay vectors (float32 polynomials, not one libm call per lane)
+    if Ops.MUL in renderer.vector_ops and not renderer.has_local and TRANSCENDENTAL < 2:
+        sink = graph_rewrite(sink, pm_vector_transcendentals)
     # vector ops the target can't do in vector form are done lane by lane
     rules = devectorize_rules(frozenset(renderer.vector_ops), frozenset(renderer.vector_bool_ops),
                               frozenset(renderer.vector_conversions))  # fmt: skip

@@ -1,7 +1,7 @@
 """Scheduling cost: tg next to tinygrad 0.14 (when importable) in the same process. Prints numbers; asserts nothing.
 
 Measures (targets from shared/specs/scheduler.md):
-- the block network (softmax, matmul, mean/var normalisation per block: 6 kernels) at 10/40/160/640 blocks on
+- the block network (softmax, matmul, mean/var normalisation per block: 7 kernels) at 10/40/160/640 blocks on
   NULL: `create_schedule` first call and cache hit (tinygrad: `schedule_linear`), then a full realize on NULL
   (schedule + lower + render of the distinct kernels); ms per block and the growth 640 vs 160 (linear = 4x);
 - the max-chain `x = x - x.max(1, keepdim=True)` (64x64) at 10/40/160 steps, realized on CPU (warm);

@@ -45,3 +45,32 @@ def test_vector_kernels_call_no_libm(device: str, capsys: pytest.CaptureFixture[
     src = capsys.readouterr().out
     assert "void " in src and "tg_f32x" in src  # the kernel was printed, and it works on float vectors
     assert "exp2f(" not in src and "log2f(" not in src
+
+
+def _gelu_ref(x: np.ndarray) -> np.ndarray:
+    import math
+
+    xs = x.astype(np.float64)
+    erfc = np.frompyfunc(math.erfc, 1, 1)
+    return (xs * 0.5 * erfc(-xs / math.sqrt(2)).astype(np.float64)).astype(np.float64)
+
+
+def test_gelu_float32_relative_accuracy_everywhere(device: str) -> None:
+    # the negative tail through erfc: 0.5*x*(1+erf(x/sqrt2)) in float32 is off by ~6e5 ulp at x = -5; below -5.65
+    # (|gelu| < 3e-8) the result is -0, as torch's float32 gelu gives
+    n = 64 * 40 if device == "PYTHON" else 64 * 4000
+    x = np.concatenate([np.linspace(-5.6, 6, n // 2), -np.logspace(-30, 0.7, n // 4), np.logspace(-30, 1, n // 4)])
+    x = x.astype(np.float32)
+    got = Tensor(x, device=device).gelu().numpy()
+    assert _ulps(got, _gelu_ref(x)) <= 6
+
+
+def test_gelu_and_erf_kernels_are_float32_vectors(device: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if device != "CPU" or not getattr(Device["CPU"].renderer, "vector_bytes", 0):
+        pytest.skip("the C renderer with vectors")
+    x = Tensor(np.linspace(-3, 3, 128, dtype=np.float32) + 0.01, device=device).realize()
+    with Context(DEBUG=4):
+        (x.gelu() + x.erf()).realize()
+    src = capsys.readouterr().out
+    body = src[src.index("void ") :]  # the kernel, after the prelude's typedefs
+    assert "tg_f32x" in body and "double" not in body and "tg_f64" not in body and "exp2f(" not in body

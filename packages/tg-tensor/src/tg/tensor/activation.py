@@ -108,7 +108,7 @@ def gelu(self: Tensor, approximate: str = "none") -> Tensor:
         return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+    return _transcendental.gelu_erf(x)
 
 
 def softsign(self: Tensor) -> Tensor:

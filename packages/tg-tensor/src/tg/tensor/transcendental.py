@@ -68,7 +68,7 @@ def _reduce_ln2(x: Tensor) -> tuple[Tensor, Tensor]:
     if dt is dtypes.float32:
         # round to nearest by adding 1.5 * 2**23 (the integer lands in the low mantissa bits): no float->int
         # conversion, which C vectors on AVX2 can only do one lane at a time (through int64)
-        shifted = x * (1 / math.log(2)) + 12582912.0
+        shifted = (x * (1 / math.log(2)) + 12582912.0).detach()  # n is piecewise constant: no gradient
         nf = shifted - 12582912.0
         n = shifted.bitcast(dtypes.int32) - 0x4B400000
     else:
@@ -214,8 +214,11 @@ def pow_(self: Tensor, exponent: Tensor) -> Tensor:
 
 
 # erf: Taylor series of x*P(x^2) below 0.75; above, 1 - exp(-x^2) * g(x) with g = erfc(x)*exp(x^2) as a Chebyshev
-# series on [0.75, 4] (coefficients computed once from math.erfc); beyond 4, erf rounds to +-1 in float32.
+# series on [0.75, 4] (coefficients computed once from math.erfc); beyond 4, erf rounds to +-1 in float32. float32
+# switches at 1 instead: the float32 Clenshaw sum of g carries a few ulp, which 1 - erfc scales down by erfc (0.16
+# at 1, 0.29 at 0.75), and the Taylor series still converges fast there.
 _ERF_SPLIT, _ERF_END, _CHEB_DEGREE = 0.75, 4.0, 20
+_ERF_SPLIT_F32 = 1.0
 
 
 @functools.cache
@@ -228,28 +231,83 @@ def _erfc_scaled_chebyshev() -> tuple[float, ...]:
                  for k in range(_CHEB_DEGREE + 1))  # fmt: skip
 
 
-@_in_float32
-def erf(self: Tensor) -> Tensor:
-    """The error function: float32 computed in float64 and rounded once (float64 inputs get about 1e-10)."""
-    if self.dtype is dtypes.float32 and _wide(self) is dtypes.float64:
-        return erf(self.cast(dtypes.float64)).cast(dtypes.float32)
-    a = self.abs()
-    x2 = self * self
-    # small: 2/sqrt(pi) * sum (-1)^k x^(2k+1) / (k! (2k+1))
-    coeffs = [2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2 * k + 1)) for k in range(12)]
+def _split12(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(hi, lo) with x = hi + lo exactly and hi keeping x's top 12 significant bits (float32): a product of two such
+    his is exact. hi carries no gradient; lo = x - hi does, so expressions of (hi, lo) differentiate like x."""
+    hi = (x.detach().bitcast(dtypes.int32) & -(1 << 12)).bitcast(dtypes.float32)
+    return hi, x - hi
+
+
+def _exp_neg_square(v: Tensor, scale: float) -> Tensor:
+    """exp(-scale * v**2) in float32 for scale 1 or 1/2, with v**2 never rounded: v = hi + lo, exp(-scale*hi**2)
+    (hi**2 exact) times exp(-d) with d = scale*lo*(v + hi) < 2**-6 by its Taylor series. A rounded v**2 would
+    cost v**2 * 2**-24 relative error: 12 ulp of erfc at 3.5."""
+    hi, lo = _split12(v)
+    d = lo * (v + hi) * scale
+    tail = 1.0 - d * (1.0 - d * (0.5 - d * (1 / 6 - d * (1 / 24))))
+    return (hi * hi * -scale).exp() * tail
+
+
+_ERF_C0 = 2 / math.sqrt(math.pi)
+_ERF_C0_HI = round(_ERF_C0 * 2048) / 2048  # 12 significant bits
+_ERF_C0_LO = _ERF_C0 - _ERF_C0_HI
+
+
+def _erf_small(x: Tensor) -> Tensor:
+    """erf(x) for |x| < 0.75: its Taylor series, the leading 2x/sqrt(pi) from exact pieces (x's top 12 bits times
+    the constant's) so that only the small corrections round."""
+    x2 = x * x
+    coeffs = [_ERF_C0 * (-1) ** k / (math.factorial(k) * (2 * k + 1)) for k in range(12)]
     acc = x2 * 0.0 + coeffs[-1]
     for c in reversed(coeffs[1:-1]):
         acc = acc * x2 + c
-    small = self * coeffs[0] + self * x2 * acc
-    # large: Clenshaw recurrence for the Chebyshev series in t = (a - 2.5) / 1.5
+    if x.dtype is not dtypes.float32:
+        return x * coeffs[0] + x * x2 * acc
+    hi, lo = _split12(x)
+    return hi * _ERF_C0_HI + (lo * _ERF_C0_HI + x * _ERF_C0_LO + x * x2 * acc)
+
+
+def _erfc_scaled(a: Tensor) -> Tensor:
+    """g(a) = erfc(a) * exp(a**2) for 0.75 <= a <= 4 (clamped), by its Chebyshev series (Clenshaw)."""
     mid, half = (_ERF_END + _ERF_SPLIT) / 2, (_ERF_END - _ERF_SPLIT) / 2
     t = (a.minimum(_ERF_END).maximum(_ERF_SPLIT) - mid) * (1 / half)
     c = _erfc_scaled_chebyshev()
     b1, b2 = t * 0.0, t * 0.0
     for ck in reversed(c[1:]):
         b1, b2 = t * 2.0 * b1 - b2 + ck, b1
-    g = t * b1 - b2 + c[0] * 0.5
-    large = 1.0 - (-(a * a)).exp() * g
+    return t * b1 - b2 + c[0] * 0.5
+
+
+@_in_float32
+def erf(self: Tensor) -> Tensor:
+    """The error function: x*P(x**2) below 0.75, 1 - exp(-x**2) * g(|x|) above (g = erfc * exp(x**2) as a Chebyshev
+    series), +-1 from 4 on. float32 is computed in float32 (vector lanes on the CPU), x**2 and the leading term
+    without rounding: within 1 ulp (measured in tests/test_numerics_math.py); float64 gets about 1e-10."""
+    a = self.abs()
+    small = _erf_small(self)
+    if self.dtype is dtypes.float32:
+        decay = _exp_neg_square(a.minimum(_ERF_END), 1.0)
+    else:
+        decay = (-(a * a)).exp()
+    large = 1.0 - decay * _erfc_scaled(a)
     large = (a < _ERF_END).where(large, 1.0)
     large = (self < 0).where(-large, large)
-    return (a < _ERF_SPLIT).where(small, self.isnan().where(self, large))
+    split = _ERF_SPLIT_F32 if self.dtype is dtypes.float32 else _ERF_SPLIT
+    return (a < split).where(small, self.isnan().where(self, large))
+
+
+def gelu_erf(x: Tensor) -> Tensor:
+    """GELU with erf, x * Phi(x), in x's float dtype: Phi(x) = 1 - erfc(|z|)/2 for x >= 0 and erfc(|z|)/2 below
+    (z = x/sqrt(2)), erfc(|z|) = exp(-x**2/2) * g(|z|) with x**2 unrounded, so the negative tail keeps its relative
+    accuracy where 1 + erf(z) would cancel (gelu(-5) = -1.4e-6: the erf formula is off by 6e5 ulp there). float32:
+    within 5 ulp (worst near x = -1.35, from the float32 Chebyshev sum of g), 1 ulp for x >= 0."""
+    z = x * (1 / math.sqrt(2))
+    a = z.abs()
+    if x.dtype is dtypes.float32:
+        decay = _exp_neg_square(x.abs().minimum(_ERF_END * math.sqrt(2)), 0.5)
+    else:
+        decay = (-(a * a)).exp()
+    tail = (a < _ERF_END).where(decay * _erfc_scaled(a), 0.0) * 0.5  # erfc(|z|) / 2
+    small = 0.5 + _erf_small(z) * 0.5  # switches at 0.75: below x = -1.06, 0.5 + erf/2 cancels
+    phi = (a < _ERF_SPLIT).where(small, (x < 0).where(tail, 1.0 - tail))
+    return x * phi

@@ -85,7 +85,7 @@ def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], i
     topo = list(k.ast.toposort())
     stores = [u for u in topo if u.op is Ops.STORE]
     reduces = [u for u in topo if u.op is Ops.REDUCE]
-    if not stores or not k.ranges or len(reduces) != 1 or len(reduces[0].src) != 2:
+    if not stores or not k.ranges or len(reduces) != 1 or len(reduces[0].src) < 2:
         return None
     if (ops := _matmul_operands(k, reduces[0])) is None:
         return None
@@ -122,7 +122,9 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         return k
     if (mm := _matmul_parts(k)) is not None:
         red, ops, n_axis, out_axes, lanes, work = mm
-        return _threads(_matmul_tile(k, red, ops, n_axis, out_axes, lanes), work)
+        tiled = _matmul_tile(k, red, ops, n_axis, out_axes, lanes)
+        if tiled.applied:  # else (no vector width divides the contiguous output axis) the reduction rules below
+            return _threads(tiled, work)
     lanes = _lanes(k, topo, stores)
     out_axes = [r for r in k.ranges if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
@@ -130,13 +132,14 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
     reduces = [u for u in topo if u.op is Ops.REDUCE]
     work = _work(k)
     loop_t = (AxisType.LOOP, AxisType.GLOBAL)
-    if len(reduces) == 1 and lanes > 1 and len(reduces[0].src) == 2:
-        red_r = reduces[0].src[1]
+    if len(reduces) == 1 and lanes > 1 and len(reduces[0].src) >= 2:
+        red_r = reduces[0].src[-1]  # the innermost reduce loop (convolutions reduce over several axes)
+        nested = len(reduces[0].src) > 2  # the outer reduce loops make up the length: one vector of lanes is enough
         loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
         if any(_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
             size = _int_size(red_r)
             for f in (4 * lanes, 2 * lanes, lanes):
-                if size >= 4 * f and size % f == 0:
+                if size >= (f if nested else 4 * f) and size % f == 0:
                     k = _split_at(k, axis_id(red_r), (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
                     break
         elif contiguous_out is not None:
@@ -188,7 +191,7 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
     a_ranges, b_ranges = _ranges(a), _ranges(b)
     if n_axis not in b_ranges:
         a, b, a_ranges, b_ranges = b, a, b_ranges, a_ranges
-    k_axis = red.src[1]
+    k_axis = red.src[-1]  # the innermost reduce loop
     regs = max(getattr(k.renderer, "vector_registers", 16), 8)
     n = _int_size(n_axis)
     widths = (2 * lanes, lanes, lanes // 2) if widths is None else widths

@@ -320,9 +320,12 @@ symbolic_int = PatternMatcher([
      lambda a, y: a.replace(src=(y, a.src[0])) if y.op is not Ops.CONST else None),
     # bounds-based pruning: an int/bool ALU whose bounds pin its value is that constant
     (UPat(GroupOp.ALU - {Ops.THREEFRY}, name="x"), _bounds_const),
-    # two-stage constant folding of associative ops
-    *((UPat.var("x").alu(op, UPat.cvar("c1", vec=False)).alu(op, UPat.cvar("c2", vec=False)).named("f"),
+    # two-stage constant folding of associative ops: exact for wrapping ints and bools; floats only for MAX (a float
+    # sum or product regrouped rounds differently: (x + 1) + 1 is not x + 2 at x = 2**24 in float32)
+    *((UPat.var("x", INTS_BOOL).alu(op, UPat.cvar("c1", vec=False)).alu(op, UPat.cvar("c2", vec=False)).named("f"),
        lambda f, x, c1, c2: x.alu(f.op, c1.alu(f.op, c2))) for op in GroupOp.Associative),
+    (UPat.var("x").maximum(UPat.cvar("c1", vec=False)).maximum(UPat.cvar("c2", vec=False)),
+     lambda x, c1, c2: x.maximum(c1.maximum(c2)) if c1.arg == c1.arg and c2.arg == c2.arg else None),
     # combine terms
     (UPat.var("x", INTS) * UPat.cvar("c0") + UPat.var("x") * UPat.cvar("c1"), lambda x, c0, c1: x * (c0 + c1)),
     (UPat.var("x", INTS) + UPat.var("x") * UPat.cvar("c"), lambda x, c: x * (c + 1)),

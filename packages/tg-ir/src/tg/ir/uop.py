@@ -258,7 +258,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if device is None and ((b.__class__ is int and dtype in _INT_SCALARS) or (b.__class__ is float and dtype in
                                _FLOAT_SCALARS and b == b)):  # fmt: skip
             if dtype.min <= b <= dtype.max:  # fast path: an in-range Python scalar of the right kind
-                return UOp(Ops.CONST, dtype, (), b)
+                # a float constant holds a value of its dtype (1.0001 as float32 is 1.00010001659...): folding then
+                # computes exactly what the kernel would, step by step
+                return UOp(Ops.CONST, dtype, (), _ROUND_FLOAT[dtype](b) if dtype in _ROUND_FLOAT else b)
         if isinstance(b, UOp):
             return b.cast(dtype) if b.dtype is not dtype else b
         if isinstance(b, tuple) and len(set(b)) == 1:
@@ -268,6 +270,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         arg = dtypes.as_const(b, dtype if isinstance(b, tuple) else dtype.scalar())
         if arg.__class__ is int and dtypes.is_int(dtype) and not dtype.min <= arg <= dtype.max:
             arg = truncate[dtype.scalar()](arg)  # ints wrap like C (e.g. -1 as uint32 is 0xFFFFFFFF)
+        elif (rnd := _ROUND_FLOAT.get(dtype.scalar())) is not None:  # floats hold values of their dtype
+            arg = tuple(_round_float(rnd, x) for x in arg) if isinstance(arg, tuple) else _round_float(rnd, arg)
         src = (UOp(Ops.DEVICE, arg=device),) if device is not None else ()
         ret = UOp(Ops.VCONST if isinstance(b, tuple) else Ops.CONST, dtype, src, arg)
         if shape is not None:
@@ -604,6 +608,14 @@ def _same_shape(a: tuple[sint, ...], b: tuple[sint, ...]) -> bool:
 
 _INT_SCALARS = frozenset(dtypes.ints)
 _FLOAT_SCALARS = frozenset(dtypes.floats)
+# float dtypes narrower than a Python float: their constants are rounded to the dtype when made
+_ROUND_FLOAT = {dt: truncate[dt] for dt in dtypes.floats if dt is not dtypes.float64}
+
+
+def _round_float(rnd: Callable[[Any], Any], x: Any) -> Any:
+    return rnd(x) if x == x else x  # NaN stays the canonical math.nan (constants compare by argument)
+
+
 _unique_counter = itertools.count()
 _PICKLE_FLAT_DEPTH = 200
 

@@ -13,14 +13,13 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg.ir import Context, ContextVar, Ops, UOp, dtypes
+from tg.ir import Context, Ops, UOp, dtypes
+from tg.ir.helpers import TRAINING  # training mode: `with Tensor.train():`, `Context(TRAINING=1)` or env TRAINING=1
+from tg.tensor import origins as _origins
 from tg.tensor.gradient import compute_gradient
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
-
-# training mode (dropout, batchnorm statistics): `with Tensor.train():`, `Context(TRAINING=1)` or env TRAINING=1
-TRAINING = ContextVar("TRAINING", 0)
 
 _grad_mode = threading.local()
 # per node, kept in the node's __dict__ like its cached properties: does it require grad (reach a grad-requiring
@@ -28,8 +27,6 @@ _grad_mode = threading.local()
 _MEMO = "_autograd_requires_grad"
 # nodes that require grad (a fast "is anything tracked at all?" check)
 _tracked: weakref.WeakSet[UOp] = weakref.WeakSet()
-# realized buffer -> the forward graph it was computed from, for tensors that required grad when realized
-_origins: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # leaves with requires_grad=True and non-leaves with retain_grad(): the tensors backward() fills .grad of
 grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
@@ -107,8 +104,13 @@ def mark(uop: UOp, flag: bool) -> None:
     uop.__dict__[_MEMO] = flag
     if flag:
         _tracked.add(uop)
+        _origins.remember_key(uop)
     else:
         _tracked.discard(uop)
+
+
+def _marked(uop: UOp) -> bool:
+    return bool(uop.__dict__.get(_MEMO))
 
 
 def reaches_grad(root: UOp) -> bool:
@@ -158,20 +160,59 @@ def track_result(t: Tensor) -> None:
 
 def note_realized(becomes: dict[UOp, UOp]) -> None:
     """Called after a realize: a value that required grad and now lives in a buffer keeps requiring grad, and
-    gradients flow through the graph it was computed from."""
+    gradients flow through the graph it was computed from (tg.tensor.origins: states of buffers, placeholders)."""
     if not _tracked:
         return
+    epoch = _origins.new_epoch()
+    # buffers this realize overwrote: their states before the write become placeholders first
+    retired: dict[UOp, UOp] = {}
+    leaf_writes: set[UOp] = set()
+    for old, new in becomes.items():
+        if old.op is Ops.ASSIGN and (buf := _origins.base_buffer(new)) is not None and buf not in retired:
+            retired[buf], was_leaf = _origins.retire_state(buf, epoch, _marked)
+            if was_leaf:
+                leaf_writes.add(buf)
+    placeholders = set(retired.values())
     for old, new in becomes.items():
         # reaches_grad, not the memo alone: a graph rebuilt by an earlier realize's substitute (a lazy tensor that
         # shared nodes with what was realized) holds new nodes nobody has asked about yet
-        if reaches_grad(old):
-            # an ASSIGN into a grad leaf's own buffer (an update) starts afresh; one into any other buffer (clone,
-            # `copy_` into a plain tensor) keeps its graph, as torch's copy_ does (asked before `new`, which may be
-            # that very buffer, is marked)
-            keeps_graph = old.op is not Ops.ASSIGN or not reaches_grad(old.src[0])
-            mark(new, True)
-            if new is not old and keeps_graph:  # an ASSIGN's buffer stands for the assigned value (its own target
-                _origins.setdefault(new, old.src[1] if old.op is Ops.ASSIGN else old)  # would be a cycle)
+        if new is old or not reaches_grad(old):
+            continue
+        if old.op is Ops.ASSIGN:
+            # an ASSIGN into a grad leaf's own buffer (an optimizer update) starts afresh: the leaf stays a leaf; one
+            # into any other buffer (clone, `copy_` into a plain tensor) keeps its graph, as torch's copy_ does
+            if _origins.base_buffer(new) in leaf_writes:
+                continue
+            graph = old.src[1]
+        else:
+            graph = old
+        reads_old = False
+        if retired:  # what this realize's writes replaced is read as the previous state
+            if (swapped := graph.substitute(retired)) is not graph:
+                graph, reads_old = _origins.drop_assigns_into(swapped, placeholders), True
+        if _reads(graph, new):
+            continue  # the realize changed nothing (contiguous() of a stored value): the node stands for itself
+        mark(new, True)
+        _origins.record(new, graph, reads_old)
+
+
+def keep_overwritten_reads(buf: UOp, value: Tensor) -> Tensor:
+    """Before `buf` is overwritten with `value`: if gradients will flow through `value` and it reads `buf`, it reads a
+    stored copy instead, so the backward still has the old values (torch saves them too: `b.mul_(w)` needs the old
+    `b` for w's gradient). A grad leaf's own update needs none (it starts afresh)."""
+    from tg.tensor.tensor import Tensor
+
+    if not is_grad_enabled() or buf.op is not Ops.BUFFER or not reaches_grad(value.uop):
+        return value
+    if (_marked(buf) and buf not in _origins.origins) or buf not in value.uop.toposort():
+        return value
+    old = Tensor.empty(buf.arg, dtype=buf.dtype, device=buf.device).assign(Tensor(buf, requires_grad=False)).realize()
+    return Tensor(value.uop.substitute({buf: old.uop}))
+
+
+def _reads(graph: UOp, node: UOp) -> bool:
+    """Whether `graph` contains `node`, walking only the part that may require grad."""
+    return graph is node or node in graph.toposort(lambda u: u.__dict__.get(_MEMO, True))
 
 
 # ---- leaves, backward, gradient -------------------------------------------------------------------------------
@@ -228,12 +269,20 @@ def gradient(root: Tensor, targets: Sequence[Tensor], grad: Tensor | None = None
     for t in targets:
         if not isinstance(t, Tensor):
             raise TypeError(f"gradient targets must be Tensors, got {type(t).__name__}")
-    grads = compute_gradient(root.uop, seed, {t.uop for t in targets}, _origins)
+    resolved = _origins.ResolvedOrigins()
+    grads = resolved.restore_values(
+        compute_gradient(root.uop, seed, {t.uop for t in targets}, resolved, stored=resolved.stored)
+    )
     return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
 
 
-def backward(root: Tensor, grad: Tensor | None = None) -> None:
-    """Accumulate d(root)/d(leaf) into `.grad` of every grad leaf (and retained non-leaf) root depends on."""
+def backward(
+    root: Tensor, grad: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False
+) -> None:
+    """Accumulate d(root)/d(leaf) into `.grad` of every grad leaf (and retained non-leaf) root depends on.
+
+    As in torch, a second backward from the same tensor raises unless the earlier one passed `retain_graph=True`
+    (it would add the same gradients again); `create_graph=True` keeps the gradients differentiable (and retains)."""
     from tg.tensor.realize import buffer_of
     from tg.tensor.tensor import Tensor
 
@@ -242,13 +291,23 @@ def backward(root: Tensor, grad: Tensor | None = None) -> None:
             "backward: the tensor does not require grad (no input has requires_grad=True, or it was computed "
             "under no_grad() or detached)"
         )
+    if getattr(root, "_backward_done", False):
+        raise RuntimeError(
+            "backward: this tensor's backward already ran, and a second one would add the same gradients again. "
+            "Pass retain_graph=True to the first backward() if you mean to run it twice, or compute the loss again"
+        )
     seed = _seed(root, grad, "backward")
     leaves = list(grad_leaves)
-    grads = compute_gradient(root.uop, seed, {t.uop for t in leaves}, _origins)
+    resolved = _origins.ResolvedOrigins()
+    grads = resolved.restore_values(
+        compute_gradient(root.uop, seed, {t.uop for t in leaves}, resolved, stored=resolved.stored)
+    )
+    if not (create_graph if retain_graph is None else retain_graph):
+        root._backward_done = True
     for t in leaves:
         if (g := grads.get(t.uop)) is None:
             continue
-        new = Tensor(g.detach(), requires_grad=False)
+        new = Tensor(g, requires_grad=None) if create_graph else Tensor(g.detach(), requires_grad=False)
         if t.grad is None:
             t.grad = new
         elif buffer_of(t.grad.uop) is not None:

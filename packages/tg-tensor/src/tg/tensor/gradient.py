@@ -8,7 +8,7 @@ scheduler fuses backward chains with the forward values they need exactly as it 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import cast
 
 from tg.ir import Ops, PatternMatcher, UOp, UPat, argsort, dtypes, sum_acc_dtype
@@ -149,6 +149,7 @@ def _target_path(root: UOp, targets: set[UOp], origins: Mapping[UOp, UOp]) -> li
     """Nodes between root and the targets, consumers after producers (DETACH cuts the path)."""
     in_path: dict[UOp, bool] = {}
     order: list[UOp] = []
+    entered: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         node, visited = stack.pop()
@@ -156,6 +157,9 @@ def _target_path(root: UOp, targets: set[UOp], origins: Mapping[UOp, UOp]) -> li
             continue
         srcs = _sources(node, origins, targets)
         if not visited:
+            if node in entered:  # reached again below itself: never loop, say what went wrong
+                raise RuntimeError(f"gradient: the graph reaches {node.op} {node.shape} again below itself (a cycle)")
+            entered.add(node)
             stack.append((node, True))
             stack.extend((s, False) for s in reversed(srcs) if s not in in_path)
             continue
@@ -166,12 +170,17 @@ def _target_path(root: UOp, targets: set[UOp], origins: Mapping[UOp, UOp]) -> li
 
 
 def compute_gradient(
-    root: UOp, root_grad: UOp, targets: set[UOp], origins: Mapping[UOp, UOp] | None = None
+    root: UOp,
+    root_grad: UOp,
+    targets: set[UOp],
+    origins: Mapping[UOp, UOp] | None = None,
+    stored: Callable[[UOp], bool] | None = None,
 ) -> dict[UOp, UOp]:
     """Gradients of `root` (seeded with `root_grad`) for every node on a path to `targets`, keyed by node.
 
     `origins` maps realized buffers to the forward graphs they were computed from, so gradients flow through
-    values that were realized before the backward pass; those graphs read the buffers again in the result.
+    values that were realized before the backward pass; those graphs read the buffers again in the result, except
+    where `stored(buffer)` is False (a state that was overwritten: its graph is kept).
     """
     origins = origins or {}
     grads: dict[UOp, UOp] = {root: root_grad}
@@ -189,7 +198,8 @@ def compute_gradient(
             local: tuple[UOp | None, ...] | None = function_gradient(node, g)
             srcs: tuple[UOp, ...] = node.src
         elif node in origins and node not in targets:
-            used_origins[origins[node]] = node
+            if stored is None or stored(node):
+                used_origins[origins[node]] = node
             local = (g,)
             srcs = (origins[node],)
         else:

@@ -94,7 +94,7 @@ class TensorIndex:
                 continue
             seen.add(n)
             self.visits += 1
-            if n.op in _SHARED_LEAVES or _is_const_view(n):
+            if n.op in _SHARED_LEAVES or is_const_view(n):
                 continue
             if n.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or tensors_key in n.__dict__:
                 self._link(n, ref)
@@ -150,7 +150,8 @@ def _forget(ts: dict[int, Any], key: int) -> Any:
 _SHARED_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.DEFINE_VAR, Ops.BIND})
 
 
-def _is_const_view(n: UOp) -> bool:
+def is_const_view(n: UOp) -> bool:
+    """Whether `n` is a constant under movement ops (no storage: shared by unrelated graphs)."""
     while n.op in GroupOp.Movement:
         n = n.src[0]
     return n.op is Ops.CONST
@@ -288,6 +289,39 @@ def pending_readers(buffers: set[UOp], exclude: Iterable[UOp] = ()) -> list[UOp]
     return [r for r in found if index.tensors(r) and _pending_reader(r, buffers)]
 
 
+def has_value_readers(state: UOp, exclude: UOp) -> bool:
+    """Whether a live lazy tensor other than `exclude` computes a value from `state` (a pending ASSIGN): views of it
+    and later states of its buffer are not readers."""
+    for root in index.affected([state]):
+        if root is state or root is exclude or is_realized(root) or not index.tensors(root) or _is_view_of(root, state):
+            continue
+        if state in root.toposort(lambda u: u.op is not Ops.ASSIGN or u is state or u.src[0] is not state):
+            return True
+    return False
+
+
+def is_whole_constant(n: UOp) -> bool:
+    """Whether `n` is a constant made for its shape (reshapes and broadcasts of a CONST), not a slice of one."""
+    while n.op in (Ops.RESHAPE, Ops.EXPAND):
+        n = n.src[0]
+    return n.op is Ops.CONST
+
+
+def has_live_views(node: UOp) -> bool:
+    """Whether a live tensor is a view (movement ops only) of the lazy value `node`."""
+    if is_const_view(node):
+        return False  # constants are shared by unrelated graphs: no tensor views one in particular
+    return any(root is not node and index.tensors(root) and _is_view_of(root, node) for root in index.affected([node]))
+
+
+def _is_view_of(uop: UOp, state: UOp) -> bool:
+    from tg.tensor.movement import VIEW_OPS
+
+    while uop.op in VIEW_OPS:
+        uop = uop.src[0]
+    return uop is state
+
+
 def repoint_views(state: UOp, new: UOp, owner: Tensor) -> None:
     """After an assign made `new` the next state of the buffer that `state` (a BUFFER or pending ASSIGN) held,
     every live view of `state` views `new` instead (views alias; value readers keep the old state)."""
@@ -315,7 +349,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
     if not todo:
         return
     for t in todo:  # a realized constant (zeros, full, ...) is storage of its own, like a creation function's result
-        if _is_const_view(t._uop):
+        if is_const_view(t._uop):
             t.uop = own_storage(t._uop)
     if tracing_functions:
         raise RuntimeError(

@@ -57,8 +57,9 @@ class Tensor(DTypeShortcuts, TensorMethods):
     [3.0, 6.0]
     """
 
-    __slots__ = ("__weakref__", "_bitcast_of", "_is_leaf", "_requires_grad", "_uop", "grad")
+    __slots__ = ("__weakref__", "_backward_done", "_bitcast_of", "_is_leaf", "_requires_grad", "_uop", "grad")
     _bitcast_of: Tensor  # set on a bitcast to another itemsize: the tensor its assigns write through to
+    _backward_done: bool  # set by a backward() without retain_graph: a second one raises
     _seed: int = 0x5EED
     _rng_counter: int = 0
 
@@ -285,9 +286,12 @@ class Tensor(DTypeShortcuts, TensorMethods):
         """Force the value into its own buffer when realized (a fusion boundary).
 
         Each call makes storage of its own: two `Tensor.zeros(4).contiguous()` never share a buffer (the UOps would
-        be one hash-consed node otherwise), so writing into one leaves the other as it was. Contiguous of a buffer
-        that is already contiguous is that buffer (an alias, as in PyTorch).
+        be one hash-consed node otherwise), so writing into one leaves the other as it was. A tensor that already is
+        a whole buffer is returned as it is (PyTorch returns `self` too; tinygrad the same buffer): writes into the
+        result are writes into this tensor, and a grad leaf stays that leaf.
         """
+        if _realize.buffer_of(self.uop) is not None:
+            return self
         return Tensor(_realize.own_storage(self.uop))
 
     # ---- autograd: see autograd.py and gradient.py -------------------------------------------------------
@@ -318,8 +322,12 @@ class Tensor(DTypeShortcuts, TensorMethods):
         _autograd.grad_leaves.add(self)
         return self
 
-    def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Accumulate the gradient of this tensor into `.grad` of the leaves it depends on.
+    def backward(
+        self, gradient: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False
+    ) -> Tensor:
+        """Accumulate the gradient of this tensor into `.grad` of the leaves it depends on. A second backward from
+        the same tensor raises unless the first passed `retain_graph=True` (torch's rule: it would double the
+        gradients); `create_graph=True` leaves the gradients differentiable.
 
         >>> w = Tensor([1.0, 2.0], requires_grad=True)
         >>> (w * w).sum().backward().tolist()
@@ -327,7 +335,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
         >>> w.grad.tolist()
         [2.0, 4.0]
         """
-        _autograd.backward(self, gradient)
+        _autograd.backward(self, gradient, retain_graph, create_graph)
         return self
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
@@ -358,8 +366,14 @@ class Tensor(DTypeShortcuts, TensorMethods):
         """
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
-        if x.shape != self.shape:
-            raise ValueError(f"assign shape mismatch: target {self.shape} vs value {x.shape}")
+        if x.shape != self.shape:  # broadcast like torch's copy_ (a scalar fills, a row repeats)
+            try:
+                broadcast = broadcast_shape(x.shape, self.shape) == self.shape
+            except ValueError:
+                broadcast = False
+            if not broadcast:
+                raise ValueError(f"assign shape mismatch: target {self.shape} vs value {x.shape}")
+            x = x._broadcast_to(self.shape)
         if x.dtype is not self.dtype:
             raise TypeError(f"assign dtype mismatch: target {self.dtype.name} vs value {x.dtype.name}")
         if x.device != self.device:
@@ -376,6 +390,13 @@ class Tensor(DTypeShortcuts, TensorMethods):
             state = self.uop
             while state.op is Ops.RESHAPE:
                 state = state.src[0]
+            if state.op is Ops.ASSIGN and _realize.has_value_readers(state, exclude=x.uop):
+                # the pending write is read by tensors made since: store it first, so that those reads (realized
+                # before the next write) see it, not the value written after them
+                _realize.realize_tensors([Tensor(state)])
+                return self.assign(x)
+            if state is base:  # a value computed from this buffer that gradients flow through needs its old value
+                x = _autograd.keep_overwritten_reads(base, x)
             self.uop = self.uop.assign(x.uop)
             if base.op is Ops.BUFFER:  # views of the buffer alias it: they see the new value, as in PyTorch
                 _realize.repoint_views(state, self.uop, self)
@@ -390,17 +411,30 @@ class Tensor(DTypeShortcuts, TensorMethods):
             inner = Tensor(self.uop.src[0])
             inner.assign(Tensor(x.uop.bitcast(inner.dtype))).realize()
             self.uop = inner.uop.bitcast(self.dtype)
-        elif self.uop.op in _movement.VIEW_OPS and _movement.view_base(self.uop).op in (Ops.CONTIGUOUS, Ops.COPY):
-            # a view of a value that has no storage yet: store it first, then write through the view
-            Tensor(_movement.view_base(self.uop)).realize()
+        elif self.uop.op in _movement.VIEW_OPS and not _realize.is_whole_constant(self.uop) and (
+            _movement.view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN)
+        ):
+            # a view of a value that has no storage yet: store it first (every tensor holding it gets the buffer),
+            # then write through the view
+            lazy_base = _movement.view_base(self.uop)
+            if _realize.is_const_view(lazy_base):
+                raise ValueError(
+                    f"assign into a view of a constant tensor ({lazy_base.dtype.name} {lazy_base.shape}) would be "
+                    "lost: it has no storage. Give it storage first (`t = Tensor.zeros(...).contiguous()`), or "
+                    "write with `t[index] = value`"
+                )
+            _realize.realize_tensors([Tensor(lazy_base)])
             return self.assign(x)
         elif _movement.view_base(self.uop).op in (Ops.BUFFER, Ops.ASSIGN):
             # a view of stored data: the write goes to the whole buffer, realized now so that every tensor
             # sharing the buffer sees it (pending reads of the old values are computed first)
             self.uop = _movement.assign_into_view(self.uop, x.uop)
             _realize.realize_tensors([Tensor(_movement.view_base(self.uop))])  # the ASSIGN; self stays a view
+        elif _realize.has_live_views(self.uop):
+            _realize.realize_tensors([self])  # views of this lazy value alias it: store it, then write into storage
+            return self.assign(x)
         else:
-            self.uop = x.uop  # nothing stored yet: the new value simply replaces the graph
+            self.uop = x.uop  # nothing stored yet and nothing aliases it: the new value simply replaces the graph
         return self
 
     # ---- dtype ------------------------------------------------------------------------------------------

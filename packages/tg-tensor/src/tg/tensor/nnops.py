@@ -376,17 +376,24 @@ def sparse_categorical_crossentropy(
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     log_probs = self.log_softmax(-1)
     keep = Y != ignore_index
-    picked = _pick_class(log_probs, Y, keep)
+    picked = _pick_class(log_probs, Y, keep, "sparse_categorical_crossentropy", self.ndim - 1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep)
     return _reduce_loss("sparse_categorical_crossentropy", loss, reduction, keep.sum())
 
 
-def _pick_class(values: Tensor, labels: Tensor, keep: Tensor) -> Tensor:
-    """values[..., labels] along the last dim, 0 where `keep` is False (one-hot select, differentiable)."""
+def _pick_class(values: Tensor, labels: Tensor, keep: Tensor, op: str, dim: int) -> Tensor:
+    """values[..., labels] along the last dim, 0 where `keep` is False (one-hot select, differentiable). A kept label
+    outside [0, classes) raises IndexOutOfRange (as torch does) when the labels are known, else when the result is
+    realized: without the check that row would silently count for nothing."""
+    from tg.tensor import bounds
     from tg.tensor.tensor import Tensor
 
+    if dtypes.is_float(labels.dtype) or labels.dtype is dtypes.bool:
+        raise TypeError(f"{op}: class labels must be an integer tensor, got {labels.dtype.name}")
     classes = Tensor.arange(values.shape[-1], device=values.device, dtype=labels.dtype)
     hit = (labels.unsqueeze(-1) == classes) & keep.unsqueeze(-1)
+    checked = keep.where(labels, 0)
+    bounds.check_index(checked, values.shape[-1], op=op, dim=dim, negative_ok=False, selection=hit)
     return hit.where(values, 0).sum(-1)
 
 
@@ -417,12 +424,14 @@ def cross_entropy(
         raise ValueError(f"cross_entropy: index targets {Y.shape} must have shape {expected} for logits {self.shape}")
     keep = Y != ignore_index
     weighted = log_probs * w if w is not None else log_probs
-    picked = _pick_class(weighted, Y, keep)
+    picked = _pick_class(weighted, Y, keep, "cross_entropy", cdim)
     smooth = weighted.sum(-1) / n_classes * keep
     loss = -((1 - label_smoothing) * picked + label_smoothing * smooth)
     if reduction != "mean":
         return _reduce_loss("cross_entropy", loss, reduction)
-    count = _pick_class(w.expand(log_probs.shape), Y, keep).sum() if w is not None else keep.sum()
+    if w is None:
+        return loss.sum() / keep.sum()
+    count = _pick_class(w.expand(log_probs.shape), Y, keep, "cross_entropy", cdim).sum()
     return loss.sum() / count
 
 
@@ -439,10 +448,10 @@ def nll_loss(
     if weight is not None:
         w = weight.reshape(*[1] * (values.ndim - 1), -1).expand(values.shape)
         values = values * w
-        count: Tensor | None = _pick_class(w, Y, keep).sum()
+        count: Tensor | None = _pick_class(w, Y, keep, "nll_loss", cdim).sum()
     else:
         count = keep.sum()
-    loss = -_pick_class(values, Y, keep)
+    loss = -_pick_class(values, Y, keep, "nll_loss", cdim)
     return _reduce_loss("nll_loss", loss, reduction, count)
 
 

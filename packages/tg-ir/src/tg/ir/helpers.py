@@ -26,6 +26,11 @@ WIN = sys.platform == "win32"
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
     """Read environment variable `key`, converted to the type of `default` (cached: the environment is read once)."""
+    return read_env(key, default)
+
+
+def read_env(key: str, default: Any = 0) -> Any:
+    """Environment variable `key` now (not cached), converted to the type of `default`."""
     val = os.environ.get(key)
     if val is None:
         return default
@@ -86,6 +91,42 @@ class ContextVar:
     def __repr__(self) -> str:
         return f"ContextVar({self.key!r}, value={self.value!r})"
 
+    def _snapshot(self) -> Any:
+        """What `Context` saves on entry and gives back to `_restore` on exit."""
+        return self.value
+
+    def _restore(self, saved: Any) -> None:
+        self.value = saved
+
+
+_UNSET: Any = object()
+
+
+class LiveContextVar(ContextVar):
+    """A ContextVar read from the environment at every use, not once at import (unless a `Context` sets it): for
+    settings that tests and tools change in `os.environ` while a process runs (paths, the compiler, search limits).
+
+    Example: `CC = LiveContextVar("CC", "")`; `CC.value` is `$CC` now; `with Context(CC="gcc"): ...`.
+    """
+
+    def __init__(self, key: str, default_value: Any) -> None:
+        super().__init__(key, default_value)
+        self._override = _UNSET
+
+    @property  # type: ignore[override]
+    def value(self) -> Any:
+        return read_env(self.key, self.default) if self._override is _UNSET else self._override
+
+    @value.setter
+    def value(self, v: Any) -> None:
+        self._override = v
+
+    def _snapshot(self) -> Any:
+        return self._override
+
+    def _restore(self, saved: Any) -> None:
+        self._override = saved
+
 
 class Context(contextlib.ContextDecorator):
     """Scoped, nestable override of ContextVars: `with Context(DEBUG=2, BEAM=0): ...` or `@Context(NOOPT=1)`.
@@ -100,14 +141,14 @@ class Context(contextlib.ContextDecorator):
         self._stack: list[dict[str, Any]] = []
 
     def __enter__(self) -> Context:
-        self._stack.append({k: ContextVar.get(k).value for k in self.kwargs})
+        self._stack.append({k: ContextVar.get(k)._snapshot() for k in self.kwargs})
         for k, v in self.kwargs.items():
             ContextVar.get(k).value = v
         return self
 
     def __exit__(self, *exc: object) -> None:
         for k, v in self._stack.pop().items():
-            ContextVar.get(k).value = v
+            ContextVar.get(k)._restore(v)
 
 
 DEBUG = ContextVar("DEBUG", 0)
@@ -153,6 +194,26 @@ TG_MOCKAM_VRAM_MB = ContextVar("TG_MOCKAM_VRAM_MB", 512)
 # mock AMD GPUs (MOCKKFD, MOCKPCI, MOCKUSB): how many, and 0 = retire dispatches without emulating them
 TG_MOCKGPU_COUNT = ContextVar("TG_MOCKGPU_COUNT", 2)
 TG_MOCKGPU_EMU = ContextVar("TG_MOCKGPU_EMU", 1)
+# training mode (dropout, batchnorm statistics): `Tensor.train()`, `Context(TRAINING=1)` (tg.tensor.autograd)
+TRAINING = ContextVar("TRAINING", 0)
+# default of every optimizer's `fused=` (tg.tensor.nn.optim)
+FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
+# scheduler (tg.codegen.schedule): a kernel's buffer limit (0: the renderer's), no memory planning, the schedule cache
+MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
+NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
+SCACHE = ContextVar("SCACHE", 1)
+SCACHE_SIZE = ContextVar("SCACHE_SIZE", 256)
+
+# settings read from the environment at each use (tests and tools change them while a process runs)
+TG_CACHE_DIR = LiveContextVar("TG_CACHE_DIR", "")  # where caches live; see cache_dir()
+CC = LiveContextVar("CC", "")  # the C compiler of the CPU backend ("" = clang, gcc or cc, whichever exists)
+NVRTC = LiveContextVar("NVRTC", "")  # path of the NVRTC library for CUDA ("" = search)
+CPU_COUNT = LiveContextVar("CPU_COUNT", 0)  # threads a CPU kernel may use (0 = the cores this process may use)
+LRU = LiveContextVar("LRU", 1)  # 0: free buffers at once instead of caching them for reuse
+BEAM_TIME = LiveContextVar("BEAM_TIME", 10.0)  # seconds of BEAM search per kernel
+IGNORE_BEAM_CACHE = LiveContextVar("IGNORE_BEAM_CACHE", 0)  # 1: search again instead of replaying the cached winner
+BEAM_PROGRESS = LiveContextVar("BEAM_PROGRESS", 0)  # 1: a progress bar while searching
+FUNCTION_CACHE_SIZE = LiveContextVar("FUNCTION_CACHE_SIZE", 256)  # traces kept per @function
 
 
 def dev_targets() -> tuple[Target, ...]:
@@ -167,7 +228,7 @@ def _parse_dev(value: str) -> tuple[Target, ...]:
 
 def cache_dir() -> pathlib.Path:
     """The directory for tg's on-disk caches: $TG_CACHE_DIR, else $XDG_CACHE_HOME/tg, else ~/.cache/tg (not created)."""
-    if d := os.environ.get("TG_CACHE_DIR"):
+    if d := TG_CACHE_DIR.value:
         return pathlib.Path(d)
     default = os.path.join(os.path.expanduser("~"), "Library/Caches" if OSX else ".cache")
     base = os.environ.get("XDG_CACHE_HOME") or default

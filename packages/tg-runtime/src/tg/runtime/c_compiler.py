@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tg.ir.helpers import CC
 from tg.runtime.device import CompileError, Compiler, DeviceUnavailable
 
 # preference order when CC is not set
@@ -39,7 +40,7 @@ def find_c_compiler(cc: str | None = None, path: str | None = None) -> str:
     where names are looked up. Raises CompilerNotFoundError with installation advice when nothing is found.
     """
     if cc is None:
-        cc = os.environ.get("CC") or None
+        cc = CC.value or None
     search = path if path is not None else os.environ.get("PATH", "")
     if cc is not None:
         words = shlex.split(cc)

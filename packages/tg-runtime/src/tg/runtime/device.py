@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from tg.ir.dtype import DType
-from tg.ir.helpers import CACHELEVEL, DEBUG, DEV, GlobalCounters, cache_dir, dev_targets, getenv
+from tg.ir.helpers import CACHELEVEL, DEBUG, DEV, LRU, GlobalCounters, cache_dir, dev_targets
 from tg.ir.target import Target, TargetError
 
 if TYPE_CHECKING:
@@ -451,7 +451,7 @@ class LRUAllocator(Allocator[DeviceT]):
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
         """Keep the buffer for reuse (unless LRU=0 or the options forbid it)."""
-        if getenv("LRU", 1) and (options is None or not (options.nolru or options.zero)):
+        if LRU.value and (options is None or not (options.nolru or options.zero)):
             self.cache[(size, options)].append(opaque)
         else:
             super().free(opaque, size, options)

@@ -21,7 +21,6 @@ import array
 import concurrent.futures
 import hashlib
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -36,7 +35,7 @@ from tg.codegen.opt.kernel import vector_lanes
 from tg.codegen.program import ProgramSpec, get_program
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import PtrDType, dtypes
-from tg.ir.helpers import DEBUG, cache_dir
+from tg.ir.helpers import BEAM_PROGRESS, BEAM_TIME, DEBUG, IGNORE_BEAM_CACHE, cache_dir
 from tg.ir.ops import AxisType, Ops
 from tg.ir.uop import UOp, sym_infer
 from tg.runtime.device import Buffer, CompileError, Device
@@ -47,15 +46,6 @@ MIN_GAIN = 0.03  # a pick must beat the heuristic kernel by this fraction in the
 
 # what the last search measured in its final comparison (seconds per run): heuristic_s, best_s, rounds, opts
 last_search: dict[str, Any] = {}
-
-
-def _env(key: str, default: float) -> float:
-    """An environment setting read now (not cached: tests and benchmarks change these between searches)."""
-    val = os.environ.get(key, "")
-    try:
-        return float(val) if val else default
-    except ValueError:
-        raise ValueError(f"environment variable {key}={val!r} is not a number") from None
 
 
 def _opts_to_json(opts: Sequence[Opt]) -> list[Any]:
@@ -163,12 +153,12 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, device: str | None = N
     dev = Device[device]
     compiler = dev.compiler
     cfile = _cache_file(ast, renderer, getattr(compiler, "cachekey", "") or "", width)
-    if not _env("IGNORE_BEAM_CACHE", 0):
+    if not IGNORE_BEAM_CACHE.value:
         try:
             return _opts_from_json(json.loads(cfile.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    limit = float(_env("BEAM_TIME", 10.0)) if time_limit is None else time_limit
+    limit = float(BEAM_TIME.value) if time_limit is None else time_limit
     start = time.perf_counter()
     timer = _Timer(device)
     k0 = hand_coded_opts(OptKernel(ast, renderer))
@@ -252,7 +242,7 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, device: str | None = N
 
 
 def _progress(name: str) -> Any:
-    if not (DEBUG >= 1 or _env("BEAM_PROGRESS", 0)):
+    if not (DEBUG >= 1 or BEAM_PROGRESS.value):
         return None
     try:
         from tqdm import tqdm

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from tg.ir import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
-from tg.ir.helpers import getenv
+from tg.ir.helpers import FUNCTION_CACHE_SIZE
 from tg.tensor import autograd as _autograd
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
@@ -116,7 +116,7 @@ class Function(Generic[R]):
         self.fxn, self.allow_implicit = fxn, allow_implicit
         self.name = getattr(fxn, "__qualname__", repr(fxn))
         self.cache: OrderedDict[Any, _Trace] = OrderedDict()
-        self.cache_size = int(getenv("FUNCTION_CACHE_SIZE", 256))
+        self.cache_size = int(FUNCTION_CACHE_SIZE.value)
         self.trace_count = 0
         functools.update_wrapper(self, fxn)
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from tg.codegen.schedule import stats
 from tg.codegen.schedule.callify import is_placeholder
-from tg.ir import ContextVar, Ops, UOp
+from tg.ir import Ops, UOp
 
-# 0: schedule every realize from scratch; SCACHE_SIZE: templates kept (least recently used go first)
-SCACHE = ContextVar("SCACHE", 1)
-SCACHE_SIZE = ContextVar("SCACHE_SIZE", 256)
+# SCACHE=0: schedule every realize from scratch; SCACHE_SIZE: templates kept (least recently used go first)
+from tg.ir.helpers import SCACHE, SCACHE_SIZE
 
 
 @dataclass(frozen=True)

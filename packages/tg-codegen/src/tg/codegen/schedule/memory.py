@@ -10,10 +10,8 @@ lifetimes never overlap in bytes, the arena is no bigger than the sum of the buf
 
 from __future__ import annotations
 
-from tg.ir import ContextVar, Ops, UOp, dtypes, round_up
-
-# 1: every intermediate gets its own buffer
-NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
+from tg.ir import Ops, UOp, dtypes, round_up
+from tg.ir.helpers import NO_MEMORY_PLANNER  # 1: every intermediate gets its own buffer
 
 ALIGN = 256
 # devices whose allocators hand out views into one allocation (tg.runtime's CPU, PYTHON and NULL backends)

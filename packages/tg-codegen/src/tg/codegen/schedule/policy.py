@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tg.codegen.render.renderer import Renderer
-from tg.ir import ContextVar, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from tg.ir import GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from tg.ir.helpers import MAX_KERNEL_BUFFERS
 
 if TYPE_CHECKING:
     from tg.codegen.schedule.rangeify import Plan
@@ -71,7 +72,6 @@ BUFFER_LIMIT = "L1"
 SHRINKABLE = frozenset({MULTI_INDEX, BROADCAST, NESTED_REDUCE, PADDED_REDUCE, BUFFER_LIMIT})
 
 # L1: a kernel's buffer limit (output included) for every device; 0 uses the renderer's `max_buffers`
-MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
 MIN_KERNEL_BUFFERS = 4  # a WHERE of three buffers and its output: no split can go below this
 
 # ops whose value is free or already storage: never stored (S7)

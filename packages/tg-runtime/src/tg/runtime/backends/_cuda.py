@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tg.ir.helpers import NVRTC
 from tg.ir.target import Target, TargetError
 from tg.runtime.device import CompileError, Compiler, DeviceUnavailable
 
@@ -47,7 +48,7 @@ _NVRTC_SIGNATURES: dict[str, list[Any]] = {
 
 
 def _nvrtc_candidates() -> list[str]:
-    if env := os.environ.get("NVRTC"):
+    if env := NVRTC.value:
         return [env]
     names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
     wheels = [("nvidia", "cu13", "lib", "libnvrtc.so.13"), ("nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.12")]

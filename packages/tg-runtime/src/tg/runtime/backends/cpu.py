@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tg.ir.helpers import cache_dir, getenv
+from tg.ir.helpers import CPU_COUNT, cache_dir, getenv
 from tg.ir.target import Target
 from tg.runtime.c_compiler import CCompiler, host_cpu_flags, target_macros
 from tg.runtime.cpu_arch import CPUArch, cpu_arch, host_machine
@@ -119,7 +119,7 @@ def load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
 
 def cpu_count() -> int:
     """Threads a CPU kernel may use: ``CPU_COUNT`` if set, else the cores this process may run on."""
-    n = getenv("CPU_COUNT", 0)
+    n = CPU_COUNT.value
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"CPU_COUNT must be a positive int, got {n!r}")
     if n:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from tg.ir import ContextVar, DType, dtypes
+from tg.ir import DType, dtypes
+from tg.ir.helpers import FUSE_OPTIM
 from tg.tensor.autograd import no_grad
 from tg.tensor.matrix import newton_schulz  # re-exported: Muon's iteration, also `Tensor.newton_schulz`
 from tg.tensor.tensor import Tensor
@@ -27,7 +28,6 @@ __all__ = [
 ]  # fmt: skip
 
 # default of every optimizer's `fused=` (tinygrad's FUSE_OPTIM): `Context(FUSE_OPTIM=1)` or the environment
-FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
 
 
 def _state(shape: tuple[int, ...], like: DType, device: str) -> Tensor:

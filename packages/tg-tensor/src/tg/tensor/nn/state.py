@@ -14,6 +14,7 @@ from tg.tensor.nn.formats.errors import FormatError
 from tg.tensor.nn.formats.gguf import GGUFTensorInfo, gguf_index, gguf_load
 from tg.tensor.nn.formats.safetensors import safe_load, safe_load_metadata, safe_metadata, safe_save
 from tg.tensor.nn.formats.torch import torch_load
+from tg.tensor.nn.module import Module
 from tg.tensor.tensor import Tensor
 
 __all__ = [
@@ -39,7 +40,8 @@ class StateDictError(ValueError):
 
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
     """`{attribute path: Tensor}` for every tensor reachable from `obj` through attributes, lists/tuples (by
-    index), dicts (by key) and namedtuples; `None` and other values are skipped.
+    index), dicts (by key) and namedtuples; `None` and other values are skipped. An `nn.Module` contributes its
+    `state_dict()` (parameters and persistent buffers, torch's keys).
 
     >>> class Net:
     ...     def __init__(self):
@@ -58,7 +60,9 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
         if id(value) in seen:
             continue
         children: list[tuple[str, Any]]
-        if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        if isinstance(value, Module):
+            children = list(value.state_dict().items())
+        elif isinstance(value, tuple) and hasattr(value, "_asdict"):
             children = list(value._asdict().items())
         elif isinstance(value, (list, tuple)):
             children = [(str(i), v) for i, v in enumerate(value)]

@@ -3,8 +3,9 @@
 Run it with `hatch run demo` (the demo environment installs scikit-learn and tqdm) or `python examples/digits_cnn.py
 [--steps N]`. The recipe (specs/tensor-api.md 6.4): stratified 75/25 split with random_state=0, pixels / 16,
 Conv2d(1,16,3,p=1) -> relu -> Conv2d(16,32,3,p=1) -> relu -> max_pool2d(2) -> flatten -> Linear(512,10), Adam lr 2e-3,
-600 steps of batch 64 in training mode, sparse categorical cross-entropy. Each step (forward, backward, Adam update)
-is one TinyJit replay after the first two calls.
+600 steps of batch 64 in training mode, sparse categorical cross-entropy. The model is an `nn.Module` (torch's
+habits: `model.parameters()`, `model.train()`/`model.eval()`, `state_dict()`). Each step (forward, backward, Adam
+update) is one TinyJit replay after the first two calls.
 """
 
 from __future__ import annotations
@@ -16,21 +17,22 @@ import time
 import numpy as np
 
 from tg.tensor import Tensor, TinyJit, nn
+from tg.tensor.nn import functional as F
 from tg.tensor.nn.optim import Adam
-from tg.tensor.nn.state import get_parameters
 
 
-class DigitsCNN:
+class DigitsCNN(nn.Module):
     """Two 3x3 convolutions, a 2x2 max-pool and a linear classifier: 8x8 images -> 10 logits."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
         self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
         self.fc = nn.Linear(32 * 4 * 4, 10)
 
-    def __call__(self, x: Tensor) -> Tensor:
-        x = self.conv2(self.conv1(x).relu()).relu()
-        return self.fc(x.max_pool2d(2).flatten(1))
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        return self.fc(F.max_pool2d(x, 2).flatten(1))
 
 
 def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -57,13 +59,12 @@ def train(
     Tensor.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = DigitsCNN()
-    opt = Adam(get_parameters(model), lr=lr)
+    opt = Adam(model.parameters(), lr=lr)
 
     @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
-        with Tensor.train():
-            loss = model(x).sparse_categorical_crossentropy(y)
+        loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step(loss)
         return loss
@@ -72,6 +73,7 @@ def train(
     position, first_loss, last_loss = 0, float("nan"), float("nan")
     bar = tqdm(range(steps), desc="training", unit="step", disable=not progress)
     loop_start = time.perf_counter()
+    model.train()
     for i in bar:
         if position + batch > len(order):
             order, position = rng.permutation(len(x_train)), 0
@@ -84,6 +86,7 @@ def train(
             bar.set_postfix(loss=f"{last_loss:.4f}")
     loop_time = time.perf_counter() - loop_start
     bar.close()
+    model.eval()
     predictions = model(Tensor(x_test)).argmax(-1).numpy()
     return {
         "accuracy": float((predictions == y_test).mean()),

@@ -33,17 +33,17 @@ def main() -> None:
     versions()
     import numpy as np
 
-    from tg.tensor import Device, Tensor
+    from tg.tensor import Device, Tensor, nn
 
     print(f"\ndevice: {Device.DEFAULT}")
     Tensor.manual_seed(0)
-    x, w1, b1 = Tensor.randn(32, 64), Tensor.randn(64, 128) * 0.1, Tensor.zeros(128)
-    w2, b2 = Tensor.randn(128, 10) * 0.1, Tensor.zeros(10)
-    timed("random weights", lambda: Tensor.realize(x, w1, b1, w2, b2))
-    logits = timed("MLP forward (first run, compiles)", lambda: ((x @ w1 + b1).relu() @ w2 + b2).softmax(-1).numpy())
-    timed("MLP forward (cached kernels)", lambda: ((x @ w1 + b1).relu() @ w2 + b2).softmax(-1).numpy())
-    xn, w1n, w2n = x.numpy(), w1.numpy(), w2.numpy()
-    h = np.maximum(xn @ w1n, 0) @ w2n
+    mlp = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10), nn.Softmax(dim=-1))
+    x = Tensor.randn(32, 64)
+    timed("random input and weights", lambda: Tensor.realize(x, *mlp.parameters()))
+    logits = timed("MLP forward (first run, compiles)", lambda: mlp(x).numpy())
+    timed("MLP forward (cached kernels)", lambda: mlp(x).numpy())
+    xn, (w1, b1, w2, b2) = x.numpy(), (p.numpy() for p in mlp.parameters())
+    h = np.maximum(xn @ w1.T + b1, 0) @ w2.T + b2
     e = np.exp(h - h.max(-1, keepdims=True))
     np.testing.assert_allclose(logits, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
     print("  MLP matches numpy")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from tg.ir import Context, Ops, UOp, dtypes
@@ -28,7 +28,32 @@ _MEMO = "_autograd_requires_grad"
 # nodes that require grad (a fast "is anything tracked at all?" check)
 _tracked: weakref.WeakSet[UOp] = weakref.WeakSet()
 # leaves with requires_grad=True and non-leaves with retain_grad(): the tensors backward() fills .grad of
-grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
+class _TensorSet:
+    """A weak set of tensors by identity (a WeakSet compares members with `==`, which is elementwise on tensors)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Tensor]] = {}
+
+    def add(self, t: Tensor) -> None:
+        key = id(t)
+        if key not in self._refs:
+            self._refs[key] = weakref.ref(t, lambda ref: self._refs.pop(key, None) if self._refs.get(key) is ref else None)
+
+    def discard(self, t: Tensor) -> None:
+        if (ref := self._refs.get(id(t))) is not None and ref() is t:
+            del self._refs[id(t)]
+
+    def __contains__(self, t: object) -> bool:
+        return (ref := self._refs.get(id(t))) is not None and ref() is t
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter([t for r in list(self._refs.values()) if (t := r()) is not None])
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+grad_leaves = _TensorSet()
 
 
 # ---- grad mode ------------------------------------------------------------------------------------------------

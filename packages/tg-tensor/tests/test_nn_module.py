@@ -137,7 +137,7 @@ def test_containers() -> None:
     assert [type(m).__name__ for m in ml] == ["Identity", "Linear", "Linear"]
     assert list(ml.state_dict()) == ["1.weight", "1.bias", "2.weight", "2.bias"]
     del ml[0]
-    assert len(ml) == 2 and list(ml.state_dict())[0] == "0.weight"
+    assert len(ml) == 2 and next(iter(ml.state_dict())) == "0.weight"
     md = nn.ModuleDict({"a": nn.Linear(1, 1)})
     md["b"] = nn.ReLU()
     assert list(md.keys()) == ["a", "b"] and "a" in md and list(md.state_dict()) == ["a.weight", "a.bias"]
@@ -207,7 +207,7 @@ def test_functional_forms() -> None:
 
 # ---- PyTorch model definitions, run unchanged apart from the imports ----------------------------------------------
 
-MODELS = '''
+MODELS = """
 class SmallCNN(nn.Module):
     def __init__(self, num_classes=10):
         super().__init__()
@@ -277,7 +277,7 @@ class GPTBlock(nn.Module):
         x = x + self.attn(self.ln_1(x))
         x = x + self.mlp(self.ln_2(x))
         return x
-'''
+"""
 TG_IMPORTS = "import math\nfrom tg.tensor import Tensor as torch, nn\nfrom tg.tensor.nn import functional as F\n"
 TORCH_IMPORTS = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 CNN_KEYS = [

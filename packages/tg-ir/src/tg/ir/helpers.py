@@ -113,7 +113,7 @@ class LiveContextVar(ContextVar):
         super().__init__(key, default_value)
         self._override = _UNSET
 
-    @property  # type: ignore[override]
+    @property
     def value(self) -> Any:
         return read_env(self.key, self.default) if self._override is _UNSET else self._override
 
@@ -214,6 +214,8 @@ BEAM_TIME = LiveContextVar("BEAM_TIME", 10.0)  # seconds of BEAM search per kern
 IGNORE_BEAM_CACHE = LiveContextVar("IGNORE_BEAM_CACHE", 0)  # 1: search again instead of replaying the cached winner
 BEAM_PROGRESS = LiveContextVar("BEAM_PROGRESS", 0)  # 1: a progress bar while searching
 FUNCTION_CACHE_SIZE = LiveContextVar("FUNCTION_CACHE_SIZE", 256)  # traces kept per @function
+PROFILE_PATH = LiveContextVar("PROFILE_PATH", "")  # where PROFILE=1 writes its Chrome trace ("" = a temp file)
+TG_EMU_DIFF = LiveContextVar("TG_EMU_DIFF", "")  # tests only: the AMD emulator's differential checks (tiny | full)
 
 
 def dev_targets() -> tuple[Target, ...]:

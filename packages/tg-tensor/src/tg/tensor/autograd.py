@@ -27,6 +27,8 @@ _grad_mode = threading.local()
 _MEMO = "_autograd_requires_grad"
 # nodes that require grad (a fast "is anything tracked at all?" check)
 _tracked: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
 # leaves with requires_grad=True and non-leaves with retain_grad(): the tensors backward() fills .grad of
 class _TensorSet:
     """A weak set of tensors by identity (a WeakSet compares members with `==`, which is elementwise on tensors)."""
@@ -37,7 +39,7 @@ class _TensorSet:
     def add(self, t: Tensor) -> None:
         key = id(t)
         if key not in self._refs:
-            self._refs[key] = weakref.ref(t, lambda ref: self._refs.pop(key, None) if self._refs.get(key) is ref else None)
+            self._refs[key] = weakref.ref(t, lambda r: self._refs.pop(key) if self._refs.get(key) is r else None)
 
     def discard(self, t: Tensor) -> None:
         if (ref := self._refs.get(id(t))) is not None and ref() is t:
@@ -231,7 +233,8 @@ def keep_overwritten_reads(buf: UOp, value: Tensor) -> Tensor:
         return value
     if (_marked(buf) and buf not in _origins.origins) or buf not in value.uop.toposort():
         return value
-    old = Tensor.empty(buf.arg, dtype=buf.dtype, device=buf.device).assign(Tensor(buf, requires_grad=False)).realize()
+    old = Tensor.empty(buf.arg, dtype=buf.dtype, device=str(buf.device))
+    old.assign(Tensor(buf, requires_grad=False)).realize()
     return Tensor(value.uop.substitute({buf: old.uop}))
 
 

@@ -411,8 +411,10 @@ class Tensor(DTypeShortcuts, TensorMethods):
             inner = Tensor(self.uop.src[0])
             inner.assign(Tensor(x.uop.bitcast(inner.dtype))).realize()
             self.uop = inner.uop.bitcast(self.dtype)
-        elif self.uop.op in _movement.VIEW_OPS and not _realize.is_whole_constant(self.uop) and (
-            _movement.view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN)
+        elif (
+            self.uop.op in _movement.VIEW_OPS
+            and not _realize.is_whole_constant(self.uop)
+            and (_movement.view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN))
         ):
             # a view of a value that has no storage yet: store it first (every tensor holding it gets the buffer),
             # then write through the view

@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 
-from tg.ir.helpers import PROFILE, getenv
+from tg.ir.helpers import PROFILE, PROFILE_PATH
 from tg.runtime.hcq.device import ProfileRecord
 
 __all__ = ["ProfileRecord", "chrome_trace", "records", "write_trace"]
@@ -42,7 +42,7 @@ def chrome_trace(recs: list[ProfileRecord]) -> dict[str, object]:
 def write_trace(path: str | None = None) -> str:
     """Write ``records`` as a Chrome trace to ``path`` (default: PROFILE_PATH, else a file in the temp dir)."""
     default = os.path.join(tempfile.gettempdir(), f"tg_profile_{os.getpid()}.json")
-    path = path or getenv("PROFILE_PATH", "") or default
+    path = path or PROFILE_PATH.value or default
     with open(path, "w") as f:
         json.dump(chrome_trace(records), f)
     return path

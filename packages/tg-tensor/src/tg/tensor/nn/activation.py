@@ -11,11 +11,45 @@ from tg.tensor.nn.module import Module
 from tg.tensor.tensor import Tensor
 
 __all__ = [
-    "CELU", "ELU", "GELU", "GLU", "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BCELoss", "BCEWithLogitsLoss",
-    "CrossEntropyLoss", "Dropout", "Dropout1d", "Dropout2d", "Flatten", "Hardsigmoid", "Hardswish", "Hardtanh",
-    "Identity", "L1Loss", "LeakyReLU", "LogSigmoid", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d", "Mish",
-    "NLLLoss", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "SmoothL1Loss", "Softmax", "Softmin", "Softplus",
-    "Softsign", "Tanh", "Unflatten",
+    "CELU",
+    "ELU",
+    "GELU",
+    "GLU",
+    "SELU",
+    "AdaptiveAvgPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "CrossEntropyLoss",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Flatten",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "Identity",
+    "L1Loss",
+    "LeakyReLU",
+    "LogSigmoid",
+    "LogSoftmax",
+    "MSELoss",
+    "MaxPool1d",
+    "MaxPool2d",
+    "Mish",
+    "NLLLoss",
+    "ReLU",
+    "ReLU6",
+    "SiLU",
+    "Sigmoid",
+    "SmoothL1Loss",
+    "Softmax",
+    "Softmin",
+    "Softplus",
+    "Softsign",
+    "Tanh",
+    "Unflatten",
 ]  # fmt: skip
 
 
@@ -450,9 +484,7 @@ class BCELoss(_Loss):
 class BCEWithLogitsLoss(_Loss):
     """`F.binary_cross_entropy_with_logits` as a module."""
 
-    def __init__(
-        self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None
-    ) -> None:
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None) -> None:
         super().__init__(reduction)
         self.weight, self.pos_weight = weight, pos_weight
 

@@ -409,7 +409,8 @@ class Embedding(Module):
         self.weight = weight.contiguous().requires_grad_()
 
     def extra_repr(self) -> str:
-        return f"{self.vocab_size}, {self.embed_size}" + (f", padding_idx={self.padding_idx}" if self.padding_idx else "")
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.vocab_size}, {self.embed_size}{pad}"
 
     def forward(self, idx: Tensor) -> Tensor:
         if not dtypes.is_int(idx.dtype):

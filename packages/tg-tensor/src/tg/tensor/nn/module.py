@@ -15,10 +15,9 @@ Differences from torch, on purpose:
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar
 
 from tg.ir import DType
 from tg.tensor.autograd import no_grad
@@ -110,7 +109,7 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "training":
-            object.__setattr__(self, "_training", None if value is None else bool(value))
+            object.__setattr__(self, name, value)  # the property's setter
             return
         if name.startswith("_") and name in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers"):
             object.__setattr__(self, name, value)
@@ -141,8 +140,6 @@ class Module:
         for registry in ("_parameters", "_buffers", "_modules"):
             if registry in d and name in d[registry]:
                 return d[registry][name]
-        if name == "training":
-            return bool(Tensor.training) if d.get("_training") is None else d["_training"]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
@@ -158,6 +155,10 @@ class Module:
     def training(self) -> bool:
         """Training mode: set by `train()`/`eval()`; until then the global `Tensor.training`."""
         return bool(Tensor.training) if self._training is None else self._training
+
+    @training.setter
+    def training(self, mode: bool | None) -> None:
+        object.__setattr__(self, "_training", None if mode is None else bool(mode))
 
     # ---- registration by call --------------------------------------------------------------------------------
 
@@ -446,11 +447,6 @@ class Sequential(Module):
     """Modules applied in order: `Sequential(Linear(4, 8), ReLU(), Linear(8, 2))`, or from an OrderedDict of
     named modules. Keys are the positions ("0", "1", ...) or the given names, as in torch."""
 
-    @overload
-    def __init__(self, *args: Module) -> None: ...
-    @overload
-    def __init__(self, arg: OrderedDict[str, Module]) -> None: ...
-
     def __init__(self, *args: Any) -> None:
         super().__init__()
         if len(args) == 1 and isinstance(args[0], OrderedDict):
@@ -474,7 +470,7 @@ class Sequential(Module):
 
     def __getitem__(self, idx: int | slice) -> Any:
         if isinstance(idx, slice):
-            return type(self)(OrderedDict(list(self._modules.items())[idx]))  # type: ignore[arg-type]
+            return type(self)(OrderedDict(list(self._modules.items())[idx]))
         return self._modules[self._index(idx)]
 
     def __setitem__(self, idx: int, module: Module) -> None:
@@ -557,7 +553,7 @@ class ModuleList(Module):
         mods.insert(index, module)
         self._modules.clear()
         for i, m in enumerate(mods):
-            self.add_module(str(i), m)  # type: ignore[arg-type]
+            self.add_module(str(i), m)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("ModuleList is not callable: iterate over it in your forward()")
@@ -669,6 +665,3 @@ class ParameterDict(Module):
     def items(self) -> Iterable[tuple[str, Tensor]]:
         """(key, parameter) pairs."""
         return self._parameters.items()  # type: ignore[return-value]
-
-
-_ = itertools  # reserved

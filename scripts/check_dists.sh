@@ -6,6 +6,7 @@
 #     (--no-index: siblings come from dist/, never from PyPI), import it, run ITS tests against
 #     the wheel -> catches undeclared sibling deps and bad inter-package version constraints
 #  4. all wheels in one venv: the root cross-package tests against installed wheels
+#  5. the README's user install command (requirements.txt) into a fresh venv
 # Usage: bash scripts/check_dists.sh [member-dir-name ...]   (default: all members)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -58,4 +59,25 @@ if [ "$#" -eq 0 ]; then
   VIRTUAL_ENV="$venv" uv pip install -q "${THIRD_PARTY[@]}"
   VIRTUAL_ENV="$venv" UV_CACHE_DIR="$work/uv-cache" uv pip install -q --no-index --find-links dist dist/*.whl
   "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow and not torch" tests
+fi
+
+# 5. The user's install command (README "Install into your own environment"): from the clone, into a fresh venv,
+#    `pip install -r requirements.txt` (run here through uv's pip interface: the same requirements, faster); then a
+#    tensor op, an nn.Module and tinygrad's `tg.nn` habit must work from the installed packages alone.
+if [ "$#" -eq 0 ]; then
+  start=$SECONDS
+  venv="$work/_user"
+  uv venv -q -p python3 "$venv"
+  VIRTUAL_ENV="$venv" uv pip install -q "numpy>=1.24" "tqdm>=4.60"
+  VIRTUAL_ENV="$venv" UV_CACHE_DIR="$work/uv-cache-user" uv pip install -q -r requirements.txt
+  (cd "$work" && "$venv/bin/python" -c "
+import tg.tensor as tg
+from tg.tensor import Tensor, nn
+assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
+model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+model(Tensor([[1.0, 2.0]])).sum().backward()
+assert all(p.grad is not None for p in model.parameters()) and tg.nn.Linear is nn.Linear
+print('user install ok:', tg.__file__)
+")
+  echo "user install check: $((SECONDS - start)) s"
 fi

@@ -161,7 +161,8 @@ def main() -> None:
     args = ap.parse_args()
     blocks = [int(b) for b in args.blocks.split(",")]
     tiny = has_tinygrad() and not args.no_tinygrad
-    sys.setrecursionlimit(100000)
+    if tiny:
+        sys.setrecursionlimit(100000)  # tinygrad's recursive passes on the 640-block graph; tg's walks need none
     print(f"load average {os.getloadavg()[0]:.2f}; tinygrad", "in this run" if tiny else "not installed: tg only")
 
     print(

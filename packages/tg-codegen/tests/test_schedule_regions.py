@@ -2,7 +2,7 @@
 buffers renamed, and a kernel's AST is exactly the one it gets when scheduled alone."""
 
 from tg.codegen.schedule import clear_schedule_cache, create_schedule
-from tg.codegen.schedule.regions import KernelMemo, region_key
+from tg.codegen.schedule.regions import MAX_LOADS, KernelMemo, RegionKeys
 from tg.ir import Ops, UOp, dtypes
 
 
@@ -56,7 +56,7 @@ def test_equal_shapes_with_other_sharing_are_other_kernels() -> None:
     assert together[0].src[0] is together[2].src[0] and together[1].src[0] is not together[0].src[0]
 
 
-def test_the_region_key_walk_is_iterative_and_names_loads() -> None:
+def test_region_keys_are_iterative_and_name_the_loads() -> None:
     from tg.codegen.schedule.rangeify import plan_stores
 
     a = buf(8)
@@ -66,12 +66,27 @@ def test_the_region_key_walk_is_iterative_and_names_loads() -> None:
     sink = UOp(Ops.SINK, src=(x.contiguous(),))
     plan = plan_stores(sink)
     (root,) = (n for n in plan.order if n in plan.buffers)
-    region = region_key(plan, root, root.src[0], plan.buffers[root])
-    n_nodes, first_buffers = len(region.nodes), region.buffers[:2]  # (plain values: a failing assert reprs them)
-    assert n_nodes == 5001 and len(region.buffers) == 2
+    region = RegionKeys(plan).key(root, root.src[0], plan.buffers[root])
+    assert region is not None
+    loads, first_buffers = region.nodes[:], region.buffers[:2]  # (plain values: a failing assert reprs them)
+    assert len(loads) == 1 and loads[0] is a and len(region.buffers) == 2
     assert first_buffers[0] is plan.buffers[root] and first_buffers[1] is a
     memo = KernelMemo()
     assert memo.get(region) is None
     memo.put(region, UOp(Ops.SINK), [plan.buffers[root], a], set(), {a})
     hit = memo.get(region)
     assert hit is not None and hit[1][1] is a and hit[3] == {a}
+
+
+def test_a_region_with_too_many_loads_is_built_without_a_key() -> None:
+    from tg.codegen.schedule.rangeify import plan_stores
+
+    inputs = [buf(8) for _ in range(MAX_LOADS + 1)]
+    x = inputs[0]
+    for b in inputs[1:]:
+        x = x.alu(Ops.ADD, b)
+    plan = plan_stores(UOp(Ops.SINK, src=(x.contiguous(),)))
+    (root,) = (n for n in plan.order if n in plan.buffers)
+    assert RegionKeys(plan).key(root, root.src[0], plan.buffers[root]) is None
+    (call,) = calls(x.contiguous())  # and still scheduled
+    assert len(call.src) == MAX_LOADS + 3

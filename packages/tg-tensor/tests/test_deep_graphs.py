@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tg.ir import Context, GlobalCounters, Ops
-from tg.tensor import Tensor, function
+from tg.tensor import Tensor, TinyJit, function
 
 
 def _kernels_of(*tensors: Tensor) -> int:
@@ -109,6 +109,17 @@ def test_a_function_called_1000_times_in_sequence(device: str) -> None:
     for _ in range(1000):
         ref = ref * np.float32(0.999) + np.float32(1.0)
     np.testing.assert_allclose(x.numpy(), ref, rtol=1e-4)
+
+
+def test_tinyjit_captures_and_replays_a_1000_op_function(device: str) -> None:
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        return _mul_add_chain(x, 1000).realize()
+
+    for k in range(3):  # trace, capture, replay
+        a = np.linspace(-1, 1, 16, dtype=np.float32) + k
+        out = step(Tensor(a, device=device).realize())
+        np.testing.assert_allclose(out.numpy(), _mul_add_chain_numpy(a, 1000), rtol=1e-4, atol=1e-4)
 
 
 def test_a_10000_deep_graph_pickles_and_prints(device: str) -> None:

@@ -85,8 +85,12 @@ def _storage_expr(plan: Plan, node: UOp) -> UOp | None:
     return expr
 
 
+# rewrites before the store rules (one matcher object: its per-op compiled matchers are kept between schedules)
+_pm_before_stores = pm_disk_strided_copy + pm_split_reduce
+
+
 def _schedule_template(sink: UOp) -> Template:
-    rewritten = graph_rewrite_map(sink, pm_disk_strided_copy + pm_split_reduce, name="disk copies, split sums")
+    rewritten = graph_rewrite_map(sink, _pm_before_stores, name="disk copies, split sums")
     plan = plan_stores(rewritten[sink])
     linear = order_kernels(plan, build_kernels(plan))
     becomes: dict[UOp, UOp] = {}

@@ -87,12 +87,18 @@ class Normalized:
             return p
         if n.op is Ops.BIND:
             return self._bind(n)
-        src = tuple(self._marker(s) if s.op is Ops.UNIQUE else self.nodes[s] for s in n.src)
+        nodes = self.nodes
+        src = tuple([self._marker(s) if s.op is Ops.UNIQUE else nodes[s] for s in n.src])
         arg = map_uops(n.arg, self._unbind_uop) if n.op in SYMBOLIC_ARGS else n.arg
-        if arg is n.arg and all(a is b for a, b in zip(src, n.src, strict=True)):
+        if arg is n.arg and src == n.src:
             return n
         ret = UOp(n.op, n.dtype, src, arg, n.tag)
-        _ = ret._shape, ret.device  # computed now, sources first: lazily on a deep graph they would recurse
+        known, new = n.__dict__, ret.__dict__
+        if not self._bound and arg is n.arg and "_shape" in known and "device" in known:
+            # no Variable was unbound below n: inputs became placeholders of the same size on the same device
+            new["_shape"], new["device"] = known["_shape"], known["device"]
+        else:
+            _ = ret._shape, ret.device  # computed now, sources first: lazily on a deep graph they would recurse
         return ret
 
 

@@ -33,7 +33,7 @@ from tg.codegen.schedule.indexing import (
     simplify_index,
 )
 from tg.codegen.schedule.rangeify import Plan
-from tg.codegen.schedule.regions import KernelMemo, region_key
+from tg.codegen.schedule.regions import KernelMemo, RegionKeys
 from tg.ir import AxisType, GroupOp, KernelInfo, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, to_function_name
 from tg.ir.uop import sint
 
@@ -255,7 +255,7 @@ def _hazard(kb: KernelBuilder, target: UOp) -> bool:
 def build_kernels(plan: Plan) -> list[Kernel]:
     """The kernels and copies of every kept store, in graph order (size-0 values need none)."""
     out: list[Kernel] = []
-    memo = KernelMemo()
+    memo, keys = KernelMemo(), RegionKeys(plan)
     for node in plan.order:
         if (buf := plan.buffers.get(node)) is None:
             continue
@@ -266,15 +266,15 @@ def build_kernels(plan: Plan) -> list[Kernel]:
             out.append(_copy_kernel(plan, node, buf))
             continue
         value = node.src[1] if node.op is Ops.ASSIGN else node.src[0] if node.op is Ops.CONTIGUOUS else node
-        if node.op is not Ops.ASSIGN:  # a kernel like one built before (deep nets repeat layers): rename buffers
-            region = region_key(plan, node, value, buf)
+        region = keys.key(node, value, buf) if node.op is not Ops.ASSIGN else None
+        if region is not None:  # a kernel like one built before (deep nets repeat layers): rename its buffers
             if (hit := memo.get(region)) is not None:
                 ast, bufs, loaded, raw = hit
                 out.append(Kernel(node, _call(ast, bufs), loaded, raw))
                 continue
         kb = KernelBuilder(plan, node, buf)
         ast = kb.build(value)
-        if node.op is not Ops.ASSIGN:
+        if region is not None:
             memo.put(region, ast, kb.bufs, kb.loaded_nodes, kb.raw_reads)
         if node.op is Ops.ASSIGN and _hazard(kb, buf):
             # H1: compute the value into a temporary first, then copy it into the target

@@ -40,7 +40,7 @@ select: the three matmuls of an attention's q/k/v gradient `cat`ed into one tens
 P1 rewrites the graph before the other rules (`pm_split_reduce`): it gives long reductions with few outputs a
 parallel axis (THREAD on the CPU, work-items on GPUs) and keeps the final reduction small. Accuracy does not come
 from here: the lowering accumulates every long float sum in nested blocks (`lower/structure.py`).
-S-rules are structural (`pm_structural_stores`, one rewrite, sources first). R-rules need the indices consumers
+S-rules are structural (`pm_structural_stores`, applied to each node, sources first). R-rules need the indices consumers
 read at, so they run in the range walk (`rangeify.plan_stores`, consumers first). C-rules need everything below
 a candidate to be final, so they run after it (sources first), then L1 (sources first: the buffers each node's
 inline region reads), then D1 (sources first: the axes each value is constant along). Each is a single pass:

@@ -1,6 +1,6 @@
 """Phase (a): decide which nodes are stored (`plan_stores`), by the rules of `policy.py`, in three linear passes.
 
-1. `pm_structural_stores` (one rewrite, sources first): outputs, CONTIGUOUS, ASSIGN, COPY.
+1. `pm_structural_stores` (rules applied to each node, sources first): outputs, CONTIGUOUS, ASSIGN, COPY.
 2. The range walk (consumers before producers): every node gets the index its consumers read it at, in terms of
    fresh RANGEs of the kernel that reads it (movement ops map indices with `movement_index`, reductions add REDUCE
    ranges). A node whose consumers disagree (R2), that sits under a broadcast (R3), or a long reduction another
@@ -17,7 +17,7 @@ from typing import Any
 
 from tg.codegen.schedule import policy, stats
 from tg.codegen.schedule.indexing import Index, and_gates, as_index, is_one, movement_index, total_size
-from tg.ir import AxisType, GroupOp, Ops, UOp, graph_rewrite
+from tg.ir import AxisType, GroupOp, Ops, UOp
 from tg.ir.uop import sint
 
 Ask = tuple[Index, "UOp | None", UOp]  # an index into a node, its gate, and the stored node whose kernel reads it
@@ -195,7 +195,7 @@ def _range_walk(plan: Plan) -> None:
         in_reduce = any(reducing[c] for c in users)
         under_pad = any(padded[c] for c in users)
         out: Ask
-        if x in plan.stores:
+        if x in stores:
             out = (plan.fresh(x.shape), None, x)
         elif not asks:
             continue
@@ -303,11 +303,20 @@ def _drop_dead_axes(plan: Plan) -> None:
             plan.dead[x] = frozenset(a for a in range(len(x.shape)) if dead >> a & 1)
 
 
+def _structural_stores(plan: Plan) -> None:
+    """A1: `pm_structural_stores` applied to every node, sources first. Its rules only record stores (they return
+    None), so a visit in graph order is the rewrite without rebuilding anything."""
+    rewrite = policy.pm_structural_stores.rewrite
+    for node in plan.order:
+        if rewrite(node, plan) is not None:
+            raise RuntimeError(f"a structural store rule replaced a {node.op} node: its rules must only record stores")
+
+
 def plan_stores(sink: UOp) -> Plan:
     """Decide every store of `sink` (rules in policy.py) and give each its buffer."""
     plan = Plan(sink)
     stats.steps += 2 * len(plan.order)  # the range walk and the cost rule visit every node once
-    graph_rewrite(sink, policy.pm_structural_stores, ctx=plan, name="structural stores")
+    _structural_stores(plan)
     _range_walk(plan)
     _unstore_cheap(plan)
     _limit_buffers(plan)

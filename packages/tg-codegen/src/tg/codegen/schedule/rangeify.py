@@ -195,7 +195,7 @@ def _range_walk(plan: Plan) -> None:
         in_reduce = any(reducing[c] for c in users)
         under_pad = any(padded[c] for c in users)
         out: Ask
-        if x in stores:
+        if x in plan.stores:
             out = (plan.fresh(x.shape), None, x)
         elif not asks:
             continue

@@ -1,7 +1,8 @@
 """Repository-wide pytest set-up: every test run checks each compiler stage against tg.ir's specs.
 
 SPEC=1 makes `create_schedule` verify the tensor graph and `get_program` verify the kernel AST and the linear
-program (tg.ir.spec). It must be in the environment before tg.ir is imported, which is why it is set here.
+program (tg.ir.spec). Settings are read at their first use, so setting it here works even when a plugin imported tg
+before this file ran (tg.ir.helpers.ContextVar).
 """
 
 import os

@@ -61,7 +61,10 @@ def test_symbolic_estimates() -> None:
 def test_kernel_info_name_is_used() -> None:
     assert get_program(matvec("matvec 4x8"), ClangRenderer()).name == "matvec_4x8"
     assert "void matvec_4x8(" in get_program(matvec("matvec 4x8"), ClangRenderer()).src
-    assert get_program(matvec("test"), ClangRenderer()).name == "r_4_8"
+    assert get_program(matvec(), ClangRenderer()).name == "r_4_8"
+    unnamed = UOp.sink(*matvec().src, arg=KernelInfo(opts_to_apply=()))  # a KernelInfo without a name
+    assert get_program(unnamed, ClangRenderer()).name == "r_4_8"
+    assert get_program(matvec("test"), ClangRenderer()).name == "test"  # no magic name
 
 
 def test_bad_inputs() -> None:

@@ -137,3 +137,29 @@ def test_cached_property() -> None:
     a = A()
     assert a.v == 42 and a.v == 42 and len(calls) == 1
     assert isinstance(A.v, cached_property) and A.v.__doc__ == "doc"
+
+
+def test_contextvar_reads_the_environment_at_first_use_not_at_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pytest plugin may import tg before conftest.py sets SPEC=1; the setting must still take effect
+    monkeypatch.delenv("TG_TEST_LATE", raising=False)
+    v = ContextVar("TG_TEST_LATE", 0)
+    monkeypatch.setenv("TG_TEST_LATE", "3")
+    getenv.cache_clear()
+    try:
+        assert v.value == 3 and v >= 3
+        with Context(TG_TEST_LATE=1):
+            assert v.value == 1
+        assert v.value == 3
+    finally:
+        getenv.cache_clear()
+
+
+def test_spec_is_on_when_set_after_tg_is_imported() -> None:
+    import subprocess
+    import sys
+
+    code = ("import os; import tg.ir, tg.ir.helpers as h; os.environ['SPEC'] = '1'; "
+            "print(int(h.SPEC))")  # fmt: skip
+    env = {k: v for k, v in __import__("os").environ.items() if k != "SPEC"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"

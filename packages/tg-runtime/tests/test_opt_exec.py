@@ -184,7 +184,7 @@ def test_replayed_opts_render_the_same_source() -> None:
     ren = cpu_renderer(2)
     p = get_program(ast, ren)
     assert p.applied_opts, "the heuristic should optimise a 64x48x32 matmul"
-    replay = get_program(ast.replace(arg=KernelInfo(name="test", opts_to_apply=tuple(p.applied_opts))), ren)
+    replay = get_program(ast.replace(arg=KernelInfo(opts_to_apply=tuple(p.applied_opts))), ren)
     assert replay.src == p.src
     assert replay.applied_opts == p.applied_opts
 

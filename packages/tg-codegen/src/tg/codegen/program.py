@@ -65,7 +65,7 @@ def buffer_of(index: UOp) -> UOp:
 
 def _function_name(ast: UOp) -> str:
     given = getattr(ast.arg, "name", None)
-    name = given if isinstance(given, str) and given not in ("", "test") else kernel_name(ast)
+    name = given if isinstance(given, str) and given else kernel_name(ast)
     name = re.sub(r"\W", "_", name)
     return name if not name[0].isdigit() else f"k_{name}"
 

@@ -43,21 +43,29 @@ def read_env(key: str, default: Any = 0) -> Any:
 
 
 class ContextVar:
-    """A named setting initialised from the environment variable of the same name and changed in scope by `Context`.
+    """A named setting read from the environment variable of the same name and changed in scope by `Context`.
 
     Example: `DEBUG = ContextVar("DEBUG", 0)`; `if DEBUG >= 2: ...`; `with Context(DEBUG=3): ...`.
+    The environment is read at the first use of the value, not when the module defining the setting is imported:
+    a program (or a pytest plugin) may import tg first and set `os.environ["SPEC"] = "1"` afterwards.
     """
 
     _cache: ClassVar[dict[str, ContextVar]] = {}
-    value: Any
+    value: Any  # set at the first read by __getattr__ (a plain attribute afterwards: no cost per use) or by Context
     key: str
 
     def __init__(self, key: str, default_value: Any) -> None:
         if key in ContextVar._cache:
             raise RuntimeError(f"ContextVar {key!r} is already defined; use ContextVar.get({key!r})")
         self.key, self.default = key, default_value
-        self.value = getenv(key, default_value)
         ContextVar._cache[key] = self
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached while `value` is unset: the first read takes the environment's value
+        if name != "value":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.value = getenv(self.key, self.default)
+        return self.value
 
     @staticmethod
     def get(key: str) -> ContextVar:

@@ -188,7 +188,7 @@ axis_colors = {AxisType.GLOBAL: "blue", AxisType.THREAD: "BLUE", AxisType.LOCAL:
 class KernelInfo:
     """The arg of a kernel AST's SINK: the kernel's name and the optimisations applied or requested."""
 
-    name: str = "test"
+    name: str = ""  # "": unnamed, the program gets a name from its AST (tg.codegen.program.kernel_name)
     axis_types: tuple[AxisType, ...] = ()
     dont_use_locals: bool = False
     applied_opts: tuple[Any, ...] = ()
@@ -196,7 +196,7 @@ class KernelInfo:
 
     @property
     def function_name(self) -> str:
-        """The name as a C identifier."""
+        """The name as a C identifier ("kernel" when unnamed; tg.codegen.program names kernels from their AST)."""
         from tg.ir.helpers import to_function_name
 
-        return to_function_name(self.name)
+        return to_function_name(self.name or "kernel")

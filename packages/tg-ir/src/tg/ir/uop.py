@@ -537,14 +537,6 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             return self.src[0], self.src[1].arg
         return self, 0
 
-    def split_uop(self, sep: Ops) -> Iterable[UOp]:
-        """Flatten a chain of `sep` ops into its terms."""
-        if self.op is sep:
-            for s in self.src:
-                yield from s.split_uop(sep)
-        else:
-            yield self
-
     def simplify(self) -> UOp:
         """Apply the symbolic rules to a fixed point."""
         from tg.ir.symbolic import simplify

@@ -261,7 +261,7 @@ class OptKernel:
     def get_optimized_ast(self) -> UOp:
         """The AST with the applied opts recorded in its SINK's KernelInfo."""
         info = self.ast.arg
-        name = info.name if isinstance(info, KernelInfo) else info if isinstance(info, str) else "test"
+        name = info.name if isinstance(info, KernelInfo) else info if isinstance(info, str) else ""
         return self.ast.replace(arg=KernelInfo(name=name, applied_opts=self.applied))
 
 

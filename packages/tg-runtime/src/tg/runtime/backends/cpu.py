@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tg.ir.helpers import CPU_COUNT, cache_dir, getenv
+from tg.ir.helpers import CPU_COUNT, DEBUG, cache_dir
 from tg.ir.target import Target
 from tg.runtime.c_compiler import CCompiler, host_cpu_flags, target_macros
 from tg.runtime.cpu_arch import CPUArch, cpu_arch, host_machine
@@ -223,7 +223,7 @@ def c_thread_pool(compiler: CCompiler | None = None) -> CThreadPool | None:
                     lib = (compiler or CCompiler()).compile_cached(src)
                     _c_pool = CThreadPool(load_shared_object("tg_cpu_pool", lib))
                 except Exception as e:  # any failure: keep the Python pool (slower launches, same results)
-                    if getenv("DEBUG", 0) >= 1:
+                    if DEBUG >= 1:
                         print(f"CPU: no C thread pool ({e}); kernels use the Python pool", file=sys.stderr)
                 _c_pool_state["tried"] = True
     return _c_pool

@@ -86,8 +86,13 @@ def test_beam_opts_give_the_unoptimised_results(cache: Path) -> None:
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
 
 
-def test_beam_env_goes_through_apply_opts(cache: Path) -> None:
+def test_beam_env_goes_through_the_engine_not_codegen(cache: Path) -> None:
+    from tg.runtime.engine import generate_program
+
     ast, ren = matmul_ast(16, 16, 8), Device["CPU"].renderer
     with Context(BEAM=1):
-        _, applied = apply_opts(ast, ren)
-    assert list(applied) == search.beam_search(ast, ren, 1)  # the same (cached) answer
+        p = generate_program(ast, "CPU")  # the runtime searches and hands the pick to codegen explicitly
+        _, applied = apply_opts(ast, ren)  # codegen alone never searches (it cannot time kernels)
+    assert list(p.applied_opts) == search.beam_search(ast, ren, 1)  # the same (cached) answer
+    assert applied == hand_coded_opts(OptKernel(ast, ren)).applied
+    assert search.beam_opts(ast, ren) is None  # BEAM off: codegen's heuristics decide

@@ -1,7 +1,7 @@
 """`get_program`: kernel AST -> `ProgramSpec` (lowered, linearized, rendered source plus what the runtime needs).
 
-Pipeline: `opt.apply_opts` (opts: heuristics, BEAM or given) -> `lower.lower_kernel` (rewrite passes) ->
-`linearize.linearize` (the linear program) -> `renderer.render` (source).
+Pipeline: `opt.apply_opts` (opts: given, e.g. by the runtime's BEAM search, or heuristics) -> `lower.lower_kernel`
+(rewrite passes) -> `linearize.linearize` (the linear program) -> `renderer.render` (source).
 """
 
 from __future__ import annotations

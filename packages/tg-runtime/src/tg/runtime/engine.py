@@ -248,11 +248,19 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     device = Device.canonicalize(device)
     key = _runner_key(device, ast)
     if (runner := method_cache.get(key)) is None:
-        from tg.codegen.program import get_program
-        from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
-
-        runner = method_cache[key] = CompiledRunner(get_program(ast, Device[device].renderer), device)
+        runner = method_cache[key] = CompiledRunner(generate_program(ast, device), device)
     return runner
+
+
+def generate_program(ast: UOp, device: str) -> ProgramSpec:
+    """Code generation of one kernel for ``device``: the runtime's one call into tg.codegen's opt/lower/render.
+    With ``BEAM>=1`` the search (tg.runtime.search, which times candidates here) picks the opts and hands them over
+    explicitly; otherwise codegen's heuristics do."""
+    from tg.codegen.program import get_program
+    from tg.runtime.search import beam_opts
+
+    renderer = Device[device].renderer
+    return get_program(ast, renderer, beam_opts(ast, renderer))
 
 
 def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
@@ -278,10 +286,7 @@ def precompile(items: Sequence[ScheduleItemLike | UOp]) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from tg.codegen.program import get_program
-    from tg.runtime import search  # noqa: F401  (installs the BEAM hook)
-
-    progs = [(dev, ast, get_program(ast, Device[dev].renderer)) for dev, ast in new]
+    progs = [(dev, ast, generate_program(ast, dev)) for dev, ast in new]
     failed: BaseException | None = None
     with ThreadPoolExecutor(max(1, min(len(progs), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(Device[dev].compiler.compile_cached, p.src) for dev, _, p in progs]

@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from tg.codegen.linearize import LinearizeError
-from tg.codegen.opt import Opt, OptKernel, OptOps, hand_coded_opts, set_beam_hook
+from tg.codegen.opt import Opt, OptKernel, OptOps, hand_coded_opts
 from tg.codegen.opt.actions import legal_children
 from tg.codegen.opt.heuristic import matmul_tile_variants
 from tg.codegen.opt.kernel import vector_lanes
 from tg.codegen.program import ProgramSpec, get_program
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import PtrDType, dtypes
-from tg.ir.helpers import BEAM_PROGRESS, BEAM_TIME, DEBUG, IGNORE_BEAM_CACHE, cache_dir
-from tg.ir.ops import AxisType, Ops
+from tg.ir.helpers import BEAM, BEAM_PROGRESS, BEAM_TIME, DEBUG, IGNORE_BEAM_CACHE, NOOPT, cache_dir
+from tg.ir.ops import AxisType, KernelInfo, Ops
 from tg.ir.uop import UOp, sym_infer
 from tg.runtime.device import Buffer, CompileError, Device
 
@@ -251,10 +251,16 @@ def _progress(name: str) -> Any:
     return tqdm(desc=f"BEAM {name}", unit="kernel", file=sys.stderr, leave=False)
 
 
-def _hook(ast: UOp, renderer: Renderer, width: int) -> list[Opt]:
-    if renderer.device != "CPU":  # only devices that run fast enough to time (PYTHON keeps the heuristic)
-        return list(hand_coded_opts(OptKernel(ast, renderer)).applied)
-    return beam_search(ast, renderer, width)
+def beam_opts(ast: UOp, renderer: Renderer) -> list[Opt] | None:
+    """The opts the engine passes to `get_program` for `ast`: BEAM search's pick when `BEAM>=1`, else None (codegen
+    decides: the kernel's own `opts_to_apply`, the heuristics, or none under NOOPT).
 
-
-set_beam_hook(_hook)
+    Only the CPU is searched (PYTHON and the GPU backends keep the heuristics); a kernel that replays recorded opts,
+    or has no axis to optimise, is never searched."""
+    if BEAM < 1 or NOOPT or renderer.device != "CPU":
+        return None
+    if isinstance(ast.arg, KernelInfo) and ast.arg.opts_to_apply is not None:
+        return None
+    if not OptKernel(ast, renderer).ranges:
+        return None
+    return beam_search(ast, renderer, int(BEAM))

@@ -1,41 +1,33 @@
 """The kernel optimiser: opts (`Opt`, `OptOps`), the `OptKernel` they apply to, heuristics and `apply_opts`.
 
 `apply_opts(ast, renderer, opts)` picks the opts of a kernel, in this order: `KernelInfo.opts_to_apply` on the
-incoming SINK (an exact replay; errors propagate), else the explicit `opts` argument, else BEAM search when `BEAM>=1`
-and a search hook is registered (tg.runtime registers one: search needs timing on a device), else the hand-coded
-heuristics unless `NOOPT=1`. The result records the applied opts in the SINK's `KernelInfo.applied_opts`.
+incoming SINK (an exact replay; errors propagate), else the explicit `opts` argument, else the hand-coded heuristics
+unless `NOOPT=1`. BEAM search lives in tg.runtime (it times candidates on a device): the runtime passes its pick as
+`opts`; nothing here calls back into the runtime. The result records the applied opts in the SINK's
+`KernelInfo.applied_opts`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tg.codegen.opt.heuristic import hand_coded_opts
 from tg.codegen.opt.kernel import OptKernel
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.codegen.render.renderer import Renderer
-from tg.ir.helpers import BEAM, NOOPT
+from tg.ir.helpers import NOOPT
 from tg.ir.ops import KernelInfo
 from tg.ir.uop import UOp
 
-__all__ = ["KernelOptError", "Opt", "OptKernel", "OptOps", "apply_opts", "hand_coded_opts", "set_beam_hook", "split"]
-
-# (ast, renderer, beam width) -> opts; installed by tg.runtime (search needs a device to time candidates)
-_beam_hook: Callable[[UOp, Renderer, int], Sequence[Opt]] | None = None
-
-
-def set_beam_hook(hook: Callable[[UOp, Renderer, int], Sequence[Opt]] | None) -> None:
-    """Install the function `apply_opts` calls for BEAM>=1 (tg.runtime.search does this)."""
-    global _beam_hook
-    _beam_hook = hook
+__all__ = ["KernelOptError", "Opt", "OptKernel", "OptOps", "apply_opts", "hand_coded_opts", "split"]
 
 
 def apply_opts(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None) -> tuple[UOp, tuple[Opt, ...]]:
     """Apply optimisations to kernel AST `ast` for `renderer`; returns (optimised AST, opts applied).
 
-    `opts=None` lets the kernel's own `opts_to_apply`, BEAM or the heuristics decide; a sequence (even empty) is
-    applied exactly. Illegal explicit opts raise KernelOptError.
+    `opts=None` lets the kernel's own `opts_to_apply` or the heuristics decide; a sequence (even empty) is applied
+    exactly (how the runtime's BEAM search hands over its pick). Illegal explicit opts raise KernelOptError.
     """
     info = ast.arg
     k = OptKernel(ast, renderer)
@@ -45,8 +37,6 @@ def apply_opts(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None) 
         chosen = opts
     elif NOOPT:
         return ast, ()
-    elif BEAM >= 1 and _beam_hook is not None and k.ranges:
-        chosen = _beam_hook(ast, renderer, int(BEAM))
     else:
         k = hand_coded_opts(k)
         return (k.get_optimized_ast(), k.applied) if k.applied else (ast, ())

@@ -188,6 +188,12 @@ HCQ_BATCH_SIZE = ContextVar("HCQ_BATCH_SIZE", 32)
 HCQ_LINK_COPIES = ContextVar("HCQ_LINK_COPIES", 2)
 HCQ_LINK_CACHE = ContextVar("HCQ_LINK_CACHE", 256)
 HCQ_TIMELINE_WRAP = ContextVar("HCQ_TIMELINE_WRAP", 1 << 31)
+# AMD: 1 = no SDMA copy queue (copies run as kernels on the compute queue); the mock KFD's GPU count, 0 = retire
+# dispatches without emulating them (submit-cost benchmarks), and an address the next mock dispatch faults at
+AMD_DISABLE_SDMA = ContextVar("AMD_DISABLE_SDMA", 0)
+TG_MOCKGPU_COUNT = ContextVar("TG_MOCKGPU_COUNT", 2)
+TG_MOCKGPU_EMU = ContextVar("TG_MOCKGPU_EMU", 1)
+TG_MOCKGPU_FAULT_VA = ContextVar("TG_MOCKGPU_FAULT_VA", "")
 # 1: HCQ devices record start/end timestamps of every command (tg.runtime.hcq.profile) and write a Chrome/Perfetto
 # trace at exit (to PROFILE_PATH when set)
 PROFILE = ContextVar("PROFILE", 0)

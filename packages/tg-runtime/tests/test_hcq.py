@@ -186,9 +186,12 @@ def test_copy_between_devices(dev: HCQDevice, nbytes: int) -> None:
     data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
     x = Tensor(data, device=dev.device).realize()
     y = x.to(name(dev, 1)).realize()
-    z = (y.to(dev.device) + 1).realize()
+    back = y.to(dev.device).realize()
+    k = min(nbytes, 1 << 12) if getattr(dev, "emulated", False) else nbytes  # an emulated GPU: a small kernel
+    z = (back[:k] + 1).realize()
     np.testing.assert_array_equal(y.numpy(), data)
-    np.testing.assert_array_equal(z.numpy(), data + 1)
+    np.testing.assert_array_equal(back.numpy(), data)
+    np.testing.assert_array_equal(z.numpy(), data[:k] + 1)
 
 
 def test_copy_with_a_variable_size(dev: HCQDevice) -> None:
@@ -319,7 +322,8 @@ def test_copies_without_a_copy_queue() -> None:
         np.testing.assert_array_equal(y.numpy(), data + 1)
         odd = Tensor(np.arange(7, dtype=np.uint8), device=a.device)[1:6].to(b.device).realize()  # byte copy kernel
         np.testing.assert_array_equal(odd.numpy(), np.arange(1, 6, dtype=np.uint8))
-        assert "COPY:0" not in a.workers and "COPY:0" not in b.workers
+        for d in (a, b):  # no copy queue was started (HCQ+CPU: workers, AMD: hardware queues)
+            assert "COPY:0" not in getattr(d, "workers", getattr(d, "hw_queues", None))
 
 
 def test_overlapping_device_tuples(dev: HCQDevice) -> None:

@@ -303,6 +303,23 @@ def test_many_input_words_become_a_gather_table() -> None:
     assert gather.entries[0] == (4, batch.patches.inputs.index((0, A)), 0, 0)  # K0 writes slot 0
 
 
+def test_data_blocks_of_two_submits_to_one_queue_are_different_memory() -> None:
+    # an encoder keeping kernel arguments in data blocks (AMD): the second submit's blocks must not be the first's
+    def exec_with_args(ctx, call: UOp, prg: UOp) -> UOp:
+        args = ctx.data_block("kernargs", [ir.getaddr(call.src[1 + g], ctx.device) for g in prg.arg.globals], U64)
+        return ir.packet("EXEC", [ir.getaddr(args, ctx.device)], U64)
+
+    dev = FakeHCQ("A")
+    dev.pm_encode = PatternMatcher([(UPat(Ops.CALL, src=(UPat(Ops.PROGRAM, name="prg"),), allow_any_len=True,
+                                          name="call"), exec_with_args)]) + fake_encode  # fmt: skip
+    x = [buf(A) for _ in range(5)]
+    calls = [call(kernel(f"K{i}"), x[i + 1], x[i]) for i in range(4)]
+    batch = compiled(calls, FakeEnv(dev), batch_size=2).batches[0]
+    assert [e.key for e in batch.encoded] == [(A, "COMPUTE:0")] * 2
+    blocks = [b.buf for e in batch.encoded for b in e.data]
+    assert len(blocks) == 4 and len(set(blocks)) == 4  # before the fix: submit 1 reused submit 0's two blocks
+
+
 def test_queues_pass_the_spec_and_a_wait_outside_a_queue_is_refused() -> None:
     a, b, h = buf(A), buf(A), buf(A1)
     batch = compiled([copy(a, h), call(kernel("K1"), b, a)], profile=True).batches[0]

@@ -145,7 +145,7 @@ WAIT_COMPLETE, WAIT_TIMEOUT = 0, 1
 QUEUE_PERCENTAGE, QUEUE_PRIORITY = 100, 7
 
 # mmap flags the stdlib may lack
-MAP_FIXED, MAP_NORESERVE = 0x10, 0x4000
+MAP_FIXED, MAP_NORESERVE, PROT_NONE = 0x10, 0x4000, 0
 PAGE = mmap.PAGESIZE
 
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
@@ -414,7 +414,7 @@ class KFDIface:
         if host:
             va = files.mmap(0, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | mmap.MAP_ANONYMOUS, -1, 0)
         else:
-            va = files.mmap(0, size, mmap.PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+            va = files.mmap(0, size, PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
         try:
             mem = self.kfd.ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=size, gpu_id=self.gpu_id, flags=flags,
                                  mmap_offset=va if host else 0)  # fmt: skip

@@ -329,12 +329,18 @@ def _i(x: int) -> UOp:
     return UOp.const(I32, x)
 
 
+def ring_dwords(ctx: Any) -> int:
+    """The ring size of the submit's queue in dwords: ``facts["ring_dwords"][queue]`` (the QueueSpec's
+    ``ring_words`` is the largest submit, which for an indirect buffer is not the ring)."""
+    return int(ctx.facts.get("ring_dwords", {}).get(ctx.queue, ctx.spec.ring_words))
+
+
 def submit_indirect(ctx: Any, q: UOp) -> UOp:
     """The submitter fragment of a compute queue (ctx: SubmitCtx): an INDIRECT_BUFFER packet for the command buffer
     at ``put % ring`` (4 dwords; ring sizes are multiples of 4, so it never wraps), then, after a release fence, the
     write pointer, the doorbell and ``put`` (all in dwords)."""
     cmdbuf, after = q.src[0], q.src[1:]
-    ring_words = ctx.spec.ring_words
+    ring_words = ring_dwords(ctx)
     if ring_words & (ring_words - 1):
         raise RuntimeError(f"{ctx.device} {ctx.queue}: the ring size ({ring_words} dwords) must be a power of two")
     ring = ir.hcqbuf(ctx.device, "ring", ctx.queue, U32, ring_words)

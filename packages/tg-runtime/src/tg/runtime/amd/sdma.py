@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg.ir import Ops, PatternMatcher, QOp, UOp, UPat, dtypes
-from tg.runtime.amd.pm4 import Field, Word, hi32, pack, u32, unpack
+from tg.runtime.amd.pm4 import Field, Word, hi32, pack, ring_dwords, u32, unpack
 from tg.runtime.hcq import ir
 
 U32, U64, I32 = dtypes.uint32, dtypes.uint64, dtypes.int32
@@ -192,7 +192,10 @@ def submit_ring_copy(ctx: Any, q: UOp) -> UOp:
     ``put % ring`` (bytes), zero-filling the tail and starting at 0 when it does not fit before the end; then, after a
     release fence, the write pointer, the doorbell and ``put`` (all in bytes)."""
     cmdbuf, after = q.src[0], q.src[1:]
-    ring_dw, n = ctx.spec.ring_words, ctx.nwords
+    ring_dw, n = ring_dwords(ctx), ctx.nwords
+    if 2 * n > ring_dw:
+        raise RuntimeError(f"{ctx.device} {ctx.queue}: a submit of {n} dwords needs half the {ring_dw}-dword ring "
+                           f"(it may first skip the ring's tail); lower HCQ_BATCH_SIZE")  # fmt: skip
     if ring_dw & (ring_dw - 1):
         raise RuntimeError(f"{ctx.device} {ctx.queue}: the ring size ({ring_dw} dwords) must be a power of two")
     ring = ir.hcqbuf(ctx.device, "ring", ctx.queue, U32, ring_dw)

@@ -84,18 +84,21 @@ class Block:
 @dataclass
 class EncodeCtx:
     """What an encoder rule gets as ``ctx``: the device and queue it encodes for, the device's static ``facts``
-    (arch, register offsets, limits), and ``data_block`` for argument memory."""
+    (arch, register offsets, limits), and ``data_block`` for argument memory. ``submit`` is the index of the QUEUE in
+    its batch: data blocks of different submits to one queue are different memory."""
 
     device: str
     queue: str
     facts: Mapping[str, Any]
     blocks: list[Block] = field(default_factory=list)
+    submit: int = 0
 
     def data_block(self, role: str, words: Sequence[UOp | int], dtype: DType = dtypes.uint32, align: int = 128) -> UOp:
         """Memory holding ``words`` (CONSTs or patch expressions), e.g. kernel arguments; returns its HCQBUF (use
         ``ir.getaddr(buf, device)`` for its address in a packet)."""
         ws = [w if isinstance(w, UOp) else UOp.const(dtype, w) for w in words]
-        buf = ir.hcqbuf(self.device, role, (self.queue, len(self.blocks), len(ws)), dtype, max(len(ws), 1))
+        key = (self.queue, self.submit, len(self.blocks), len(ws))
+        buf = ir.hcqbuf(self.device, role, key, dtype, max(len(ws), 1))
         self.blocks.append(make_block(buf, [ir.packet(role, ws)], dtype, align))
         return buf
 
@@ -155,7 +158,7 @@ def encode_queue(q: UOp, dev: Any, index: int) -> EncodedQueue:
     spec: QueueSpec | None = dev.queues.get(name)
     if spec is None:
         raise RuntimeError(f"{dev.device} has no queue {name}; its queues: {', '.join(dev.queues)}")
-    ctx = EncodeCtx(dev.device, name, dev.encode_facts)
+    ctx = EncodeCtx(dev.device, name, dev.encode_facts, submit=index)
     packets = [p for cmd in q.src for p in encode_command(cmd, dev, ctx)]
     if spec.entry_words:
         for p in packets:

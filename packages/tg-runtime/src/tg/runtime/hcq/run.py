@@ -171,15 +171,16 @@ def _account(batch: CompiledBatch, var_vals: dict[str, int]) -> None:
 # ---- programs a device keeps ---------------------------------------------------------------------------------------
 
 
-def one_call_program(dev: HCQDevice, program: Any, shape: tuple[Any, ...]) -> LinkedBatch:
+def one_call_program(dev: HCQDevice, program: Any, shape: tuple[Any, ...], global_size: tuple[int, ...] | None = None,
+                     local_size: tuple[int, ...] | None = None) -> LinkedBatch:  # fmt: skip
     """A linked program running ``program`` (a loaded kernel) once on COMPUTE:0 of ``dev``: ``shape`` = (buffers,
     int arguments, thread ids[, with timestamps]); buffers are slots 0.., the int arguments variables ``_a0``.. (each
-    call patches them)."""
+    call patches them); GPUs also take the launch grid (work-groups) and work-group size."""
     nbufs, nvals, threads = shape[:3]
     variables = tuple(Variable(f"_a{i}", -(2**31), 2**31 - 1) for i in range(nvals))
     everything = tuple(range(nbufs))
-    info = ProgramInfo(program.name, dev.device, everything, everything, everything, variables, threads, None, None,
-                       program)  # fmt: skip
+    info = ProgramInfo(program.name, dev.device, everything, everything, everything, variables, threads, global_size,
+                       local_size, program)  # fmt: skip
     params = [ir.slot_param(i, dev.device, dtypes.uint8, 1) for i in range(nbufs)]
     call = UOp(Ops.CALL, dtypes.void, (UOp(Ops.PROGRAM, dtypes.void, (), info), *params))
     batch = compile_batch([call], ENV, profile=bool(shape[3]) if len(shape) > 3 else profiling())

@@ -18,7 +18,8 @@ program order; ``auto`` is CPU when every bound region is host memory.
 
 ``pm_submit`` rules match ``QUEUE(cmdbuf, *after)`` (``arg`` the QueueKey) with a :class:`SubmitCtx` and return the
 fragment (a STORE or END chain); everything they read or write must be ordered after ``after`` (use
-``buf.after(*after)``).
+``buf.after(*after)``). A fragment may use the address of an HCQBUF (``ir.getaddr``: the command buffer an AMD
+compute queue runs as an indirect buffer): it becomes a link-time entry of the input table.
 """
 
 from __future__ import annotations
@@ -83,13 +84,11 @@ def build_submitter(batch: CompiledBatch, env: Any) -> Submitter:
     first = batch.devices[0] if batch.devices else batch.encoded[0].key[0]
     link_entries: list[UOp] = []
     n_inputs = len(plan.inputs)
-    table_words = n_inputs + sum(
-        1 for _, _, w, _ in plan.runtime for u in w.toposort() if u.op is Ops.GETADDR and u.src[0].op is Ops.HCQBUF
-    )
-    table = ir.hcqbuf(first, "input_table", "inputs", U64, max(table_words, 1))
+    # the input table's size is known once every word reading it is built: a stand-in until then
+    pending = ir.hcqbuf(first, "input_table", "pending", U64, 1)
 
     def table_load(k: int) -> UOp:
-        return table.index(_i(k)).load()
+        return pending.index(_i(k)).load()
 
     def runtime_word(w: UOp) -> UOp:
         subs: dict[UOp, UOp] = {}
@@ -108,7 +107,7 @@ def build_submitter(batch: CompiledBatch, env: Any) -> Submitter:
     for axis, g in enumerate(plan.gathers):
         r = UOp.range(_i(len(g.entries)), 1000 + axis)
         word, idx, off, part = (g.table.index(r * _i(4) + _i(k)).load() for k in range(4))
-        addr = table.index(idx.cast(I32)).load() + off
+        addr = pending.index(idx.cast(I32)).load() + off
         high = addr >> UOp.const(U64, 32)
         value = part.eq(UOp.const(U64, PART_HIGH)).where(high, addr) if g.block.word_dtype is dtypes.uint32 else addr
         stores.append(g.block.buf.index(word.cast(I32)).store(value.cast(g.block.word_dtype)).end(r))
@@ -123,14 +122,15 @@ def build_submitter(batch: CompiledBatch, env: Any) -> Submitter:
         frag = dev.pm_submit.rewrite(UOp(Ops.QUEUE, dtypes.void, (eq.cmdbuf.buf, *prev), eq.queue.arg), ctx)
         if frag is None:
             raise RuntimeError(f"{dev_name} has no submit rule for {queue}")
-        prev = (frag,)
+        prev = (runtime_word(frag),)  # addresses a fragment uses (an indirect buffer's) are link-time table entries
         submits.append((dev_name, queue, eq.cmdbuf.nwords))
     finals = []
     for d in batch.devices:
         e = ir.epoch(d)
         finals.append(ir.timeline_value(d).after(*prev).index(_i(0)).store(e + UOp.const(U64, 1)))
         finals.append(ir.epoch_slot(d).after(*prev).index(_i(0)).store(e))
-    sink = UOp.sink(*finals, *prev, arg=KernelInfo(name="hcq_submit", opts_to_apply=()))
+    table = ir.hcqbuf(first, "input_table", "inputs", U64, max(n_inputs + len(link_entries), 1))
+    sink = UOp.sink(*finals, *prev, arg=KernelInfo(name="hcq_submit", opts_to_apply=())).substitute({pending: table})
     # every HCQBUF the kernel touches becomes a PARAM (order of first use; sizes dropped so batches share code)
     params = [u for u in sink.toposort() if u.op is Ops.HCQBUF]
     ast = _params_for(sink, {u: i for i, u in enumerate(params)})

@@ -57,36 +57,36 @@ MEM_OFFSET_BASE = 0x20_0000_0000  # render-node mmap offsets of VRAM/GTT allocat
 class HostGPUMemory:
     """Identity GPU memory over host memory: the ranges mapped to one GPU (``read``/``write``/``extent`` of
     tg.runtime.amd.sim.gpu.GPUMemory); an access outside them raises EmulatorError and is remembered in
-    ``last_fault``."""
+    ``last_fault``. Ranges may overlap (host memory registered twice) and adjacent ones join."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.starts: list[int] = []
+        self.ranges: dict[int, tuple[int, int]] = {}  # allocation handle -> (start, end)
+        self.starts: list[int] = []  # the merged intervals
         self.ends: list[int] = []
         self.last_fault: int | None = None
 
-    def map(self, va: int, size: int) -> None:
-        i = bisect.bisect(self.starts, va)
-        if (i and self.ends[i - 1] > va) or (i < len(self.starts) and self.starts[i] < va + size):
-            raise MockError(f"{self.name}: mapping [{va:#x}, {va + size:#x}) overlaps a mapped range")
-        self.starts.insert(i, va)
-        self.ends.insert(i, va + size)
+    def map(self, handle: int, va: int, size: int) -> None:
+        self.ranges[handle] = (va, va + size)
+        self._merge()
 
-    def unmap(self, va: int) -> None:
-        i = bisect.bisect_left(self.starts, va)
-        if i < len(self.starts) and self.starts[i] == va:
-            del self.starts[i], self.ends[i]
+    def unmap(self, handle: int) -> None:
+        self.ranges.pop(handle, None)
+        self._merge()
+
+    def _merge(self) -> None:
+        self.starts, self.ends = [], []
+        for lo, hi in sorted(self.ranges.values()):
+            if self.ends and lo <= self.ends[-1]:
+                self.ends[-1] = max(self.ends[-1], hi)
+            else:
+                self.starts.append(lo)
+                self.ends.append(hi)
 
     def mapped(self, va: int, n: int) -> bool:
-        """Whether all of [va, va + n) is mapped (adjacent ranges count)."""
+        """Whether all of [va, va + n) is mapped."""
         i = bisect.bisect(self.starts, va) - 1
-        end = va + n
-        while i >= 0 and i < len(self.starts) and self.starts[i] <= va < self.ends[i]:
-            if end <= self.ends[i]:
-                return True
-            va = self.ends[i]
-            i += 1
-        return False
+        return i >= 0 and va + n <= self.ends[i]
 
     def _check(self, va: int, n: int, verb: str) -> None:
         if va <= 0 or not self.mapped(va, max(n, 1)):
@@ -102,10 +102,8 @@ class HostGPUMemory:
         ctypes.memmove(va, data, len(data))
 
     def extent(self, va: int) -> int:
-        i = bisect.bisect(self.starts, va) - 1
-        if i < 0 or not self.starts[i] <= va < self.ends[i]:
-            self._check(va, 1, "execute")
-        return self.ends[i]
+        self._check(va, 1, "execute")
+        return self.ends[bisect.bisect(self.starts, va) - 1]
 
 
 class _DoorbellView(HostView):
@@ -311,7 +309,8 @@ class MockKFD:
             raise OSError(errno.EINVAL, f"MOCKKFD: allocation flags {a.flags:#x} name not exactly one memory kind")
         if a.va_addr % kfd.PAGE or a.size % kfd.PAGE or a.size == 0:
             raise OSError(errno.EINVAL, f"MOCKKFD: allocation at {a.va_addr:#x} of {a.size:#x} bytes is not in pages")
-        if any(b.va < a.va_addr + a.size and a.va_addr < b.va + b.size for b in self.allocs.values()):
+        if kinds != kfd.MEM_USERPTR and any(b.va < a.va_addr + a.size and a.va_addr < b.va + b.size and
+                                            not b.flags & kfd.MEM_USERPTR for b in self.allocs.values()):  # fmt: skip
             raise OSError(errno.EINVAL, f"MOCKKFD: allocation at {a.va_addr:#x} overlaps another")
         handle, self._next_handle = self._next_handle, self._next_handle + 1
         offset = 0
@@ -337,7 +336,7 @@ class MockKFD:
         alloc = self._alloc(a.handle)
         for gid in self._gpu_ids(a)[a.n_success :]:
             if gid not in alloc.mapped:
-                self.node(gid).mem.map(alloc.va, alloc.size)
+                self.node(gid).mem.map(a.handle, alloc.va, alloc.size)
                 alloc.mapped.add(gid)
             a.n_success += 1
 
@@ -345,7 +344,7 @@ class MockKFD:
         alloc = self._alloc(a.handle)
         for gid in self._gpu_ids(a)[a.n_success :]:
             if gid in alloc.mapped:
-                self.node(gid).mem.unmap(alloc.va)
+                self.node(gid).mem.unmap(a.handle)
                 alloc.mapped.discard(gid)
             a.n_success += 1
 

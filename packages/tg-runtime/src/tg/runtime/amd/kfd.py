@@ -223,7 +223,7 @@ class OSFileLayer:
     def ioctl(self, fd: int, request: int, arg: ctypes.Structure) -> None:
         import fcntl
 
-        fcntl.ioctl(fd, request, arg, True)  # type: ignore[call-overload]
+        fcntl.ioctl(fd, request, arg, True)
 
     def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
         res = self._mmap(addr or None, length, prot, flags, fd, offset)
@@ -269,8 +269,8 @@ class GPUNode:
 def discover(files: FileLayer) -> list[GPUNode]:
     """The GPUs of the KFD topology, by node number (DeviceUnavailable when KFD or its topology is missing)."""
     if not files.exists(TOPOLOGY):
-        raise DeviceUnavailable(f"AMD: {TOPOLOGY} does not exist: the amdgpu kernel driver (KFD) is not loaded on "
-                                f"this machine, or it has no AMD GPU")  # fmt: skip
+        raise DeviceUnavailable(f"AMD: no AMD GPU here: {TOPOLOGY} does not exist (the amdgpu kernel driver's KFD "
+                                f"is not loaded); DEV=MOCKKFD+AMD runs the mock GPU")  # fmt: skip
     gpus = []
     for name in sorted((n for n in files.listdir(TOPOLOGY) if n.isdigit()), key=int):
         base = f"{TOPOLOGY}/{name}"
@@ -521,8 +521,8 @@ class KFDIface:
         """Block up to ``ms`` for the queue event (the timeline's interrupt); DeviceFault when KFD reports a memory
         fault or hardware exception of this GPU."""
         ev = self.events
-        ev[0].event_id, ev[1].event_id, ev[2].event_id = (int(e.event_id) for e in
-                                                           (self.queue_event, self.mem_event, self.hw_event))  # fmt: skip
+        for slot, e in zip(ev, (self.queue_event, self.mem_event, self.hw_event), strict=True):
+            slot.event_id = int(e.event_id)
         self.kfd.ioctl("WAIT_EVENTS", events_ptr=ctypes.addressof(ev), num_events=3, wait_for_all=0,
                        timeout=max(int(ms), 0))  # fmt: skip
         self.check_fault()

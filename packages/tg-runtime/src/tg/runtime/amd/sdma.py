@@ -20,7 +20,7 @@ the tail is zero-filled (zero dwords are NOPs) and the copy starts at 0 (hcq.md 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 

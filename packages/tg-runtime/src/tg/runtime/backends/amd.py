@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tg.ir import PatternMatcher, UOp, dtypes
 from tg.ir.helpers import AMD_DISABLE_SDMA, round_up
@@ -33,12 +33,21 @@ from tg.runtime.hcq.encode import QueueSpec
 from tg.runtime.hcq.prepare import STAGING_SIZE
 from tg.runtime.hcq.views import HostView
 
+if TYPE_CHECKING:
+    from tg.runtime.amd.sim.kfd_mock import MockKFD
+
 U32 = dtypes.uint32
 RING_BYTES = 16 << 20  # compute and SDMA rings (amd.md 3.1)
 MAX_IB_DWORDS = (1 << 20) - 1
 SPIN_S = 0.001  # a real device's host wait spins this long before sleeping in WAIT_EVENTS
 ARCHS = ("gfx1100",)
 _connections: dict[str, KFD] = {}  # one KFD connection per interface and process
+
+
+def _mock_class() -> type[MockKFD]:
+    from tg.runtime.amd.sim.kfd_mock import MockKFD
+
+    return MockKFD
 
 
 def kfd_connection(iface: str) -> KFD:
@@ -133,6 +142,8 @@ class AMDDevice(HCQDevice):
     renderers = ("LLVM",)
     pm_encode = QueueRules(pm4.pm_encode, sdma.pm_encode)
     pm_submit = QueueRules(pm4.pm_submit, sdma.pm_submit)
+    # the largest submits: an indirect buffer (compute), half the ring (copy: a submit may first skip the ring's tail)
+    queues = {"COMPUTE:0": QueueSpec("compute", U32, MAX_IB_DWORDS), "COPY:0": QueueSpec("copy", U32, RING_BYTES // 8)}
     can_map_host = True
     timestamp_divider = 100.0  # GPU clock ticks per microsecond
 
@@ -166,16 +177,15 @@ class AMDDevice(HCQDevice):
         if target.arch is not None and target.arch != self.arch:
             raise TargetError(f"device string {str(target)!r}: arch {target.arch} differs from the opened GPU's "
                               f"({self.arch})")  # fmt: skip
-        self.mock = conn.files if self.iface_name == "MOCKKFD" else None
+        self.mock: MockKFD | None = conn.files if isinstance(conn.files, _mock_class()) else None
         p = self.iface.props
         self.cu_cnt, self.se_cnt = p["simd_count"] // p["simd_per_cu"], p["array_count"] // p["simd_arrays_per_engine"]
         self.has_copy_queue = not AMD_DISABLE_SDMA.value
         ring_dw = RING_BYTES // 4
-        self.queues = {"COMPUTE:0": QueueSpec("compute", U32, MAX_IB_DWORDS),
-                       "COPY:0": QueueSpec("copy", U32, ring_dw // 2)}  # fmt: skip
         sdma_major = self.iface.ip_versions.get("SDMA0", (6, 0, 0))[0]
         self.encode_facts = {
-            "arch": self.arch, "scratch": self.scratch_for, "hdp_flush": (pm4.NBIO_HDP_FLUSH_REQ, pm4.NBIO_HDP_FLUSH_DONE),
+            "arch": self.arch, "scratch": self.scratch_for,
+            "hdp_flush": (pm4.NBIO_HDP_FLUSH_REQ, pm4.NBIO_HDP_FLUSH_DONE),
             "queue_event": (self.iface.mailbox, int(self.iface.queue_event.event_id)),
             "max_copy_size": sdma.MAX_COPY_SIZE if sdma_major >= 5 else 0x400000,
             "ring_dwords": {"COMPUTE:0": ring_dw, "COPY:0": ring_dw},
@@ -191,7 +201,8 @@ class AMDDevice(HCQDevice):
 
         arch = self.arch
         super().__init__(device, AMDAllocator(self), LLVMCompiler(AMDGPU_TRIPLE, arch),
-                         lambda name, lib: AMDProgram(self, name, lib), lambda: AMDLLVMRenderer(arch), target)  # fmt: skip
+                         lambda name, lib: AMDProgram(self, name, lib), lambda: AMDLLVMRenderer(arch),
+                         target)  # fmt: skip
 
     @property
     def emulated(self) -> bool:

@@ -165,9 +165,9 @@ class MockGPU:
             emu.dispatch(self.mem, entry, rsrc1, rsrc2, user_data, groups, local, lds_bytes, private_bytes, code=code,
                          code_base=entry, kernel=f"the kernel at {entry:#x}")  # fmt: skip
         except EmulatorError as e:
-            va = getattr(self.mem, "last_fault", None)
-            if va is not None:
-                self.on_fault(va, str(e))
+            at = getattr(self.mem, "last_fault", None)
+            if at is not None:
+                self.on_fault(at, str(e))
             raise
 
     def code_at(self, entry: int) -> bytes:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import errno
+import functools
 import mmap
 import time
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ class _DoorbellView(HostView):
     to a real command processor)."""
 
     __slots__ = ("mock",)
+    mock: MockKFD
 
     def __setitem__(self, i: Any, value: Any) -> None:
         super().__setitem__(i, value)
@@ -181,7 +183,7 @@ class MockKFD:
             mem = HostGPUMemory(f"MOCKKFD GPU {i}")
             gpu_id = 0x1000 + 0x111 * (i + 1)
             gpu = MockGPU(f"MOCKKFD GPU {i}", mem, emulate=emulate, fault_va=fault_va if i == 0 else 0,
-                          on_interrupt=self._interrupt, on_fault=lambda va, why, g=gpu_id: self._fault(g, va, why))
+                          on_interrupt=self._interrupt, on_fault=functools.partial(self._fault, gpu_id))  # fmt: skip
             node = MockNode(i + 1, gpu_id, RENDER_MINOR + i, mem, gpu)
             node.doorbells = self._os.mmap(0, kfd.DOORBELL_PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
                                            mmap.MAP_SHARED | mmap.MAP_ANONYMOUS, -1, 0)  # fmt: skip
@@ -300,7 +302,8 @@ class MockKFD:
     def _acquire_vm(self, a: kfd.AcquireVMArgs) -> None:
         n = self.node(a.gpu_id)
         if self.fds.get(a.drm_fd) != f"/dev/dri/renderD{n.minor}":
-            raise OSError(errno.EINVAL, f"MOCKKFD: ACQUIRE_VM of GPU {a.gpu_id} with fd {a.drm_fd}, not its render node")
+            raise OSError(errno.EINVAL, f"MOCKKFD: ACQUIRE_VM of GPU {a.gpu_id} with fd {a.drm_fd}: not its render "
+                                        f"node")  # fmt: skip
 
     def _alloc_memory_of_gpu(self, a: kfd.AllocMemoryArgs) -> None:
         self.node(a.gpu_id)
@@ -430,7 +433,7 @@ class MockKFD:
                 return
         raise OSError(errno.EINVAL, f"MOCKKFD: no queue {a.queue_id}")
 
-    # ---- the GPUs ------------------------------------------------------------------------------------------------------
+    # ---- the GPUs ----------------------------------------------------------------------------------------------------
 
     def _interrupt(self, ctxid: int) -> None:
         e = self.events.get(ctxid)

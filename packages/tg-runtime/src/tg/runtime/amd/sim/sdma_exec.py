@@ -23,7 +23,7 @@ class SDMAExecutor:
     def __init__(self, gpu: MockGPU, ring_va: int, ring_bytes: int, rptr_va: int, wptr_va: int,
                  name: str = "SDMA0") -> None:  # fmt: skip
         if ring_bytes <= 0 or ring_bytes % 32:
-            raise MockError(f"{gpu.name} {name}: an SDMA ring must be a non-zero multiple of 32 bytes, got {ring_bytes}")
+            raise MockError(f"{gpu.name} {name}: an SDMA ring is a non-zero multiple of 32 bytes, got {ring_bytes}")
         self.gpu, self.name = gpu, name
         self.ring_va, self.ring_bytes, self.rptr_va, self.wptr_va = ring_va, ring_bytes, rptr_va, wptr_va
         self.halted = False

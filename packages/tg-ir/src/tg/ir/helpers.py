@@ -188,12 +188,8 @@ HCQ_BATCH_SIZE = ContextVar("HCQ_BATCH_SIZE", 32)
 HCQ_LINK_COPIES = ContextVar("HCQ_LINK_COPIES", 2)
 HCQ_LINK_CACHE = ContextVar("HCQ_LINK_CACHE", 256)
 HCQ_TIMELINE_WRAP = ContextVar("HCQ_TIMELINE_WRAP", 1 << 31)
-# AMD: 1 = no SDMA copy queue (copies run as kernels on the compute queue); the mock KFD's GPU count, 0 = retire
-# dispatches without emulating them (submit-cost benchmarks), and an address the next mock dispatch faults at
+# AMD: 1 = no SDMA copy queue (copies run as kernels on the compute queue)
 AMD_DISABLE_SDMA = ContextVar("AMD_DISABLE_SDMA", 0)
-TG_MOCKGPU_COUNT = ContextVar("TG_MOCKGPU_COUNT", 2)
-TG_MOCKGPU_EMU = ContextVar("TG_MOCKGPU_EMU", 1)
-TG_MOCKGPU_FAULT_VA = ContextVar("TG_MOCKGPU_FAULT_VA", "")
 # 1: HCQ devices record start/end timestamps of every command (tg.runtime.hcq.profile) and write a Chrome/Perfetto
 # trace at exit (to PROFILE_PATH when set)
 PROFILE = ContextVar("PROFILE", 0)
@@ -205,9 +201,11 @@ AM_POWER_LIMIT = ContextVar("AM_POWER_LIMIT", 0.0)
 TG_AMD_FW_DIR = ContextVar("TG_AMD_FW_DIR", "")
 TG_AMD_FW_FETCH = ContextVar("TG_AMD_FW_FETCH", 0)
 TG_MOCKAM_VRAM_MB = ContextVar("TG_MOCKAM_VRAM_MB", 512)
-# mock AMD GPUs (MOCKKFD, MOCKPCI, MOCKUSB): how many, and 0 = retire dispatches without emulating them
+# mock AMD GPUs (MOCKKFD, MOCKPCI, MOCKUSB): how many, 0 = retire dispatches without emulating them (submit-cost
+# benchmarks), and an address the next dispatch of the first mock KFD GPU faults at (reported through KFD's events)
 TG_MOCKGPU_COUNT = ContextVar("TG_MOCKGPU_COUNT", 2)
 TG_MOCKGPU_EMU = ContextVar("TG_MOCKGPU_EMU", 1)
+TG_MOCKGPU_FAULT_VA = ContextVar("TG_MOCKGPU_FAULT_VA", "")
 # training mode (dropout, batchnorm statistics): `Tensor.train()`, `Context(TRAINING=1)` (tg.tensor.autograd)
 TRAINING = ContextVar("TRAINING", 0)
 # default of every optimizer's `fused=` (tg.tensor.nn.optim)

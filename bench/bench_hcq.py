@@ -7,13 +7,17 @@ synchronized inside the clock. Columns, microseconds per call (and per kernel):
 - CPU eager / JIT=2 / JIT=1: plain CPU, a realize per call; the JIT's ExecItem loop; the CPU batch executor;
 - HCQ+CPU eager: a realize per call on the reference HCQ device (realize plans: linked one-call programs);
 - HCQ+CPU graphed (runtime CPU / PYTHON): TinyJit replays through the HCQ graph executor, the submitter compiled C
-  or interpreted Python.
+  or interpreted Python;
+- MOCKKFD+AMD graphed, emulation off (runtime CPU / PYTHON): the AMD device's submit cost on the mock KFD, whose GPU
+  parses every PM4/SDMA packet but retires dispatches without running them (TG_MOCKGPU_EMU=0).
 
 Then the split of one graphed 50-kernel replay's exec (host fence, input table, submitter, kick, wait), copyin/copyout
 GB/s through the staging ring for 64 MiB, and the compile time of a new submitter. Targets (hcq.md H3): graphed
 HCQ+CPU <= 3 us/kernel at 50 kernels and <= 1.5x the CPU batch executor; eager tiny op <= 1.5x plain CPU.
 
-Run: `hatch run bench:hcq [--calls N] [--smoke]`. Prints numbers and ratios; asserts nothing.
+Run: `hatch run bench:hcq [--calls N] [--smoke]`. Prints numbers and ratios; asserts nothing. `--device DEV` prints
+one line for that device only (eager and graphed tiny chains, staging-ring GB/s): what scripts/amd_check.sh reports
+for `DEV=AMD`.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def measure(dev: str, n: int, calls: int, mode: str, runtime: str = "CPU") -> tu
 
     with Context(DEV=dev, HCQ_RUNTIME_DEV=runtime, JIT=2 if mode == "jit2" else 1):
         x = Tensor.ones(16).contiguous().realize()
-        sync = Device["CPU"].synchronize
+        sync = Device[Device.DEFAULT].synchronize
         if mode == "eager":
             f = chain(n)
             return best_us(lambda: f(x).realize(), calls, sync), None
@@ -83,15 +87,15 @@ def exec_split(jit: Any, reps: int = 200) -> dict[str, float]:
     return {k: v / reps * 1e6 for k, v in phases.items()}
 
 
-def staging_gbs(nbytes: int) -> tuple[float, float]:
-    """(copyin, copyout) GB/s of ``nbytes`` through the staging ring of HCQ+CPU."""
+def staging_gbs(nbytes: int, device: str = "HCQ+CPU") -> tuple[float, float]:
+    """(copyin, copyout) GB/s of ``nbytes`` through the staging ring of ``device`` (a DEV string)."""
     from tg.ir import dtypes
     from tg.ir.helpers import Context
     from tg.runtime.device import Buffer, Device
 
-    with Context(DEV="HCQ+CPU"):
-        dev = Device["CPU"]
-        buf = Buffer("CPU", nbytes, dtypes.uint8).ensure_allocated()
+    with Context(DEV=device):
+        dev = Device[Device.DEFAULT]
+        buf = Buffer(dev.device, nbytes, dtypes.uint8).ensure_allocated()
         host = bytearray(b"\x5a" * nbytes)
         out = memoryview(bytearray(nbytes))
         best_in = best_out = float("inf")
@@ -121,13 +125,34 @@ def submitter_compile_ms(jit: Any) -> float:
         return (time.perf_counter() - start) * 1e3
 
 
+def device_line(dev: str, calls: int, smoke: bool) -> None:
+    """One line for ``dev``: eager and graphed chains of 1 and 50 kernels (us/call), staging-ring GB/s."""
+    from tg.runtime.hcq.run import runtime_name
+
+    parts = []
+    for n in (1, 50):
+        eager, _ = measure(dev, n, max(calls // 10, 3), "eager", runtime_name())
+        graphed, _ = measure(dev, n, calls, "jit1", runtime_name())
+        parts.append(f"n={n}: eager {eager:.0f} us, graphed {graphed:.0f} us ({graphed / n:.1f} us/kernel)")
+    nbytes = (1 << 20) if smoke else (64 << 20)
+    cin, cout = staging_gbs(nbytes, dev)
+    print(f"{dev} (HCQ_RUNTIME_DEV={runtime_name()}): " + "; ".join(parts) +
+          f"; staging {nbytes >> 20} MiB: copyin {cin:.2f} GB/s, copyout {cout:.2f} GB/s")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=300, help="calls per repetition (default 300)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes and few calls: check that it runs")
+    ap.add_argument("--device", help="only this device (a DEV string, e.g. AMD): one line of numbers")
     args = ap.parse_args()
     sizes, calls = ((1, 5), 10) if args.smoke else (SIZES, args.calls)
     py_calls = max(calls // 10, 3)
+    if args.device:
+        device_line(args.device, calls, args.smoke)
+        return
+
+    from tg.ir.helpers import Context
 
     rows = []
     jit50 = None
@@ -139,11 +164,15 @@ def main() -> None:
         row["hcq eager"], _ = measure("HCQ+CPU", n, calls, "eager")
         row["hcq graph C"], jit = measure("HCQ+CPU", n, calls, "jit1", "CPU")
         row["hcq graph PY"], _ = measure("HCQ+CPU", n, py_calls, "jit1", "PYTHON")
+        with Context(TG_MOCKGPU_EMU=0):  # read when the mock KFD starts (its first device)
+            row["amd graph C"], _ = measure("MOCKKFD+AMD", n, py_calls, "jit1", "CPU")
+            row["amd graph PY"], _ = measure("MOCKKFD+AMD", n, py_calls, "jit1", "PYTHON")
         if n > 1 and (jit50 is None or n <= 50):
             jit50 = jit
         rows.append(row)
 
-    cols = ["cpu eager", "cpu jit2", "cpu jit1", "hcq eager", "hcq graph C", "hcq graph PY"]
+    cols = ["cpu eager", "cpu jit2", "cpu jit1", "hcq eager", "hcq graph C", "hcq graph PY", "amd graph C",
+            "amd graph PY"]  # fmt: skip
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"us per call (us per kernel), chains of n tiny kernels; best of 5; {os.cpu_count()} cores, load "
@@ -153,7 +182,7 @@ def main() -> None:
     for row in rows:
         cells = [f"{row[c]:10.1f} ({row[c] / row['n']:8.2f})" for c in cols]
         print(f"{row['n']:>4} " + " ".join(f"{c:>22}" for c in cells))
-    print("MOCKKFD+AMD graphed: n/a (the AMD backend is a later issue)")
+    print("amd graph: MOCKKFD+AMD with emulation off (the mock parses every packet, runs no kernel)")
     print("\nratios in this run:")
     for row in rows:
         n = row["n"]

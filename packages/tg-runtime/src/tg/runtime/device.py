@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tg.codegen.render.renderer import Renderer
 
 # The order in which Device.DEFAULT tries backends when DEV is not set: best first.
-DEFAULT_ORDER = ("CUDA", "CL", "CPU", "PYTHON")
+DEFAULT_ORDER = ("AMD", "CUDA", "CL", "CPU", "PYTHON")  # AMD: KFD GPUs only (it opens only where one is found)
 # Backends that are never picked as a default (they do not compute, or need a path).
 NOT_DEFAULT = ("NULL", "DISK")
 

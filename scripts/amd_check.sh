@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The AMD backend checked on a real GPU, in one run: what the GPU is, the tiny suite, the HCQ device tests and a
+# benchmark line. For a person with an RDNA3 card (RX 7900 class, gfx1100) on the amdgpu kernel driver:
+#
+#   bash scripts/amd_check.sh                    # DEV=AMD: the GPUs KFD exposes (your user in the 'render' group)
+#
+# CI runs it on the mock KFD so it cannot rot:
+#
+#   DEV=MOCKKFD+AMD HCQ_RUNTIME_DEV=PYTHON bash scripts/amd_check.sh
+#
+# Settings: DEV (default AMD), HCQ_RUNTIME_DEV (default auto: the compiled submitter on real hardware),
+# AMD_CHECK_TIMEOUT (seconds per test, default 120). Tests that need more GPUs than the machine has are skipped.
+# What only hardware shows (and the mock cannot): shared/specs/amd.md section 7 and packages/tg-runtime/README.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export DEV="${DEV:-AMD}"
+timeout="${AMD_CHECK_TIMEOUT:-120}"
+bench_env=()
+case "$DEV" in
+  MOCK*)
+    export TG_MOCKGPU_COUNT="${TG_MOCKGPU_COUNT:-8}"  # test_hcq.py opens instances up to AMD:7
+    bench_env=(TG_MOCKGPU_EMU=0)  # the mock's submit cost: packets parsed, kernels not emulated
+    ;;
+esac
+
+echo "== device ($DEV)"
+hatch run python - <<'EOF'
+from tg.runtime.device import Device
+
+dev = Device[Device.DEFAULT]
+iface, p = dev.iface, dev.iface.props
+print(f"{dev!r}: {dev.cu_cnt} CUs in {dev.se_cnt} shader engines, {p.get('simd_count')} SIMDs, "
+      f"LDS {p.get('lds_size_in_kb')} KiB, VRAM {p.get('local_mem_size', 0) / 2**30:.1f} GiB, wave{p.get('wave_front_size')}")
+print(f"KFD interface {'.'.join(map(str, iface.kfd.version))}, GPUs {[g.arch for g in iface.kfd.gpus]}, "
+      f"IP versions {iface.ip_versions}, emulated: {dev.emulated}")
+EOF
+
+echo "== tiny suite and HCQ device tests"
+hatch test -p -- -q --timeout="$timeout" -m "not torch" tests/test_tiny.py packages/tg-runtime/tests/test_hcq.py
+
+echo "== benchmark"
+env ${bench_env[@]+"${bench_env[@]}"} hatch run bench:hcq --device "$DEV" --calls 50

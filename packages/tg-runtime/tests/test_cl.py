@@ -71,11 +71,11 @@ def test_default_order_cuda_then_opencl_gpu_then_cpu(monkeypatch: pytest.MonkeyP
         def __init__(self, *args: object) -> None:
             raise DeviceUnavailable("no libcuda")
 
-    def registry(cuda: bool, cl_gpu: bool) -> device_mod._DeviceRegistry:
+    def registry(cuda: bool, cl_gpu: bool, amd: bool = False) -> device_mod._DeviceRegistry:
         reg = device_mod._DeviceRegistry()
 
         def device_class(backend: str):  # type: ignore[no-untyped-def]
-            if backend == "CUDA" and not cuda:
+            if (backend == "CUDA" and not cuda) or (backend == "AMD" and not amd):  # AMD: a KFD GPU, first when found
                 return Missing
             return type(f"{backend}Fake", (Fake,), {"gpu": cl_gpu if backend == "CL" else True})
 
@@ -84,6 +84,7 @@ def test_default_order_cuda_then_opencl_gpu_then_cpu(monkeypatch: pytest.MonkeyP
 
     monkeypatch.delenv("DEV", raising=False)
     monkeypatch.setattr(device_mod.DEV, "value", "")
+    assert registry(cuda=True, cl_gpu=True, amd=True).DEFAULT == "AMD"
     assert registry(cuda=True, cl_gpu=True).DEFAULT == "CUDA"
     assert registry(cuda=False, cl_gpu=True).DEFAULT == "CL"
     assert registry(cuda=False, cl_gpu=False).DEFAULT == "CPU"  # PoCL (an OpenCL CPU device) is never the default

@@ -161,9 +161,9 @@ class AMDDevice(HCQDevice):
         target = target if target is not None else instance_target(device)
         type(self).check_arch(target)
         self.iface_name = target.iface or "KFD"
+        conn = kfd_connection(self.iface_name)
         if importlib.util.find_spec("llvmlite") is None:
             raise DeviceUnavailable("AMD: the LLVM renderer needs llvmlite: pip install 'tg-runtime[llvm]'")
-        conn = kfd_connection(self.iface_name)
         if target.indices is not None:
             if index >= len(target.indices):
                 raise DeviceUnavailable(f"{device}: {target} lists {len(target.indices)} GPU(s)")

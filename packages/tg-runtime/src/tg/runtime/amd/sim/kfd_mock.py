@@ -364,7 +364,7 @@ class MockKFD:
             self.event_page = self._alloc(a.event_page_offset)
             if self.event_page.size < kfd.EVENT_PAGE_SIZE:
                 raise OSError(errno.EINVAL, f"MOCKKFD: the event page needs {kfd.EVENT_PAGE_SIZE:#x} bytes")
-            return
+            # like KFD, the call that sets the page also creates an event of the requested type
         if a.event_type not in (kfd.EVENT_SIGNAL, kfd.EVENT_MEMORY, kfd.EVENT_HW_EXCEPTION):
             raise MockError(f"MOCKKFD: event type {a.event_type} is not modelled")
         if a.event_type == kfd.EVENT_SIGNAL and self.event_page is None:

@@ -111,11 +111,14 @@ def tensor_forward(model: str, p: dict[str, Any], x: Any, Tensor: Any) -> Any:
 def run_tensor_lib(framework: str, model: str, data: Any, steps: int) -> dict[str, Any]:
     """Train with tg (JIT or eager) or tinygrad (TinyJit)."""
     if framework == "tinygrad":
+        from importlib.metadata import version as dist_version
+
         import tinygrad
         from tinygrad import Tensor, TinyJit
         from tinygrad.nn.optim import Adam
 
-        version = f"tinygrad {getattr(tinygrad, '__version__', '')} DEV={os.environ.get('DEV', '')}".strip()
+        tg_version = getattr(tinygrad, "__version__", None) or dist_version("tinygrad")
+        version = f"tinygrad {tg_version} DEV={os.environ.get('DEV', '')}"
 
         def train_ctx() -> Any:
             from tinygrad.helpers import Context

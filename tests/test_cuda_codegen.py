@@ -63,6 +63,8 @@ def _ptxas_at_least(version: tuple[int, int]) -> str | None:
     return ptxas if m and (int(m[1]), int(m[2])) >= version else None
 
 
+# slow: the op suites in a subprocess, then NVRTC per kernel (the default run compiles a model: test_null_targets)
+@pytest.mark.slow
 def test_every_op_kernel_compiles_for_sm90(compiler, op_kernels, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tg.runtime.backends._cuda import NVRTC_OPTIONS, nvrtc_compile, nvrtc_version
 

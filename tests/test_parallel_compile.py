@@ -50,7 +50,7 @@ def test_precompile_under_another_transcendental_setting_is_not_reused(monkeypat
     with Context(TRANSCENDENTAL=2):
         a = Tensor(data, device="CPU").softmax(-1).numpy()
     keys_t2 = {k[1] for k in engine.method_cache if k[0].endswith("+TRANSCENDENTAL=2")}
-    cpu = str(Device.target("CPU"))  # the key names the target: "CPU", or "CPU:LLVM" under DEV=CPU:LLVM
+    cpu = str(Device.target("CPU"))  # the key of the default setting: the CPU's target (CPU, or CPU:CLANG:arch)
     assert len(keys_t2) >= 2 and not keys_t2 & {k[1] for k in engine.method_cache if k[0] == cpu}
     b = Tensor(data, device="CPU").softmax(-1).numpy()
     assert keys_t2 <= {k[1] for k in engine.method_cache if k[0] == cpu}  # compiled again for the default

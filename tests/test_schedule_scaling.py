@@ -1,6 +1,7 @@
 """Scheduling cost grows linearly with the graph (counted work, not time), and memory planning of a 20-layer MLP."""
 
 import numpy as np
+import pytest
 
 from tg.codegen.schedule import clear_schedule_cache, create_schedule, stats
 from tg.ir import Ops, UOp
@@ -28,6 +29,7 @@ def steps_for(n: int, hit: bool = False) -> int:
     return stats.steps - before
 
 
+@pytest.mark.slow  # schedules graphs at N, 4N and 16N
 def test_scheduling_work_grows_linearly():
     for hit in (False, True):
         w10, w40, w160 = steps_for(10, hit), steps_for(40, hit), steps_for(160, hit)

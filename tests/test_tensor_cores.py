@@ -87,6 +87,7 @@ def test_tc_products_are_exact_and_the_sum_rounds_once() -> None:
     np.testing.assert_array_equal(got, np.float32(16 * (1 + 2**-10) ** 2))
 
 
+@pytest.mark.slow  # emulated warp-wide on PYTHON; the other TC tests run by default
 def test_tc_bfloat16_half_output_padto_and_upcast() -> None:
     rng = np.random.default_rng(1)
     a32, b32 = rng.integers(-8, 9, (24, 32)).astype(np.float32), rng.integers(-8, 9, (32, 16)).astype(np.float32)

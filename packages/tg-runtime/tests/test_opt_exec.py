@@ -173,7 +173,8 @@ def test_threads_give_identical_results(threads: int) -> None:
 def test_matmul_tile_matches_numpy() -> None:
     ast, out, (a, b) = matmul(64, 64, 64)
     ren = cpu_renderer(2)
-    opts = [split(1, 32, AxisType.UPCAST), split(0, 8, AxisType.UPCAST), split(4, 4, AxisType.UNROLL),
+    columns = 2 * max(1, ren.vector_bytes // 4)  # two float32 vectors of this CPU (8 on SSE/NEON, 32 on AVX-512)
+    opts = [split(1, columns, AxisType.UPCAST), split(0, 8, AxisType.UPCAST), split(4, 4, AxisType.UNROLL),
             split(0, 2, AxisType.THREAD, True)]  # fmt: skip
     got = run(ast, "CPU", ren, opts, out, [a, b]).reshape(64, 64)
     np.testing.assert_allclose(got, a.reshape(64, 64) @ b.reshape(64, 64), rtol=1e-4, atol=1e-4)
@@ -224,10 +225,15 @@ def test_thread_ids_are_limited_per_core() -> None:
 
 
 def test_heuristic_threads_an_axis_no_multiple_of_the_cores_divides() -> None:
-    """125 row blocks (a 1000-row matmul with 8-row tiles) on 2 cores: 5 thread blocks, not one thread."""
-    ast, out, (a, b) = matmul(1000, 40, 40)
+    """125 row blocks (a matmul of 125 register tiles of rows) on 2 cores: 5 thread blocks, not one thread."""
     ren = cpu_renderer(2)
+    # the rows of a register tile depend on the CPU's vector width (8 with AVX2 or AVX-512, 4 with SSE): ask the
+    # heuristic, then make the matrix exactly 125 tiles tall
+    probe = list(apply_opts(matmul(1000, 40, 128)[0], ren)[1])
+    rows = next(o.arg[0] for o in probe if o.axis == 0 and o.arg[1] is AxisType.UPCAST)
+    m = 125 * rows  # >= 500 rows x 40 x 128: over the 2^20 iterations from which the heuristic threads a kernel
+    ast, out, (a, b) = matmul(m, 40, 128)
     opts = list(apply_opts(ast, ren)[1])
     assert split(0, 5, AxisType.THREAD, True) in opts, [str(o) for o in opts]
-    got = run(ast, "CPU", ren, opts, out, [a, b]).reshape(1000, 40)
-    np.testing.assert_allclose(got, a.reshape(1000, 40) @ b.reshape(40, 40), rtol=1e-4, atol=1e-4)
+    got = run(ast, "CPU", ren, opts, out, [a, b]).reshape(m, 40)
+    np.testing.assert_allclose(got, a.reshape(m, 128) @ b.reshape(128, 40), rtol=1e-4, atol=1e-4)

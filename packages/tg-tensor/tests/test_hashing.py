@@ -28,7 +28,10 @@ def digest_of(data: bytes, cfg: str) -> bytes:
     return bytes(Tensor(row).keccak(cfg).numpy()[0])
 
 
-@pytest.mark.parametrize("cfg", sorted(HASHLIB))
+# two configurations (a fixed-length digest and an extendable output) by default, the rest in the slow run
+@pytest.mark.parametrize(
+    "cfg", [c if c in ("sha3_256", "shake_128") else pytest.param(c, marks=pytest.mark.slow) for c in sorted(HASHLIB)]
+)
 def test_keccak_matches_hashlib_around_block_boundaries(cfg):
     rate = RATE[cfg]
     for n in (0, 1, rate - 1, rate, rate + 1, 2 * rate + 5):
@@ -86,6 +89,7 @@ def hash_model(data: bytes) -> bytes:
     return level(data)
 
 
+@pytest.mark.slow  # 1 MiB chunks; keccak itself is checked against hashlib by default
 def test_hash_matches_the_shake128_tree():
     x = np.arange(1000, dtype=np.float32)
     h = Tensor(x).hash()
@@ -95,6 +99,7 @@ def test_hash_matches_the_shake128_tree():
     assert bytes(Tensor(np.zeros(0, np.uint8)).hash().numpy()) == hash_model(b"")
 
 
+@pytest.mark.slow  # more than 1 MiB of keccak
 def test_hash_over_one_chunk_uses_a_second_level():
     data = RNG.integers(0, 256, (1 << 20) + 3, dtype=np.uint8)
     assert bytes(Tensor(data).hash().numpy()) == hash_model(data.tobytes())

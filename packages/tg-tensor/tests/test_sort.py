@@ -49,7 +49,7 @@ def test_sort_floats_with_edges_matches_torch_order(n, descending):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.bool_])
-@pytest.mark.parametrize("n", [9, 130])
+@pytest.mark.parametrize("n", [9, pytest.param(130, marks=pytest.mark.slow)])  # 130: two network stages more
 def test_sort_every_dtype(dtype, n):
     if dtype == np.bool_:
         a = RNG.integers(0, 2, size=(2, n)).astype(bool)
@@ -84,7 +84,7 @@ def test_sort_large_row():
     np.testing.assert_array_equal(values.numpy(), np.sort(a))
 
 
-@pytest.mark.parametrize("n", [10, 300])
+@pytest.mark.parametrize("n", [10, pytest.param(300, marks=pytest.mark.slow)])
 def test_topk_values_indices_and_gradient(n):
     a = RNG.standard_normal((2, n)).astype(np.float32)
     x = Tensor(a, requires_grad=True)

@@ -78,6 +78,7 @@ def test_svd_dtypes_and_errors():
         Tensor.zeros(0, 3).svd()
 
 
+@pytest.mark.slow  # backward through every Jacobi sweep
 def test_svd_gradient_of_singular_values_is_u_vt():
     a = RNG.standard_normal((5, 3)).astype(np.float32)
     t = Tensor(a, requires_grad=True)

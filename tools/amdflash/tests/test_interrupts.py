@@ -51,6 +51,7 @@ def flash_with_sigint_at(image_path: str, access: int, sectors: int) -> tuple[Si
 
 
 @main_thread_only
+@pytest.mark.slow  # one process per step; test_sigterm_is_handled_like_ctrl_c runs by default
 def test_sigint_at_every_step_of_the_first_transactions_and_a_sector(tmp_path: Path) -> None:
     image = build_ifwi(2)
     path = tmp_path / "b.bin"

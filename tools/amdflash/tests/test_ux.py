@@ -108,6 +108,7 @@ def test_unusable_sim_state_fails_before_any_work(tmp_path: Path, monkeypatch: p
     assert not (tmp_path / "out.bin").exists()
 
 
+@pytest.mark.slow  # a whole simulated flash; the short CLI flows run by default
 def test_blank_sim_flash_means_a_stalled_psp(tmp_path: Path) -> None:
     """README table: the PSP mailbox answers only after the PSP booted; a blank flash stalls its boot loader."""
     sim = ("--sim", "--sim-state", str(tmp_path / "s.bin"))

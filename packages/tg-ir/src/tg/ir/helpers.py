@@ -222,7 +222,7 @@ CC = LiveContextVar("CC", "")  # the C compiler of the CPU backend ("" = clang, 
 NVRTC = LiveContextVar("NVRTC", "")  # path of the NVRTC library for CUDA ("" = search)
 CPU_COUNT = LiveContextVar("CPU_COUNT", 0)  # threads a CPU kernel may use (0 = the cores this process may use)
 LRU = LiveContextVar("LRU", 1)  # 0: free buffers at once instead of caching them for reuse
-BEAM_TIME = LiveContextVar("BEAM_TIME", 10.0)  # seconds of BEAM search per kernel
+BEAM_TIME = LiveContextVar("BEAM_TIME", 8.0)  # seconds of BEAM search per kernel, the final pick included
 IGNORE_BEAM_CACHE = LiveContextVar("IGNORE_BEAM_CACHE", 0)  # 1: search again instead of replaying the cached winner
 BEAM_PROGRESS = LiveContextVar("BEAM_PROGRESS", 0)  # 1: a progress bar while searching
 FUNCTION_CACHE_SIZE = LiveContextVar("FUNCTION_CACHE_SIZE", 256)  # traces kept per @function

@@ -117,11 +117,29 @@ def tg_pci_server() -> None:
             proc.wait(10)
 
 
+def tg_llm() -> None:
+    import numpy as np
+
+    from tg.llm.chat import format_chat
+    from tg.llm.generate import SamplingParams, sample
+
+    text = format_chat("llama", [{"role": "user", "content": "hi"}])
+    assert "<|start_header_id|>user<|end_header_id|>" in text and text.endswith("<|end_header_id|>\n\n"), text
+    logits = np.array([0.1, 3.0, -1.0, 2.9], dtype=np.float32)
+    assert sample(logits, SamplingParams(), np.random.default_rng(0)) == 1
+    assert sample(logits, SamplingParams(temperature=1.0, top_k=2, seed=0), np.random.default_rng(0)) in (1, 3)
+    exe = shutil.which("tg-llm", path=str(Path(sys.executable).parent))
+    assert exe is not None, "the tg-llm console script is missing from the wheel"
+    res = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0 and "--model" in res.stdout, res.stdout + res.stderr
+
+
 SMOKE: dict[str, Callable[[], None]] = {
     "tg-ir": tg_ir,
     "tg-codegen": tg_codegen,
     "tg-runtime": tg_runtime,
     "tg-tensor": tg_tensor,
+    "tg-llm": tg_llm,
     "tg-drivers": tg_drivers,
     "amdflash": amdflash,
     "tg-pci-server": tg_pci_server,

@@ -23,7 +23,6 @@ import concurrent.futures
 import hashlib
 import json
 import multiprocessing
-import os
 import sys
 import time
 import warnings

@@ -226,6 +226,19 @@ def test_cached_properties_of_deep_graphs_need_no_recursion() -> None:
     assert e.vmin == 10_000 and e.vmax == 10_010
 
 
+def test_symbolic_helpers_on_a_3000_term_sum() -> None:
+    # const_factor/divides recursed once per term
+    vs = [Variable(f"v{i}", 0, 10) for i in range(3000)]
+    s = vs[0] * 4
+    for v in vs[1:]:
+        s = s + v * 6
+    assert s.const_factor() == 2 and (s + 1).const_factor() == 1
+    half = s.divides(2)
+    assert half is not None and half.sym_infer({f"v{i}": 1 for i in range(3000)}) == (4 + 6 * 2999) // 2
+    assert s.divides(4) is None
+    assert UOp.const(dtypes.int32, -6).const_factor() == -6 and (vs[0] * -3).const_factor() == -3
+
+
 def test_repr_of_a_deep_graph_grows_linearly() -> None:
     a = UOp.new_buffer("CPU", 8, dtypes.float32)
     x = a

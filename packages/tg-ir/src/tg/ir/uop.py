@@ -504,32 +504,44 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def const_factor(self) -> int:
         """The largest known int factor of this expression (1 if none)."""
-        if self.op is Ops.CONST:
-            return int(self.arg)
-        if self.op is Ops.VCONST:
-            return math.gcd(*self.arg)
-        if self.op is Ops.ADD:
-            return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
-        if self.op is Ops.MUL:
-            return self.src[0].arg if self.src[0].op is Ops.CONST else self.src[1].arg if self.src[1].op is Ops.CONST \
-                else 1  # fmt: skip
-        return 1
+        if self.op is not Ops.ADD:
+            return _term_factor(self)
+        factor = 0  # a sum: the gcd over its terms (a loop over the ADD tree: sums can be thousands deep)
+        stack: list[UOp] = [self]
+        while stack:
+            u = stack.pop()
+            if u.op is Ops.ADD:
+                stack.extend(u.src)
+            elif (factor := math.gcd(factor, _term_factor(u))) == 1:
+                return 1
+        return factor
 
     def divides(self, v: int) -> UOp | None:
         """self / v if every term is exactly divisible by v, else None."""
         if v == 1:
             return self
-        if self.op is Ops.CONST:
-            return self.const_like(self.arg // v) if self.arg % v == 0 else None
-        if self.op is Ops.ADD:
-            d0, d1 = self.src[0].divides(v), self.src[1].divides(v)
-            return d0 + d1 if d0 is not None and d1 is not None else None
-        if self.op is Ops.MUL:
-            if (d0 := self.src[0].divides(v)) is not None:
-                return d0 * self.src[1]
-            if (d1 := self.src[1].divides(v)) is not None:
-                return self.src[0] * d1
-        return None
+        # sources first over the ADD/MUL structure (iterative: sums can be thousands deep), memoised per node
+        done: dict[UOp, UOp | None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            u, expanded = stack.pop()
+            if u in done:
+                continue
+            if u.op in (Ops.ADD, Ops.MUL) and not expanded:
+                stack.append((u, True))
+                stack.extend((x, False) for x in u.src if x not in done)
+                continue
+            if u.op is Ops.CONST:
+                done[u] = u.const_like(u.arg // v) if u.arg % v == 0 else None
+            elif u.op is Ops.ADD:
+                d0, d1 = done[u.src[0]], done[u.src[1]]
+                done[u] = d0 + d1 if d0 is not None and d1 is not None else None
+            elif u.op is Ops.MUL:
+                d0, d1 = done[u.src[0]], done[u.src[1]]
+                done[u] = d0 * u.src[1] if d0 is not None else u.src[0] * d1 if d1 is not None else None
+            else:
+                done[u] = None
+        return done[self]
 
     def pop_const(self) -> tuple[UOp, int]:
         """Split `x + c` into (x, c) ((self, 0) when there's no trailing constant)."""
@@ -583,6 +595,17 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         from tg.ir.printer import pretty_print
 
         return pretty_print(self)
+
+
+def _term_factor(u: UOp) -> int:
+    """The known int factor of a term that is not a sum (const_factor's leaves)."""
+    if u.op is Ops.CONST:
+        return int(u.arg)
+    if u.op is Ops.VCONST:
+        return math.gcd(*u.arg)
+    if u.op is Ops.MUL:
+        return u.src[0].arg if u.src[0].op is Ops.CONST else u.src[1].arg if u.src[1].op is Ops.CONST else 1
+    return 1
 
 
 def _symbolic_hint(v: UOp) -> str:

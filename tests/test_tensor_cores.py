@@ -11,10 +11,10 @@ import pytest
 
 from tg.codegen.opt.kernel import OptKernel
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
-from tg.codegen.opt.tensor_cores import MMA_F16
 from tg.codegen.program import get_program
 from tg.codegen.render.cuda import CUDARenderer
 from tg.codegen.render.opencl import OpenCLRenderer
+from tg.codegen.render.renderer import MMA_F16
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import AxisType, Ops
 from tg.ir.uop import UOp

@@ -13,10 +13,9 @@ from typing import Any
 
 from tg.codegen.linearize import linearize
 from tg.codegen.lower import kernel_name, lower_kernel
-from tg.codegen.lower.expand import CORE_ID
 from tg.codegen.lower.gpudims import launch_dims
 from tg.codegen.opt import apply_opts
-from tg.codegen.render.renderer import Renderer
+from tg.codegen.render.renderer import CORE_ID, Renderer
 from tg.ir.dtype import PtrDType
 from tg.ir.helpers import SPEC
 from tg.ir.ops import GroupOp, Ops

@@ -23,14 +23,13 @@ import itertools
 from collections.abc import Iterator
 
 from tg.codegen.lower.structure import axis_id, build_accumulator, combine, identity_element
-from tg.codegen.render.renderer import Renderer
+from tg.codegen.render.renderer import CORE_ID, Renderer
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import AxisType, GroupOp, Ops
 from tg.ir.uop import UOp
 
 # value dtypes that live in native vectors (others are unrolled as scalars)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
-CORE_ID = "core_id"
 
 
 def _rtype(r: UOp) -> AxisType:

@@ -1,7 +1,8 @@
 """Tensor cores: the `TC` opt rewrites a matmul-like kernel into warp-wide matrix multiply-accumulate ops (WMMA).
 
-One `TensorCore` describes a warp-level instruction `D (M x N, float32) = A (M x K) @ B (K x N)` with half or
-bfloat16 inputs, and which elements of A, B and D each of the warp's 32 threads holds (its fragment). For NVIDIA's
+One `TensorCore` (target data in tg.codegen.render.renderer, where renderers declare theirs) describes a warp-level
+instruction `D (M x N, float32) = A (M x K) @ B (K x N)` with half or bfloat16 inputs, and which elements of A, B
+and D each of the warp's 32 threads holds (its fragment). For NVIDIA's
 `mma.sync.aligned.m16n8k16` (sm_80+, PTX ISA "Matrix Fragments for mma.m16n8k16"), with g = lane // 4 and
 t = lane % 4:
 - A (16 x 16, row-major), 8 elements j: row g + 8*((j >> 1) & 1), column 2t + (j & 1) + 8*(j >> 2);
@@ -18,74 +19,18 @@ fragment index math is checked against numpy without a GPU.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg.codegen.lower.structure import axis_id
 from tg.codegen.opt.opts import OptOps
-from tg.ir.dtype import DType, dtypes
-from tg.ir.floats import truncate
+from tg.codegen.render.renderer import WARP_SIZE, TensorCore
+from tg.ir.dtype import DType
 from tg.ir.ops import AxisType, Ops
 from tg.ir.uop import UOp
 
 if TYPE_CHECKING:
     from tg.codegen.opt.kernel import OptKernel
     from tg.codegen.opt.opts import Opt
-
-WARP_SIZE = 32
-
-
-@dataclass(frozen=True)
-class TensorCore:
-    """A warp-level `D = A @ B` instruction: shape (M, N, K), input and accumulator dtypes, renderer-facing name."""
-
-    name: str
-    dims: tuple[int, int, int]
-    dtype_in: DType
-    dtype_out: DType
-
-    # per-thread fragments of mma.m16n8k16: (row, column) of element j held by `lane`
-    @staticmethod
-    def a_elem(lane: int | UOp, j: int) -> tuple[int | UOp, int | UOp]:
-        """(row m, column k) of A's element j in `lane`'s fragment."""
-        return lane // 4 + 8 * ((j >> 1) & 1), (lane % 4) * 2 + (j & 1) + 8 * (j >> 2)
-
-    @staticmethod
-    def b_elem(lane: int | UOp, j: int) -> tuple[int | UOp, int | UOp]:
-        """(row k, column n) of B's element j in `lane`'s fragment."""
-        return (lane % 4) * 2 + (j & 1) + 8 * (j >> 1), lane // 4
-
-    @staticmethod
-    def d_elem(lane: int | UOp, j: int) -> tuple[int | UOp, int | UOp]:
-        """(row m, column n) of D's element j in `lane`'s fragment."""
-        return lane // 4 + 8 * (j >> 1), (lane % 4) * 2 + (j & 1)
-
-    def emulate(self, a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
-        """The warp's WMMA from all 32 lanes' fragments (lane-major: 8 A and 4 B values per lane): every lane's 4 D
-        values, lane-major. Products are exact, summed exactly (fsum) and rounded once to float32."""
-        m, n, k = self.dims
-        am = [[0.0] * k for _ in range(m)]
-        bm = [[0.0] * n for _ in range(k)]
-        for lane in range(WARP_SIZE):
-            for j in range(8):
-                r, c = self.a_elem(lane, j)
-                am[r][c] = a[lane * 8 + j]
-            for j in range(4):
-                r, c = self.b_elem(lane, j)
-                bm[r][c] = b[lane * 4 + j]
-        out = []
-        for lane in range(WARP_SIZE):
-            for j in range(4):
-                r, c = self.d_elem(lane, j)
-                out.append(truncate[dtypes.float32](math.fsum(am[r][x] * bm[x][c] for x in range(k))))
-        return tuple(out)
-
-
-MMA_F16 = TensorCore("mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32)
-MMA_BF16 = TensorCore("mma_m16n8k16_bf16_f32", (16, 8, 16), dtypes.bfloat16, dtypes.float32)
-NVIDIA_SM80 = (MMA_F16, MMA_BF16)
-TENSOR_CORES = {tc.name: tc for tc in NVIDIA_SM80}
 
 
 def _name(dt: DType) -> str:

@@ -9,8 +9,8 @@ device functions) and `--fmad=false` (results match the CPU device bit for bit).
 
 from __future__ import annotations
 
-from tg.codegen.opt.tensor_cores import NVIDIA_SM80, TENSOR_CORES
 from tg.codegen.render.cstyle import CStyleLanguage, RenderContext
+from tg.codegen.render.renderer import NVIDIA_SM80, TENSOR_CORES
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import Ops
 from tg.ir.pattern import PatternMatcher, UPat

@@ -24,7 +24,7 @@ from typing import Any
 from tg.codegen.lower.float_bits import float_bits_rules
 from tg.codegen.lower.transcendental import exp2_poly, log2_poly
 from tg.codegen.render import cvector
-from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
+from tg.codegen.render.renderer import BLOCK_LOOP, CORE_ID, Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg.ir.floats import truncate
 from tg.ir.ops import GroupOp, Ops
@@ -35,7 +35,6 @@ from tg.ir.uop import UOp
 _INT_TYPES = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
 _FLOAT_TYPES = {dtypes.float32: "float", dtypes.float64: "double"}
 _INTRINSIC_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
-CORE_ID = "core_id"
 
 
 class LLVMContext:

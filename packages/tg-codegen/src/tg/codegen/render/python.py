@@ -11,8 +11,7 @@ import base64
 import pickle
 from typing import Any
 
-from tg.codegen.opt.tensor_cores import NVIDIA_SM80
-from tg.codegen.render.renderer import Renderer
+from tg.codegen.render.renderer import NVIDIA_SM80, Renderer
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import GroupOp, Ops
 from tg.ir.uop import UOp

@@ -1,10 +1,14 @@
-"""`Renderer`: the base class of every code generator, declaring what the target can do."""
+"""`Renderer`: the base class of every code generator, declaring what the target can do, and the target data that
+lowering and the optimiser read from it (tensor-core instructions, the CPU thread-id variable)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.ir.dtype import DType, dtypes
+from tg.ir.floats import truncate
 from tg.ir.ops import Ops
 
 if TYPE_CHECKING:
@@ -14,6 +18,8 @@ if TYPE_CHECKING:
 
 # third element of the arg of a RANGE that loops over blocks of a sum (tg.codegen.lower.blocked): kept rolled
 BLOCK_LOOP = "block"
+# the variable a threaded CPU kernel takes its thread id in (its last int argument; lowering makes THREAD ranges of it)
+CORE_ID = "core_id"
 
 
 class Renderer:
@@ -43,7 +49,7 @@ class Renderer:
     local_max: tuple[int, ...] | None = None  # maximum workgroup size per dimension
     shared_max: int = 0  # bytes of shared memory per workgroup
     max_local_threads: int = 1  # most threads in one workgroup (the product of its local sizes)
-    tensor_cores: tuple[Any, ...] = ()  # warp-level matmul instructions the TC opt may use (opt/tensor_cores.py)
+    tensor_cores: tuple[TensorCore, ...] = ()  # warp-level matmul instructions the TC opt may use
     # ALU ops the target renders directly; everything else must be decomposed by lowering
     supported_ops: frozenset[Ops] = frozenset()
     # float dtypes the target computes in natively (others are computed in float32 and stored as bits)
@@ -73,3 +79,60 @@ class Renderer:
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         return type(self), ()
+
+
+# ---- tensor cores: warp-level matmul instructions a renderer may declare in `tensor_cores` (the TC opt uses them) --
+
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """A warp-level `D = A @ B` instruction: shape (M, N, K), input and accumulator dtypes, renderer-facing name."""
+
+    name: str
+    dims: tuple[int, int, int]
+    dtype_in: DType
+    dtype_out: DType
+
+    # per-thread fragments of mma.m16n8k16: (row, column) of element j held by `lane`
+    @staticmethod
+    def a_elem(lane: int | UOp, j: int) -> tuple[int | UOp, int | UOp]:
+        """(row m, column k) of A's element j in `lane`'s fragment."""
+        return lane // 4 + 8 * ((j >> 1) & 1), (lane % 4) * 2 + (j & 1) + 8 * (j >> 2)
+
+    @staticmethod
+    def b_elem(lane: int | UOp, j: int) -> tuple[int | UOp, int | UOp]:
+        """(row k, column n) of B's element j in `lane`'s fragment."""
+        return (lane % 4) * 2 + (j & 1) + 8 * (j >> 1), lane // 4
+
+    @staticmethod
+    def d_elem(lane: int | UOp, j: int) -> tuple[int | UOp, int | UOp]:
+        """(row m, column n) of D's element j in `lane`'s fragment."""
+        return lane // 4 + 8 * (j >> 1), (lane % 4) * 2 + (j & 1)
+
+    def emulate(self, a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+        """The warp's WMMA from all 32 lanes' fragments (lane-major: 8 A and 4 B values per lane): every lane's 4 D
+        values, lane-major. Products are exact, summed exactly (fsum) and rounded once to float32."""
+        m, n, k = self.dims
+        am = [[0.0] * k for _ in range(m)]
+        bm = [[0.0] * n for _ in range(k)]
+        for lane in range(WARP_SIZE):
+            for j in range(8):
+                r, c = self.a_elem(lane, j)
+                am[r][c] = a[lane * 8 + j]
+            for j in range(4):
+                r, c = self.b_elem(lane, j)
+                bm[r][c] = b[lane * 4 + j]
+        out = []
+        for lane in range(WARP_SIZE):
+            for j in range(4):
+                r, c = self.d_elem(lane, j)
+                out.append(truncate[dtypes.float32](math.fsum(am[r][x] * bm[x][c] for x in range(k))))
+        return tuple(out)
+
+
+MMA_F16 = TensorCore("mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32)
+MMA_BF16 = TensorCore("mma_m16n8k16_bf16_f32", (16, 8, 16), dtypes.bfloat16, dtypes.float32)
+NVIDIA_SM80 = (MMA_F16, MMA_BF16)
+TENSOR_CORES = {tc.name: tc for tc in NVIDIA_SM80}

@@ -274,7 +274,7 @@ class PythonProgram(Program):
                     else f"v{i} = ({', '.join(f'{v[0]}[{k}]' for k in arg)},)"
                 )
             elif op is Ops.WMMA:  # a whole warp's matrix multiply (tensor cores), from every lane's fragments
-                from tg.codegen.opt.tensor_cores import TENSOR_CORES
+                from tg.codegen.render.renderer import TENSOR_CORES
 
                 env[f"_w{i}"] = TENSOR_CORES[arg].emulate
                 emit(f"v{i} = _w{i}({v[0]}, {v[1]})")

@@ -54,3 +54,10 @@ def test_a_model_compiles_as_avx512_c_on_any_x86_host() -> None:
     assert len(kernels) >= 4
     assert any("tg_f32x16" in k.p.src for k in kernels)
     assert all(k.lib[:4] == b"\x7fELF" for k in kernels)
+
+
+def test_a_kernel_split_into_threads_runs_on_null() -> None:
+    # NULL's default renderer is the host's C renderer, which splits a large kernel into threads: the NULL program
+    # takes the thread count like the CPU's does (it raised TypeError on the `threads` argument)
+    t = Tensor.rand(1024, 1024, device="NULL").realize()
+    assert t.shape == (1024, 1024) and t.device == "NULL"

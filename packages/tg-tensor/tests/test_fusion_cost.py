@@ -90,3 +90,22 @@ def test_concatenated_matmuls_run_no_masked_products(rng: np.random.Generator) -
     products = n[Ops.MULACC] + n[Ops.MUL]  # float ops only: index arithmetic is not counted
     assert products == 4 * 8 * (3 + 5)  # fused under the cat's padding, both loops ran at every output
     np.testing.assert_allclose(got, np.concatenate([a.numpy() @ b.numpy(), a.numpy() @ c.numpy()], 1), rtol=1e-5)
+
+
+def test_reported_1024_matmul_sum_schedules_a_tiled_matmul_and_a_small_sum() -> None:
+    """`(Tensor.rand(1024, 1024) @ same).sum()` once ran as one kernel of three nested loops (~39 s): its schedule
+    is the matmul (which gets the CPU heuristic's register tile) and the sum's two small kernels."""
+    from tg.codegen.program import get_program
+    from tg.codegen.render.cstyle import ClangRenderer
+    from tg.ir import AxisType
+
+    a = Tensor.rand(1024, 1024, device="NULL").realize()
+    linear = create_schedule((a @ a).sum().uop.sink()).linear
+    asts = [c.src[0] for c in linear.src if c.src[0].op is Ops.SINK]
+    assert len(asts) == 3
+    reduce_loops = [sum(u.op is Ops.REDUCE for u in ast.toposort()) for ast in asts]
+    assert reduce_loops == [1, 1, 1]  # no reduction nested in another one's loop
+    ren = ClangRenderer(32, 4, True)  # AVX2-sized lanes; the tile is chosen the same way for any width
+    matmul = get_program(asts[0], ren)
+    kinds = {o.arg[1] for o in matmul.applied_opts if isinstance(o.arg, tuple)}
+    assert {AxisType.UPCAST, AxisType.UNROLL, AxisType.THREAD} <= kinds, matmul.applied_opts

@@ -55,6 +55,7 @@ class NullProgram(Program):
         local_size: tuple[int, ...] | None = None,
         vals: tuple[int, ...] = (),
         wait: bool = False,
+        threads: int = 1,  # a CPU-like renderer's thread count (NULL:CLANG kernels split into threads)
     ) -> float | None:
         return 0.0 if wait else None
 

@@ -175,7 +175,9 @@ class PM4Executor:
             self.gpu.write_u64(addr, data)
         elif sel["data_sel"] == pm4.DATA_CLOCK:
             if ev["event_type"] != pm4.CACHE_FLUSH_AND_INV_TS_EVENT:
-                raise MockError(f"{self.where()}: PM4 RELEASE_MEM writes the clock only on CACHE_FLUSH_AND_INV_TS events")
+                raise MockError(
+                    f"{self.where()}: PM4 RELEASE_MEM writes the clock only on CACHE_FLUSH_AND_INV_TS events"
+                )
             self.gpu.write_u64(addr, self.gpu.clock())
         elif sel["data_sel"] != pm4.DATA_NONE:
             raise MockError(f"{self.where()}: PM4 RELEASE_MEM data_sel {sel['data_sel']} is not modelled")
@@ -209,8 +211,10 @@ class PM4Executor:
         if not ctl["valid"]:
             raise MockError(f"{self.where()}: PM4 INDIRECT_BUFFER without the valid bit (control {body[2]:#x})")
         if addr % 4 or ctl["size_dw"] == 0:
-            raise MockError(f"{self.where()}: PM4 INDIRECT_BUFFER at {addr:#x} of {ctl['size_dw']} dwords (must be 4-byte "
-                            f"aligned and non-empty)")  # fmt: skip
+            raise MockError(
+                f"{self.where()}: PM4 INDIRECT_BUFFER at {addr:#x} of {ctl['size_dw']} dwords "
+                "(must be 4-byte aligned and non-empty)"
+            )
         if len(self.ibs) >= MAX_IB_DEPTH:
             raise MockError(f"{self.where()}: indirect buffers nested deeper than {MAX_IB_DEPTH}")
         # the packet is consumed before the buffer runs (its caller advances past it): push it for the next fetch
@@ -229,7 +233,9 @@ class PM4Executor:
         tmpring = pm4.unpack(pm4.TMPRING_FIELDS, regs.get(R["COMPUTE_TMPRING_SIZE"], 0))
         lds = (rsrc2 >> pm4.RSRC2_LDS_SHIFT & 0x1FF) * pm4.LDS_BLOCK
         if entry == 0 or min(local) <= 0:
-            raise MockError(f"{self.where()}: PM4 DISPATCH_DIRECT with COMPUTE_PGM {entry:#x} and work-group size {local} "
-                            f"(registers not loaded)")  # fmt: skip
+            raise MockError(
+                f"{self.where()}: PM4 DISPATCH_DIRECT with COMPUTE_PGM {entry:#x} and work-group size {local} "
+                "(registers not loaded)"
+            )
         groups = (body[0], body[1], body[2])
         self.gpu.dispatch(entry, rsrc1, rsrc2, user, groups, local, lds, tmpring["wavesize"] * 256 // 64)  # type: ignore[arg-type]

@@ -198,6 +198,20 @@ VALU_CASES: list[tuple[str, tuple[int, ...], str, list[tuple[Any, ...]]]] = [
         (-1, 5, 3, -2), (-(2**31), -(2**31), 0, 2**62)]),
     ("v_mul_lo_u32 v0, v2, v4", (0xD72C0000, 0x00020902), "u32 u32 -> u32", [(0x10001, 0x10001, 0x20001)]),
     ("v_mul_hi_u32 v0, v2, v4", (0xD72D0000, 0x00020902), "u32 u32 -> u32", [(0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFE)]),
+    # a 32-bit literal with bit 31 set in a 64-bit integer operand: sign-extended where the operand is signed
+    # (v_cmp_*_i64, v_mad_i64_i32's addend, v_ashrrev_i64's value: -2^31), zero-extended elsewhere (+2^31)
+    ("v_cmp_gt_i64_e32 vcc_lo, 0x80000000, v[4:5]", (0x7CA808FF, 0x80000000), "x i64 -> vcc", [
+        (0, -(2**31) - 1, True), (0, 2**31 - 1, False), (0, -(2**31), False)]),
+    ("v_cmp_gt_u64_e32 vcc_lo, 0x80000000, v[4:5]", (0x7CB808FF, 0x80000000), "x u64 -> vcc", [
+        (0, 2**31 - 1, True), (0, 2**31, False)]),
+    ("v_mad_i64_i32 v[0:1], null, v2, v4, 0x80000000", (0xD6FF7C00, 0x03FE0902, 0x80000000), "i32 i32 x -> i64", [
+        (1, 1, 0, 1 - 2**31), (3, -2, 0, -6 - 2**31)]),
+    ("v_mad_u64_u32 v[0:1], null, v2, v4, 0x80000000", (0xD6FE7C00, 0x03FE0902, 0x80000000), "u32 u32 x -> u64", [
+        (1, 1, 0, 2**31 + 1)]),
+    ("v_ashrrev_i64 v[0:1], v2, 0x80000000", (0xD73E0000, 0x0001FF02, 0x80000000), "u32 x -> i64", [
+        (4, 0, -(2**27)), (0, 0, -(2**31)), (40, 0, -1)]),
+    ("v_lshrrev_b64 v[0:1], v2, 0x80000000", (0xD73D0000, 0x0001FF02, 0x80000000), "u32 x -> u64", [
+        (4, 0, 2**27), (0, 0, 2**31)]),
     ("v_mul_i32_i24_e32 v0, v2, v4", (0x12000902,), "u32 u32 -> i32", [(0xFF800000, 2, -(2**24)), (0x01000003, 5, 15)]),
     ("v_mul_u32_u24_e32 v0, v2, v4", (0x16000902,), "u32 u32 -> u32", [
         (0xFF000003, 0x01000005, 15), (0xFFFFFF, 0xFFFFFF, 0xFFFFFE000001 & FULL)]),
@@ -282,6 +296,11 @@ SALU_CASES: list[tuple[str, tuple[int, ...], str, list[tuple[Any, ...]]]] = [
     ("s_cmp_lg_u64 s[2:3], s[4:5]", (0xBF110402,), "u64 u64 -> scc", [(2**32, 0, 1), (7, 7, 0)]),
     ("s_cmpk_lg_i32 s2, 0xfff0", (0xB202FFF0,), "i32 -> scc", [(-16, 0), (0xFFF0, 1)]),
     ("s_addk_i32 s0, 0xfffe", (0xB780FFFE,), "i32 -> i32 scc", [(1, -1, 0), (-(2**31), 2**31 - 2, 1)]),
+    # literals of 64-bit operands: sign-extended for the signed ones (s_ashr_i64, s_cls_i32_i64), else zero-extended
+    ("s_ashr_i64 s[0:1], 0x80000000, s4", (0x868004FF, 0x80000000), "x u32 -> i64 scc", [
+        (0, 4, -(2**27), 1), (0, 0, -(2**31), 1)]),
+    ("s_lshr_b64 s[0:1], 0x80000000, s4", (0x858004FF, 0x80000000), "x u32 -> u64 scc", [(0, 4, 2**27, 1)]),
+    ("s_cls_i32_i64 s0, 0x80000000", (0xBE800DFF, 0x80000000), "x -> i32", [(0, 33)]),
 ]  # fmt: skip
 
 

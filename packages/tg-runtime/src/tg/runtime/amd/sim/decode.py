@@ -315,12 +315,16 @@ def _vreg(n: int, width: int, half: int = -1) -> str:
     return f"v{n}" if width <= 1 else f"v[{n}:{n + width - 1}]"
 
 
-def operand(src: int, width: int, literal: int | None, half: int = -1, is16: bool = False) -> str:
-    """Text of a 9-bit source operand (VGPRs from 256); `half` selects a true16 half (-1: whole register)."""
+def operand(src: int, width: int, literal: int | None, half: int = -1, is16: bool = False, int64: bool = False) -> str:
+    """Text of a 9-bit source operand (VGPRs from 256); `half` selects a true16 half (-1: whole register).
+
+    A literal of a 64-bit integer operand (`int64`) with bit 31 set prints sign-extended, as LLVM's code generator
+    only encodes such values as 32-bit literals when they are (isInt<32>)."""
     if src >= 256:
         return _vreg(src - 256, width, half)
     if src == LITERAL:
-        return f"0x{(literal or 0) & (0xFFFF if is16 else 0xFFFFFFFF):x}"
+        lit = (literal or 0) & (0xFFFF if is16 else 0xFFFFFFFF)
+        return f"0x{lit | 0xFFFFFFFF00000000 if int64 and width == 2 and lit >> 31 else lit:x}"
     if 128 <= src <= 192:
         return str(src - 128)
     if 193 <= src <= 208:
@@ -384,7 +388,7 @@ def _vop3_src(inst: Instruction, i: int, width: int, half16: bool) -> str:
     src = f[f"src{i}"]
     sd = inst.name in VOP3SD_NAMES
     half = (f["opsel"] >> i & 1) if half16 and src >= 256 else -1
-    text = operand(src, width, inst.literal, half, half16)
+    text = operand(src, width, inst.literal, half, half16, int64="f64" not in inst.name)
     if inst.encoding == "VOP3P" and inst.name.startswith("v_fma_mix"):
         if f["neg_hi"] >> i & 1:
             text = f"|{text}|"
@@ -453,7 +457,7 @@ def _vop12c_src0(inst: Instruction, width: int, is16: bool) -> str:
     if src >= 256:
         n, h = _half_of(src, is16, 256)
         return _vreg(n, width, h)
-    return operand(src, width, inst.literal, -1, is16)
+    return operand(src, width, inst.literal, -1, is16, int64="f64" not in inst.name)
 
 
 def _valu_text(inst: Instruction) -> str:
@@ -562,15 +566,20 @@ def render(inst: Instruction) -> str:
         return _sopp_text(inst)
     if enc == "SOP2":
         wd, w0, w1 = inst.widths
-        srcs = f"{operand(f['ssrc0'], w0, inst.literal)}, {operand(f['ssrc1'], w1, inst.literal)}"
+        srcs = (
+            f"{operand(f['ssrc0'], w0, inst.literal, int64=True)}, {operand(f['ssrc1'], w1, inst.literal, int64=True)}"
+        )
         return f"{name} {_sreg(f['sdst'], wd)}, {srcs}"
     if enc == "SOP1":
         wd, w0 = inst.widths
-        ops = ([_sreg(f["sdst"], wd)] if wd else []) + ([operand(f["ssrc0"], w0, inst.literal)] if w0 else [])
+        ops = ([_sreg(f["sdst"], wd)] if wd else []) + (
+            [operand(f["ssrc0"], w0, inst.literal, int64=True)] if w0 else []
+        )
         return f"{name} {', '.join(ops)}"
     if enc == "SOPC":
         w0, w1 = inst.widths
-        return f"{name} {operand(f['ssrc0'], w0, inst.literal)}, {operand(f['ssrc1'], w1, inst.literal)}"
+        a, b = operand(f["ssrc0"], w0, inst.literal, int64=True), operand(f["ssrc1"], w1, inst.literal, int64=True)
+        return f"{name} {a}, {b}"
     if enc == "SOPK":
         (wd,) = inst.widths
         return f"{name} {_sreg(f['sdst'], wd)}, 0x{f['simm16']:x}"

@@ -36,11 +36,18 @@ INLINE_F64 = {240: 0x3FE0000000000000, 241: 0xBFE0000000000000, 242: 0x3FF000000
 VCCZ, EXECZ = 251, 252
 
 
-def constant(src: int, width: int, literal: int | None, is_float: bool = False) -> int | None:
+# SALU instructions whose 64-bit source operand is signed: a 32-bit literal there is sign-extended (LLVM's signed
+# 64-bit operand types, OPERAND_REG_IMM_I64: s_ashr_i64 and s_cls_i32_i64, LLVM's S_FLBIT_I32_I64); every other
+# 64-bit integer operand zero-extends its literal.
+SIGNED_64BIT_SRC0 = frozenset({"s_ashr_i64", "s_cls_i32_i64"})
+
+
+def constant(src: int, width: int, literal: int | None, is_float: bool = False, signed: bool = False) -> int | None:
     """Bits of a constant operand (inline integer or float, or the literal) of `width` bits; None for a register.
 
     Inline floats take the operand's width (f16 for 16-bit operands); a literal of a 64-bit float operand is its high
-    dword, of a 64-bit integer operand its zero-extended value."""
+    dword, of a signed 64-bit integer operand (`signed`) its sign-extended value, of any other 64-bit operand its
+    zero-extended value."""
     mask = (1 << width) - 1
     if 128 <= src <= 192:
         return src - 128
@@ -50,15 +57,19 @@ def constant(src: int, width: int, literal: int | None, is_float: bool = False) 
         return INLINE_F64[src] if width == 64 else INLINE_F16[src] if width == 16 else INLINE_F32[src]
     if src == LITERAL:
         lit = literal or 0
-        return lit << 32 if width == 64 and is_float else lit & mask
+        if width == 64 and is_float:
+            return lit << 32
+        if width == 64 and signed and lit >> 31 & 1:
+            return (lit | 0xFFFFFFFF00000000) & mask
+        return lit & mask
     if src == NULL:
         return 0
     return None
 
 
-def scalar_read(src: int, width: int, literal: int | None, is_float: bool = False) -> str:
+def scalar_read(src: int, width: int, literal: int | None, is_float: bool = False, signed: bool = False) -> str:
     """Python expression of a scalar operand's bits (SGPR, special register, SCC, constant), 32 or 64 bits."""
-    c = constant(src, width, literal, is_float)
+    c = constant(src, width, literal, is_float, signed)
     if c is not None:
         return str(c)
     if src == SCC_SRC:
@@ -111,7 +122,8 @@ def _gen(inst: Instruction, g: BlockGen) -> str | None:
             return None
         wd, w0, w1 = inst.widths
         res, scc = SOP2[name]
-        ab = _bind(g, a=scalar_read(f["ssrc0"], _width(w0), lit), b=scalar_read(f["ssrc1"], _width(w1), lit))
+        a = scalar_read(f["ssrc0"], _width(w0), lit, signed=name in SIGNED_64BIT_SRC0)
+        ab = _bind(g, a=a, b=scalar_read(f["ssrc1"], _width(w1), lit))
         if scc is not None:
             t = g.tmp("c")
             g.emit(f"{t} = {scc.format(**ab, c='scc')}")
@@ -177,7 +189,7 @@ def _sop1(inst: Instruction, g: BlockGen) -> None:
         g.raise_error(unsupported(inst, g.ctx))
         return None
     res, scc = SOP1[name]
-    fields = _bind(g, a=scalar_read(f["ssrc0"], _width(w0), lit))
+    fields = _bind(g, a=scalar_read(f["ssrc0"], _width(w0), lit, signed=name in SIGNED_64BIT_SRC0))
     t = ""
     if "{d}" in res:
         fields["d"] = scalar_read(f["sdst"], _width(wd), None) if f["sdst"] != NULL else "0"

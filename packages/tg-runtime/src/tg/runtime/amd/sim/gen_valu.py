@@ -127,7 +127,7 @@ def read_source(g: BlockGen, ops: Operands, i: int, ty: str, bitmods: bool = Fal
             lane = f"(({lane} ^ {sign:#x}) - {sign:#x})"
         return Src(seqs=seqs, lane=lane)
     # scalar operands: SGPR, special register or constant, the same for every lane
-    c = constant(src, width, lit, kind == "f")
+    c = constant(src, width, lit, kind == "f", signed=kind == "i")  # signed 64-bit operands sign-extend a literal
     if c is None:
         bits = scalar_read(src, 64 if width == 64 else 32, lit, kind == "f")
         if width == 16:

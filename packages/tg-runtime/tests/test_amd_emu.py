@@ -228,3 +228,36 @@ def test_an_invalid_word_in_gpu_memory_fails_at_once() -> None:
     bufs = {OUT: bytearray(512), IN1: bytearray(512), IN2: bytearray(512)}
     with pytest.raises(EmulatorError, match="unknown rdna3 instruction word=0x7e01fe00 at pc=0x5000"):
         _dispatch_from_memory(bytes(blob), "E_f32", bufs, (64, 1, 1))
+
+
+class _MappedRunMemory(HostMemory):
+    """HostMemory that also tells where a mapped run ends, as the mock GPUs' memories do (read at once by
+    code_in_memory, which remembers the text found in those bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, va: int, n: int) -> bytes:
+        self.reads += 1
+        return super().read(va, n)
+
+    def extent(self, va: int) -> int:
+        buf, off = self._find(va, 1)
+        return va - off + len(buf)
+
+
+def test_code_in_memory_with_mapped_runs_matches_the_chunked_scan() -> None:
+    blob = obj("elem_f32")
+    entry = 0x5000_0000 + CodeObject(blob, "E_f32").entry_offset
+    mem = _MappedRunMemory()
+    mem.map(0x5000_0000, bytearray(CodeObject(blob, "E_f32").link(0x5000_0000).image))
+    assert code_in_memory(mem, entry) == code_in_memory(_image_memory(blob), entry)
+    mem.reads = 0
+    assert code_in_memory(mem, entry) == code_in_memory(_image_memory(blob), entry)
+    assert mem.reads == 1  # one read of the mapped run; the text's end is remembered for the same bytes
+    buf, off = mem._find(entry, 4)
+    i = bytes(buf).index(struct.pack("<I", 0xBFB00000), off)
+    buf[i : i + 4] = struct.pack("<I", 0x7E01FE00)  # other bytes: scanned again, and the bad word fails at once
+    with pytest.raises(EmulatorError, match="unknown rdna3 instruction word=0x7e01fe00 at pc=0x5000"):
+        code_in_memory(mem, entry, "E_f32")

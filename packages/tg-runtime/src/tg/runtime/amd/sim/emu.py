@@ -51,7 +51,9 @@ def translation(code: bytes, base: int, rsrc1: int, kernel: str = "") -> Transla
 
 
 CODE_CHUNK = 4096
-S_CODE_END = 0xBF9F0000
+S_CODE_END = 0xBF9F0000  # LLVM pads the end of a code object's text with s_code_end
+MAX_CODE_SCAN = 1 << 20  # bytes of a mapping read at once to find the end of the text (memories with `extent`)
+_TEXT_ENDS: dict[bytes, int] = {}  # mapping bytes from an entry -> length of the text in them
 
 
 def _read_some(mem: GPUMemory, va: int) -> bytes:
@@ -63,31 +65,51 @@ def _read_some(mem: GPUMemory, va: int) -> bytes:
     return b""
 
 
+def _scan_text(data: bytes, off: int, entry: int, kernel: str, complete: bool) -> tuple[int, bool]:
+    """Decode the instructions of `data` (the bytes from `entry`) from `off` on: (offset reached, whether the text
+    ended there). The text ends after LLVM's s_code_end padding or, when `data` is `complete` (the rest of the
+    mapping), at its end; an incomplete `data` stops 12 bytes short of its end (the longest instruction) for more
+    bytes. An undecodable word raises at once (as `decode` of a whole section does)."""
+    while off < len(data) and (complete or off + 12 <= len(data)):
+        try:
+            inst = decode_one(data, off, entry + off, kernel)
+        except EmulatorError as e:
+            if complete and str(e).startswith("truncated"):  # cut off by the end of the mapping: the code ends here
+                return off, True
+            raise
+        if inst.words[0] == S_CODE_END:
+            return off + 4, True
+        off += inst.size
+    return off, complete
+
+
 def code_in_memory(mem: GPUMemory, entry: int, kernel: str = "") -> tuple[bytes, int]:
     """(code bytes, their address) of the kernel at `entry` read from GPU memory: instructions are decoded from the
-    entry on, in reads of up to 4 KiB, up to LLVM's `s_code_end` padding or the end of mapped memory. A word that
-    does not decode raises at once (as `decode` of a whole section does)."""
-    data, off = b"", 0
-    while True:
-        chunk = _read_some(mem, entry + len(data))
-        data += chunk
-        end = not chunk
-        while off < len(data) and (end or off + 12 <= len(data)):
-            try:
-                inst = decode_one(data, off, entry + off, kernel)
-            except EmulatorError as e:
-                if end and str(e).startswith("truncated"):  # cut off by the end of the mapping: the code ends here
-                    break
-                raise
-            if inst.words[0] == S_CODE_END:
-                return data[: off + 4], entry
-            off += inst.size
-        if end:
-            if off == 0:
-                raise EmulatorError(f"no code mapped at the entry 0x{entry:x} of {kernel or 'the kernel'}")
-            return data[:off], entry
-        if len(data) > 1 << 24:
-            raise EmulatorError(f"the code of {kernel or 'the kernel'} at 0x{entry:x} has no end in 16 MiB")
+    entry on up to LLVM's `s_code_end` padding or the end of mapped memory; a word that does not decode raises at once.
+
+    A memory with `extent(va)` (the end of the mapped run holding va: the mock GPUs') is read once up to that end (at
+    most 1 MiB) and the text found in those bytes is remembered, so launching the same code again decodes nothing;
+    any other memory is read in chunks of up to 4 KiB until the text ends."""
+    extent = getattr(mem, "extent", None)
+    if extent is not None:
+        data = mem.read(entry, max(4, min(extent(entry), entry + MAX_CODE_SCAN) - entry))
+        n = _TEXT_ENDS.get(data)
+        if n is None:
+            n = _scan_text(data, 0, entry, kernel, complete=True)[0]
+            if len(_TEXT_ENDS) >= 64:
+                _TEXT_ENDS.clear()
+            _TEXT_ENDS[data] = n
+    else:
+        data, n, ended = b"", 0, False
+        while not ended:
+            chunk = _read_some(mem, entry + len(data))
+            data += chunk
+            n, ended = _scan_text(data, n, entry, kernel, complete=not chunk)
+            if len(data) > 1 << 24:
+                raise EmulatorError(f"the code of {kernel or 'the kernel'} at 0x{entry:x} has no end in 16 MiB")
+    if n == 0:
+        raise EmulatorError(f"no code mapped at the entry 0x{entry:x} of {kernel or 'the kernel'}")
+    return data[:n], entry
 
 
 def _run_wave(tr: Translation, w: Wave, pc: int) -> int:

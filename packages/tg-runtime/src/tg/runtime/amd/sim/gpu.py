@@ -22,10 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from tg.runtime.amd.sim.decode import EmulatorError, decode_one
-
-S_CODE_END = 0xBF9F0000  # LLVM pads the end of a code object's text with s_code_end
-MAX_CODE_SCAN = 1 << 20  # bytes of a program's mapping read to find the end of its text
+from tg.runtime.amd.sim.decode import EmulatorError
+from tg.runtime.amd.sim.wave import GPUMemory as EmulatorMemory
 
 
 class MockError(RuntimeError):
@@ -33,12 +31,9 @@ class MockError(RuntimeError):
     mock interface (unknown ioctl, unmapped address)."""
 
 
-class GPUMemory(Protocol):
-    """GPU virtual memory as the command processor and the emulator see it."""
-
-    def read(self, va: int, n: int) -> bytes: ...
-
-    def write(self, va: int, data: bytes) -> None: ...
+class GPUMemory(EmulatorMemory, Protocol):
+    """GPU virtual memory as the command processor and the emulator see it: the emulator's (read, write) and the end
+    of a mapped run, with which the emulator finds a kernel's text once per code (emu.code_in_memory)."""
 
     def extent(self, va: int) -> int:
         """The end of the mapped run holding ``va`` (EmulatorError when unmapped)."""
@@ -81,7 +76,6 @@ class MockGPU:
         self.queues: list[QueueExecutor] = []
         self.error: Exception | None = None
         self.dispatches = 0  # DISPATCH_DIRECTs executed (or retired with emulate=False)
-        self._code: dict[bytes, bytes] = {}
 
     # ---- queues and progress ---------------------------------------------------------------------------------------
 
@@ -160,37 +154,14 @@ class MockGPU:
             return
         from tg.runtime.amd.sim import emu
 
-        code = self.code_at(entry)
         try:
-            emu.dispatch(self.mem, entry, rsrc1, rsrc2, user_data, groups, local, lds_bytes, private_bytes, code=code,
-                         code_base=entry, kernel=f"the kernel at {entry:#x}")  # fmt: skip
+            emu.dispatch(self.mem, entry, rsrc1, rsrc2, user_data, groups, local, lds_bytes, private_bytes,
+                         kernel=f"the kernel at {entry:#x}")  # fmt: skip
         except EmulatorError as e:
             at = getattr(self.mem, "last_fault", None)
             if at is not None:
                 self.on_fault(at, str(e))
             raise
-
-    def code_at(self, entry: int) -> bytes:
-        """The text of the kernel starting at ``entry``: its mapping's bytes up to the s_code_end padding LLVM puts
-        after the text (instructions are stepped over, so an s_code_end word inside a literal does not end it;
-        undecodable words are kept for the emulator to report)."""
-        end = min(self.mem.extent(entry), entry + MAX_CODE_SCAN)
-        data = self.mem.read(entry, end - entry)
-        text = self._code.get(data)
-        if text is None:
-            off = 0
-            while off + 4 <= len(data):
-                if struct.unpack_from("<I", data, off)[0] == S_CODE_END:
-                    break
-                try:
-                    off += decode_one(data, off, entry + off).size
-                except EmulatorError:
-                    off += 4
-            text = data[: min(off, len(data)) or 4]
-            if len(self._code) > 256:
-                self._code.clear()
-            self._code[data] = text
-        return text
 
     def __repr__(self) -> str:
         return f"<MockGPU {self.name}: {len(self.queues)} queues{', faulted' if self.error else ''}>"

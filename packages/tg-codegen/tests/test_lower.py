@@ -110,6 +110,19 @@ def test_dependent_ends_of_one_range_get_a_fresh_range() -> None:
     assert len(ranges) == 2 and len({r.arg[0] for r in ranges}) == 2
 
 
+def test_dependent_ends_with_a_2000_op_chain_between_them() -> None:
+    # the fresh range was substituted by a recursive walk: RecursionError at the default limit
+    rr = UOp.range(5, 0, AxisType.REDUCE)
+    x = UOp.param(1, f32, 5).index(rr).load()
+    y = x - x.reduce(rr) * UOp.const(f32, 0.2)
+    for _ in range(1000):
+        y = y * UOp.const(f32, 1.0001) + UOp.const(f32, 0.0001)
+    lowered = lower_kernel(UOp.sink(UOp.param(0, f32, 1).index(UOp.const(i32, 0)).store(y.reduce(rr))), ClangRenderer())
+    ranges = {u for u in lowered.toposort() if u.op is Ops.RANGE}
+    assert len(ranges) == 2 and len({r.arg[0] for r in ranges}) == 2
+    assert sum(u.op is Ops.MUL for u in lowered.toposort()) >= 1000
+
+
 def test_one_range_in_two_loop_nests_is_split() -> None:
     ro, rr = UOp.range(3, 0), UOp.range(4, 1, AxisType.REDUCE)
     total = UOp.param(1, f32, 4).index(rr).load().reduce(rr)

@@ -140,21 +140,15 @@ pm_reduce_to_accumulator = PatternMatcher([(UPat(Ops.REDUCE, name="red"), reduce
 
 def _substitute_range(root: UOp, old: UOp, new: UOp, stop: set[UOp]) -> UOp:
     """Rebuild `root` with RANGE `old` replaced by `new`, without entering the nodes in `stop` (they keep `old`)."""
-    uses_old: dict[UOp, bool] = {}
+    memo: dict[UOp, UOp] = {}  # sources first (a loop: kernels can be thousands of ops deep)
     for u in root.toposort():
-        uses_old[u] = u is old or (u not in stop and any(uses_old[s] for s in u.src))
-    memo: dict[UOp, UOp] = {}
-
-    def go(u: UOp) -> UOp:
         if u is old:
-            return new
-        if not uses_old[u]:
-            return u
-        if (m := memo.get(u)) is None:
-            memo[u] = m = u.replace(src=tuple(go(s) for s in u.src))
-        return m
-
-    return go(root)
+            memo[u] = new
+        elif u in stop or all(memo[s] is s for s in u.src):
+            memo[u] = u
+        else:
+            memo[u] = u.replace(src=tuple(memo[s] for s in u.src))
+    return memo[root]
 
 
 def _ends_by_range(sink: UOp) -> dict[UOp, list[UOp]]:

@@ -340,3 +340,20 @@ def test_strided_sum_less_than_a_non_multiple_keeps_the_remainder() -> None:
             got = e.simplify().substitute({q: UOp.const(dtypes.int32, qv), r: UOp.const(dtypes.int32, rv)}).simplify()
             assert got.arg == (4 * qv + rv < c), f"{e.render()} -> {e.simplify().render()} at q={qv} r={rv}"
     assert ((q * 4 + r) < 8).simplify().render() == "ridx4<2"
+
+
+def test_affine_decomposes_index_sums_in_one_range() -> None:
+    from tg.ir.symbolic import affine
+
+    r, q = UOp.range(8, 0), UOp.range(5, 1)
+    n = Variable("n", 1, 9)
+    x = (r * 3 + q * 2 + n) - r + r * 4 + 7
+    c, rest = affine(x, r)  # type: ignore[misc]
+    assert c == 6
+    assert r not in rest.toposort()
+    for rv, qv, nv in itertools.product(range(8), range(5), (1, 9)):
+        env = {r: UOp.const(dtypes.int32, rv), q: UOp.const(dtypes.int32, qv), n: UOp.const(dtypes.int32, nv)}
+        expected = 6 * rv + 2 * qv + nv + 7
+        assert x.substitute(env).simplify().arg == c * rv + rest.substitute(env).simplify().arg == expected
+    assert affine(r * r, r) is None and affine(r // 2, r) is None
+    assert affine(q + 1, r) == (0, q + 1)

@@ -306,6 +306,20 @@ def test_range_checks_its_end_and_axis_type() -> None:
     assert UOp.range(n, 0).vmax == 7 and UOp.range(0, 1).src[0].arg == 0
 
 
+def test_range_accessors() -> None:
+    n = Variable("n", 1, 8)
+    r = UOp.range(12, 3, AxisType.REDUCE)
+    assert (r.axis_id, r.axis_type, r.range_size) == (3, AxisType.REDUCE, 12)
+    s = UOp.range(n, 5)
+    assert (s.axis_id, s.axis_type) == (5, AxisType.LOOP) and s.range_size is n
+    # a third arg element (e.g. the blocked-loop marker) does not change the accessors
+    b = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 4),), (7, AxisType.UNROLL, "block"))
+    assert (b.axis_id, b.axis_type, b.range_size) == (7, AxisType.UNROLL, 4)
+    for name in ("axis_id", "axis_type", "range_size"):
+        with pytest.raises(TypeError, match=r"Ops.ADD is not a RANGE"):
+            getattr(r + 1, name)
+
+
 def test_const_arg_must_have_the_dtype_python_type() -> None:
     # True == 1 == 1.0 hash alike: a wrongly typed CONST would be handed back to every later UOp.const of that value.
     # (A live node with an equal arg is returned as is, so the raising cases use values no other test builds.)

@@ -401,3 +401,33 @@ def simplify(u: UOp) -> UOp:
     if ret is not u:
         ret.__dict__.setdefault("_simplified", ret)
     return ret
+
+
+# ---- affine decomposition (index analysis for vectorisation and the optimiser's stride checks) ----
+
+
+def affine(x: UOp, v: UOp) -> tuple[int, UOp] | None:
+    """(c, rest) with x == c*v + rest exactly (rest free of v), or None when x is not visibly affine in v.
+
+    One pass over x's nodes, sources first (no recursion: index expressions can be long sums)."""
+    found: dict[UOp, tuple[int, UOp] | None] = {}
+    has_v: dict[UOp, bool] = {}
+    for n in x.toposort():
+        has_v[n] = n is v or any(has_v[s] for s in n.src)
+        if n is v:
+            found[n] = 1, UOp.const(n.dtype, 0)
+        elif not has_v[n]:
+            found[n] = 0, n
+        elif n.op in (Ops.ADD, Ops.SUB) and (a := found[n.src[0]]) is not None and (b := found[n.src[1]]) is not None:
+            found[n] = (a[0] + b[0], a[1] + b[1]) if n.op is Ops.ADD else (a[0] - b[0], a[1] - b[1])
+        else:
+            found[n] = _scaled(found, n) if n.op is Ops.MUL else None
+    return found[x]
+
+
+def _scaled(found: dict[UOp, tuple[int, UOp] | None], n: UOp) -> tuple[int, UOp] | None:
+    """`p * CONST` (either order) of an affine p."""
+    for p, q in (n.src, n.src[::-1]):
+        if q.op is Ops.CONST and (a := found[p]) is not None:
+            return a[0] * int(q.arg), a[1] * q
+    return None

@@ -325,6 +325,31 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise TypeError(f"expr: {self.op} is not a variable")
         return str(v.arg[0])
 
+    # ---- RANGE accessors: a RANGE is `RANGE(end)` with arg (axis_id, AxisType[, extra]) ---------------------------
+
+    def _range_arg(self) -> tuple[Any, ...]:
+        if self.op is not Ops.RANGE:
+            raise TypeError(f"{self.op} is not a RANGE (axis_id, axis_type and range_size belong to ranges)")
+        return self.arg if isinstance(self.arg, tuple) else (self.arg,)
+
+    @property
+    def axis_id(self) -> int:
+        """The axis number of a RANGE (the first element of its arg; kernels number their ranges from 0)."""
+        return int(self._range_arg()[0])
+
+    @property
+    def axis_type(self) -> AxisType:
+        """The AxisType of a RANGE (LOOP when its arg names none)."""
+        arg = self._range_arg()
+        return arg[1] if len(arg) > 1 else AxisType.LOOP
+
+    @property
+    def range_size(self) -> sint:
+        """The trip count of a RANGE: an int when its end is a constant, else the end's UOp."""
+        self._range_arg()
+        end = self.src[0]
+        return int(end.arg) if end.op is Ops.CONST else end
+
     @staticmethod
     def range(end: sint, axis_id: Any, axis_type: AxisType = AxisType.LOOP, dtype: DType = dtypes.int32) -> UOp:
         """A loop variable running over [0, end); arg = (axis_id, axis_type)."""

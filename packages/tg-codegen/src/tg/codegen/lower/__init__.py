@@ -21,7 +21,7 @@ from tg.codegen.lower.decompositions import (
 from tg.codegen.lower.devectorize import devectorize_rules
 from tg.codegen.lower.expand import expand_kernel
 from tg.codegen.lower.gpudims import add_gpudims
-from tg.codegen.lower.structure import axis_id, pm_reduce_to_accumulator, pm_split_ends, unify_ends
+from tg.codegen.lower.structure import pm_reduce_to_accumulator, pm_split_ends, unify_ends
 from tg.codegen.lower.transcendental import POLY_OPS, pm_vector_transcendentals, transcendental_rules
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import DType
@@ -55,7 +55,7 @@ def check_kernel_ast(ast: UOp) -> None:
 
 def kernel_name(ast: UOp) -> str:
     """A readable name from the loops: `E_4_4` for elementwise kernels, `r_16_4` when the kernel reduces."""
-    ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE}, key=axis_id)
+    ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE}, key=lambda r: r.axis_id)
     prefix = "r" if any(u.op is Ops.REDUCE for u in ast.toposort()) else "E"
 
     def size(r: UOp) -> str:

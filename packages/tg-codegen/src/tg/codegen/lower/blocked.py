@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 
-from tg.codegen.lower.structure import axis_id
 from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
 from tg.ir.dtype import dtypes
 from tg.ir.ops import AxisType, Ops
@@ -32,18 +31,14 @@ SHORT_LOOP = 16  # a plain sum loop of at most this many iterations stays one ch
 SHORT_FMA_CHAIN = 4096  # a fused chain of at most this many multiply-adds stays one chain (as long as BLAS's)
 
 
-def _atype(r: UOp) -> AxisType:
-    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else AxisType.LOOP
-
-
 def _const_size(r: UOp) -> int | None:
-    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
+    return s if isinstance(s := r.range_size, int) else None
 
 
 class _Blocker:
     def __init__(self, ast: UOp, renderer: Renderer) -> None:
         self.ren = renderer
-        self.next_id = 1 + max((axis_id(u) for u in ast.toposort() if u.op is Ops.RANGE), default=-1)
+        self.next_id = 1 + max((u.axis_id for u in ast.toposort() if u.op is Ops.RANGE), default=-1)
 
     def new_range(self, size: int, over_blocks: bool) -> UOp:
         self.next_id += 1
@@ -57,21 +52,21 @@ class _Blocker:
         fma = getattr(self.ren, "has_fma", False) and value.op is Ops.MUL and wide
         if not fma:
             return BLOCK_ADD, SHORT_LOOP
-        per_iter = math.prod(_const_size(r) or 1 for r in red.src[1:] if _atype(r) is AxisType.UNROLL)
+        per_iter = math.prod(_const_size(r) or 1 for r in red.src[1:] if r.axis_type is AxisType.UNROLL)
         return max(2, BLOCK_FMA // per_iter), max(2, SHORT_FMA_CHAIN // per_iter)
 
     def rewrite(self, red: UOp) -> UOp | None:
         if red.arg is not Ops.ADD or not dtypes.is_float(red.dtype.scalar()):
             return None
-        loops = [r for r in red.src[1:] if _atype(r) is AxisType.REDUCE and _const_size(r) is not None]
+        loops = [r for r in red.src[1:] if r.axis_type is AxisType.REDUCE and _const_size(r) is not None]
         if not loops:
             return None
-        r = max(loops, key=axis_id)
+        r = max(loops, key=lambda r: r.axis_id)
         n, (b, short) = _const_size(r), self.block_sizes(red)
         assert n is not None
         if n <= max(b, short):
             return None
-        inner_extra = [x for x in red.src[1:] if _atype(x) is AxisType.UNROLL]
+        inner_extra = [x for x in red.src[1:] if x.axis_type is AxisType.UNROLL]
         outer = [x for x in red.src[1:] if x is not r and x not in inner_extra]
         return self.split(red.src[0], r, n, b, inner_extra, outer, over_blocks=False)
 
@@ -94,7 +89,7 @@ class _Blocker:
 
 
 def _reduce(value: UOp, ranges: list[UOp]) -> UOp:
-    return value.reduce(*sorted(ranges, key=axis_id), arg=Ops.ADD) if ranges else value
+    return value.reduce(*sorted(ranges, key=lambda r: r.axis_id), arg=Ops.ADD) if ranges else value
 
 
 def block_reduces(ast: UOp, renderer: Renderer) -> UOp:

@@ -22,49 +22,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from tg.codegen.lower.structure import axis_id, build_accumulator, combine, identity_element
+from tg.codegen.lower.structure import build_accumulator, combine, identity_element
 from tg.codegen.render.renderer import CORE_ID, Renderer
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import AxisType, GroupOp, Ops
+from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
 # value dtypes that live in native vectors (others are unrolled as scalars)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
-
-
-def _rtype(r: UOp) -> AxisType:
-    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else AxisType.LOOP
-
-
-def _size(r: UOp) -> int:
-    return int(r.src[0].arg)
-
-
-def affine(x: UOp, v: UOp) -> tuple[int, UOp] | None:
-    """(c, rest) with x == c*v + rest exactly (rest free of v), or None when x is not visibly affine in v.
-
-    One pass over x's nodes, sources first (no recursion: index expressions can be long sums)."""
-    found: dict[UOp, tuple[int, UOp] | None] = {}
-    has_v: dict[UOp, bool] = {}
-    for n in x.toposort():
-        has_v[n] = n is v or any(has_v[s] for s in n.src)
-        if n is v:
-            found[n] = 1, UOp.const(n.dtype, 0)
-        elif not has_v[n]:
-            found[n] = 0, n
-        elif n.op in (Ops.ADD, Ops.SUB) and (a := found[n.src[0]]) is not None and (b := found[n.src[1]]) is not None:
-            found[n] = (a[0] + b[0], a[1] + b[1]) if n.op is Ops.ADD else (a[0] - b[0], a[1] - b[1])
-        else:
-            found[n] = _scaled(found, n) if n.op is Ops.MUL else None
-    return found[x]
-
-
-def _scaled(found: dict[UOp, tuple[int, UOp] | None], n: UOp) -> tuple[int, UOp] | None:
-    """`p * CONST` (either order) of an affine p."""
-    for p, q in (n.src, n.src[::-1]):
-        if q.op is Ops.CONST and (a := found[p]) is not None:
-            return a[0] * int(q.arg), a[1] * q
-    return None
 
 
 class Expander:
@@ -79,9 +45,9 @@ class Expander:
             for u in sink.toposort()
             if u.op is Ops.RANGE
             and (
-                _rtype(u) in (AxisType.UPCAST, AxisType.UNROLL)
-                or (_rtype(u) is AxisType.GROUP_REDUCE and not shared)
-                or (_rtype(u) is AxisType.WARP and not renderer.has_local)
+                u.axis_type in (AxisType.UPCAST, AxisType.UNROLL)
+                or (u.axis_type is AxisType.GROUP_REDUCE and not shared)
+                or (u.axis_type is AxisType.WARP and not renderer.has_local)
             )
         }
         self.warp_ops: dict[tuple[UOp, tuple[tuple[UOp, int], ...]], UOp] = {}
@@ -115,8 +81,8 @@ class Expander:
         if any(u.dtype.scalar() not in VECTOR_DTYPES | {dtypes.bool} for u in topo if u.op in GroupOp.ALU | {Ops.LOAD}):
             return  # emulated or narrow dtypes: unroll as scalars
         cands: list[tuple[int, UOp, DType]] = []
-        for r in sorted(self.expanded, key=axis_id):
-            if _rtype(r) is AxisType.UPCAST:
+        for r in sorted(self.expanded, key=lambda r: r.axis_id):
+            if r.axis_type is AxisType.UPCAST:
                 for s in stores:
                     if (a := affine(s.src[0].src[1], r)) is not None and a[0] == 1:
                         cands.append((0, r, s.src[1].dtype))
@@ -130,18 +96,18 @@ class Expander:
                             break
         for _, r, dt in sorted(cands, key=lambda c: c[0]):
             w = self._lanes_for(dt)
-            while w > 1 and _size(r) % w:
+            while w > 1 and int(r.range_size) % w:
                 w //= 2
             if w < 2:
                 continue
             self.width = w
-            if _size(r) == w:
+            if int(r.range_size) == w:
                 self.lane, self.expanded = r, self.expanded - {r}
                 return
             # r -> chunk*w + lane: the chunk keeps r's type (unrolled), the lane is the vector
-            next_id = 1 + max(axis_id(u) for u in self.sink.toposort() if u.op is Ops.RANGE)
-            chunk = UOp.range(_size(r) // w, axis_id(r), _rtype(r), r.dtype)
-            lane = UOp.range(w, next_id, _rtype(r), r.dtype)
+            next_id = 1 + max(u.axis_id for u in self.sink.toposort() if u.op is Ops.RANGE)
+            chunk = UOp.range(int(r.range_size) // w, r.axis_id, r.axis_type, r.dtype)
+            lane = UOp.range(w, next_id, r.axis_type, r.dtype)
             self.sink = _substitute_ranges(self.sink, {r: (chunk * w + lane, (chunk, lane))})
             self.expanded = (self.expanded - {r}) | {chunk}
             self.lane, self.chunk = lane, chunk
@@ -153,7 +119,7 @@ class Expander:
         return self.ex(self.sink, {})
 
     def _key(self, u: UOp, env: dict[UOp, int]) -> tuple[UOp, tuple[tuple[UOp, int], ...]]:
-        return u, tuple(sorted(((r, v) for r, v in env.items() if r in self.deps[u]), key=lambda x: axis_id(x[0])))
+        return u, tuple(sorted(((r, v) for r, v in env.items() if r in self.deps[u]), key=lambda x: x[0].axis_id))
 
     def _fix(self, x: UOp, env: dict[UOp, int], lane: int | None = None) -> UOp:
         """Index math with the unrolled ranges (and optionally the lane) replaced by constants."""
@@ -209,17 +175,17 @@ class Expander:
             return [(u.src[0], {**env, **g, **a}) for g in self._assignments(groups) for a in unrolled]
         if u.op is Ops.WMMA and (warp := self._warp_of(u)) is not None:
             rest = {r: v for r, v in env.items() if r is not warp}
-            return [(s, {**rest, warp: lane}) for s in u.src for lane in range(_size(warp))]
+            return [(s, {**rest, warp: lane}) for s in u.src for lane in range(int(warp.range_size))]
         return [(s, env) for s in u.src]
 
     def _warp_of(self, u: UOp) -> UOp | None:
-        return next((r for r in self.deps[u] if _rtype(r) is AxisType.WARP), None)
+        return next((r for r in self.deps[u] if r.axis_type is AxisType.WARP), None)
 
     def _reduce_axes(self, u: UOp) -> tuple[list[UOp], list[UOp]]:
         """A REDUCE's expanded ranges: (GROUP_REDUCE ones, the others)."""
         rngs = [r for r in u.src[1:] if r in self.expanded]
-        return [r for r in rngs if _rtype(r) is AxisType.GROUP_REDUCE], [r for r in rngs if _rtype(r) is not
-                                                                          AxisType.GROUP_REDUCE]  # fmt: skip
+        group = [r for r in rngs if r.axis_type is AxisType.GROUP_REDUCE]
+        return group, [r for r in rngs if r not in group]
 
     def _ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
         if u.op is Ops.RANGE:
@@ -297,7 +263,7 @@ class Expander:
         rest = {r: v for r, v in env.items() if r is not warp}
         key = self._key(u, rest)
         if (whole := self.warp_ops.get(key)) is None:
-            lanes = range(_size(warp))
+            lanes = range(int(warp.range_size))
             srcs = [[self.ex(s, {**rest, warp: lane}) for lane in lanes] for s in u.src]
             flat = tuple(UOp(Ops.VECTORIZE, s[0].dtype.scalar().vec(s[0].dtype.count * len(s)),
                              tuple(x.gep(i) for x in s for i in range(x.dtype.count))) for s in srcs)  # fmt: skip
@@ -309,8 +275,9 @@ class Expander:
     def _assignments(self, rngs: list[UOp], chunk_last: bool = False) -> list[dict[UOp, int]]:
         """Every combination of values of `rngs`, the first range (by id) slowest; with `chunk_last` the vector
         chunk range is the fastest instead."""
-        rngs = sorted(rngs, key=lambda r: (chunk_last and r is self.chunk, axis_id(r)))
-        return [dict(zip(rngs, vals, strict=True)) for vals in itertools.product(*(range(_size(r)) for r in rngs))]
+        rngs = sorted(rngs, key=lambda r: (chunk_last and r is self.chunk, r.axis_id))
+        sizes = (range(int(r.range_size)) for r in rngs)
+        return [dict(zip(rngs, vals, strict=True)) for vals in itertools.product(*sizes)]
 
     def _end(self, u: UOp, env: dict[UOp, int]) -> UOp:
         ended = [r for r in u.src[1:] if r in self.expanded]
@@ -373,8 +340,8 @@ def _substitute_ranges(root: UOp, sub: dict[UOp, tuple[UOp, tuple[UOp, ...]]]) -
 
 def expand_kernel(sink: UOp, renderer: Renderer, regs: Iterator[int]) -> UOp:
     """Expand UPCAST/UNROLL/register GROUP_REDUCE ranges and THREAD ranges of kernel `sink` (see module doc)."""
-    threads = {u: (UOp.variable(CORE_ID, 0, _size(u) - 1, u.dtype), ()) for u in sink.toposort()
-               if u.op is Ops.RANGE and _rtype(u) is AxisType.THREAD}  # fmt: skip
+    threads = {u: (UOp.variable(CORE_ID, 0, int(u.range_size) - 1, u.dtype), ()) for u in sink.toposort()
+               if u.op is Ops.RANGE and u.axis_type is AxisType.THREAD}  # fmt: skip
     if len(threads) > 1:
         raise ValueError(f"a kernel can have one THREAD axis, got {len(threads)}")
     if threads:
@@ -382,5 +349,5 @@ def expand_kernel(sink: UOp, renderer: Renderer, regs: Iterator[int]) -> UOp:
     lanes = (AxisType.UPCAST, AxisType.UNROLL) if renderer.has_shared else (AxisType.UPCAST, AxisType.UNROLL,
                                                                              AxisType.GROUP_REDUCE)  # fmt: skip
     lanes = lanes if renderer.has_local else (*lanes, AxisType.WARP)
-    special = any(u.op is Ops.RANGE and _rtype(u) in lanes for u in sink.toposort())
+    special = any(u.op is Ops.RANGE and u.axis_type in lanes for u in sink.toposort())
     return Expander(sink, renderer, regs).run() if special else sink

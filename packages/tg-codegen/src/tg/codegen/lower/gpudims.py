@@ -37,10 +37,6 @@ def _closed_ranges(store_root: UOp) -> set[UOp]:
     return closed
 
 
-def _axis(r: UOp) -> int:
-    return r.arg[0] if isinstance(r.arg, tuple) else int(r.arg)
-
-
 def _prod(xs: list[sint]) -> sint:
     ret: sint = 1
     for x in xs:
@@ -94,15 +90,10 @@ def _group_dims(ranges: list[UOp], limits: tuple[int, ...]) -> list[list[UOp]]:
     else:  # the innermost ndims-1 ranges keep their own dimension, the outer rest share the last one
         groups = [[r] for r in ranges[::-1][: ndims - 1]] + [ranges[: len(ranges) - (ndims - 1)]]
     for d, g in enumerate(groups):
-        size = _prod([_size(r) for r in g])
+        size = _prod([r.range_size for r in g])
         if isinstance(size, int) and size > limits[d]:
             return [ranges]  # too big for its dimension: everything in dimension 0 (the largest)
     return groups
-
-
-def _size(r: UOp) -> sint:
-    end = r.src[0]
-    return end.arg if end.op is Ops.CONST else end
 
 
 def _decompose(idx: UOp, group: list[UOp]) -> dict[UOp, UOp]:
@@ -113,8 +104,8 @@ def _decompose(idx: UOp, group: list[UOp]) -> dict[UOp, UOp]:
     stride: sint = 1
     for r in group[::-1]:
         q = idx if isinstance(stride, int) and stride == 1 else idx // stride
-        ret[r] = q if r is group[0] else q % _size(r)
-        stride = stride * _size(r)
+        ret[r] = q if r is group[0] else q % r.range_size
+        stride = stride * r.range_size
     return ret
 
 
@@ -122,7 +113,7 @@ def _flat(ranges: list[UOp]) -> UOp:
     """The row-major flat index of ranges (outermost first)."""
     ret = ranges[0]
     for r in ranges[1:]:
-        ret = ret * _size(r) + r
+        ret = ret * r.range_size + r
     return ret
 
 
@@ -133,12 +124,12 @@ def _group_reduce(sink: UOp, local: list[UOp], groups: list[UOp]) -> UOp:
     (slot = local id * |G| + group id), a BARRIER, then every thread reduces the |G| partials of its LOCAL
     coordinates in a new loop; all of them store the same value (the G ranges become local ids).
     """
-    size_g = _prod([_size(r) for r in groups])
-    size_l = _prod([_size(r) for r in local])
+    size_g = _prod([r.range_size for r in groups])
+    size_l = _prod([r.range_size for r in local])
     if not isinstance(size_g, int) or not isinstance(size_l, int):
         raise ValueError("GROUP_REDUCE and LOCAL ranges need constant sizes")
     flat_g = _flat(groups)
-    next_id = 1 + max(_axis(u) for u in sink.toposort() if u.op is Ops.RANGE)
+    next_id = 1 + max(u.axis_id for u in sink.toposort() if u.op is Ops.RANGE)
     subs: dict[UOp, UOp] = {}
     for red in (u for u in sink.toposort() if u.op is Ops.REDUCE and set(groups) & set(u.src[1:])):
         if not set(groups) <= set(red.src[1:]):
@@ -147,10 +138,9 @@ def _group_reduce(sink: UOp, local: list[UOp], groups: list[UOp]) -> UOp:
         partial = red.replace(src=(red.src[0], *rest)) if rest else red.src[0]
         smem = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(size_l * size_g, AddrSpace.LOCAL), (), f"temp{next_id}")
         # UPCAST lanes of the partial (expanded later) each get their own slots: the store loops over them
-        lanes = sorted(
-            {r for r in red.src[0].toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST}, key=_axis
-        )
-        size_u = _prod([_size(r) for r in lanes])
+        upcast = {r for r in red.src[0].toposort() if r.op is Ops.RANGE and r.axis_type is AxisType.UPCAST}
+        lanes = sorted(upcast, key=lambda r: r.axis_id)
+        size_u = _prod([r.range_size for r in lanes])
         if not isinstance(size_u, int):
             raise ValueError("UPCAST ranges need constant sizes")
         smem = smem.replace(dtype=red.dtype.ptr(size_l * size_u * size_g, AddrSpace.LOCAL))
@@ -170,15 +160,15 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
     if renderer.global_max is None:
         return sink
     ranges = {u for u in sink.toposort() if u.op is Ops.RANGE}
-    grid = {r for r in ranges if r.arg[1] in _GRID_TYPES}
-    local = sorted((r for r in ranges if r.arg[1] is AxisType.LOCAL), key=_axis)
-    warps = [r for r in ranges if r.arg[1] is AxisType.WARP]
+    grid = {r for r in ranges if r.axis_type in _GRID_TYPES}
+    local = sorted((r for r in ranges if r.axis_type is AxisType.LOCAL), key=lambda r: r.axis_id)
+    warps = [r for r in ranges if r.axis_type is AxisType.WARP]
     local += warps
-    if groups := sorted((r for r in ranges if r.arg[1] is AxisType.GROUP_REDUCE), key=_axis):
+    if groups := sorted((r for r in ranges if r.axis_type is AxisType.GROUP_REDUCE), key=lambda r: r.axis_id):
         if not renderer.has_shared:
             raise ValueError(f"{type(renderer).__name__} has no shared memory for GROUP_REDUCE")
         sink = _group_reduce(sink, local, groups)
-        threads = _prod([_size(r) for r in local + groups])
+        threads = _prod([r.range_size for r in local + groups])
         if isinstance(threads, int) and threads > renderer.max_local_threads:
             raise ValueError(f"LOCAL x GROUP_REDUCE sizes make {threads} threads per work-group, more than "
                              f"{type(renderer).__name__}'s {renderer.max_local_threads}")  # fmt: skip
@@ -193,18 +183,18 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
     local = [r for r in local if r not in warps] + groups + warps
     subs: dict[UOp, UOp] = {}
     dt = dtypes.int32
-    global_groups = _group_dims(sorted(grid, key=_axis), renderer.global_max) if grid else []
+    global_groups = _group_dims(sorted(grid, key=lambda r: r.axis_id), renderer.global_max) if grid else []
     if local:
         local_max = renderer.local_max or (1,)
         for d, group in enumerate(_group_dims(local, local_max)):
-            subs.update(_decompose(UOp.special(_prod([_size(r) for r in group]), f"lidx{d}", dt), group))
+            subs.update(_decompose(UOp.special(_prod([r.range_size for r in group]), f"lidx{d}", dt), group))
         for d, group in enumerate(global_groups):
-            subs.update(_decompose(UOp.special(_prod([_size(r) for r in group]), f"gidx{d}", dt), group))
+            subs.update(_decompose(UOp.special(_prod([r.range_size for r in group]), f"gidx{d}", dt), group))
     else:
         budget = renderer.max_local_threads
         local_max = renderer.local_max or (1, 1, 1)
         for d, group in enumerate(global_groups):
-            size = _prod([_size(r) for r in group])
+            size = _prod([r.range_size for r in group])
             lsize, padded = _work_group(size, min(budget, local_max[d] if d < len(local_max) else 1))
             budget //= lsize
             gid = UOp.special(-(-size // lsize) if lsize > 1 else size, f"gidx{d}", dt)

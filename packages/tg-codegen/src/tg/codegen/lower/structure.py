@@ -31,11 +31,6 @@ def open_ranges(root: UOp) -> dict[UOp, frozenset[UOp]]:
     return ret
 
 
-def axis_id(r: UOp) -> int:
-    """The axis number of a RANGE (first element of its arg)."""
-    return r.arg[0] if isinstance(r.arg, tuple) else int(r.arg)
-
-
 # *** split ENDs: afterwards every END closes exactly one range, outer ranges (lower axis ids) outside ***
 
 
@@ -43,7 +38,7 @@ def _split_end(e: UOp) -> UOp | None:
     if len(e.src) <= 2:
         return None
     ret = e.src[0]
-    for r in sorted(e.src[1:], key=axis_id, reverse=True):
+    for r in sorted(e.src[1:], key=lambda r: r.axis_id, reverse=True):
         ret = UOp(Ops.END, dtypes.void, (ret, r))
     return ret
 
@@ -95,7 +90,8 @@ def _fold(op: Ops, acc: UOp, values: Sequence[UOp], renderer: Renderer | None) -
 def _accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequence[UOp], reduce_ranges: Sequence[UOp],
                  renderer: Renderer | None) -> UOp:  # fmt: skip
     """One register: the identity before `reduce_ranges`, combined with `values` in them; returns its final read."""
-    outer = sorted(frozenset().union(*(open_ranges(v)[v] for v in values)) - set(reduce_ranges), key=axis_id)
+    opened = frozenset().union(*(open_ranges(v)[v] for v in values))
+    outer = sorted(opened - set(reduce_ranges), key=lambda r: r.axis_id)
     acc = UOp(Ops.DEFINE_REG, dtype.ptr(1, AddrSpace.REG), (), next(ctx))
     zero = UOp.const(dtypes.int32, 0)
     init_target = UOp(Ops.AFTER, acc.dtype, (acc, *outer)) if outer else acc
@@ -104,7 +100,7 @@ def _accumulator(ctx: Iterator[int], op: Ops, dtype: DType, values: Sequence[UOp
     in_loop = UOp(Ops.AFTER, acc.dtype, (acc, init, *reduce_ranges))
     slot = UOp(Ops.INDEX, acc.dtype, (in_loop, zero))
     update: UOp = UOp(Ops.STORE, dtypes.void, (slot, _fold(op, UOp(Ops.LOAD, dtype, (slot,)), values, renderer)))
-    for r in sorted(reduce_ranges, key=axis_id, reverse=True):
+    for r in sorted(reduce_ranges, key=lambda r: r.axis_id, reverse=True):
         update = UOp(Ops.END, dtypes.void, (update, r))
     done = UOp(Ops.AFTER, acc.dtype, (acc, update))
     return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, acc.dtype, (done, zero)),))
@@ -185,7 +181,7 @@ def unify_ends(sink: UOp) -> UOp:
                 sink = sink.substitute({e: merged for e in ends})
                 continue
             later = list(nests.values())[1][0]
-        next_axis = 1 + max((axis_id(u) for u in sink.toposort() if u.op is Ops.RANGE), default=-1)
+        next_axis = 1 + max((u.axis_id for u in sink.toposort() if u.op is Ops.RANGE), default=-1)
         arg = (next_axis, *r.arg[1:]) if isinstance(r.arg, tuple) else next_axis
         fresh = UOp(Ops.RANGE, r.dtype, r.src, arg)
         stop = {e for e in ends if e is not later}

@@ -5,7 +5,7 @@ with tensor cores it puts each reduce axis on them (`TC`)."""
 
 from __future__ import annotations
 
-from tg.codegen.opt.kernel import OptKernel, axis_type, vector_lanes
+from tg.codegen.opt.kernel import OptKernel, vector_lanes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.ir.ops import AxisType
 
@@ -22,7 +22,7 @@ def candidate_opts(k: OptKernel) -> list[Opt]:
             if k.renderer.has_local:  # GPUs: work-groups along each output axis
                 ret += [split(i, f, AxisType.LOCAL) for f in (2, 4, 8, 16, 32)]
             ret += [split(i, n, AxisType.THREAD, True) for n in sorted({t // 2, t, 2 * t, 4 * t}) if n >= 2]
-            ret += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(k.ranges)) if axis_type(k.ranges[j]) is at]
+            ret += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(k.ranges)) if k.ranges[j].axis_type is at]
         if at in (AxisType.REDUCE, AxisType.GROUP_REDUCE):
             ret += [split(i, f, AxisType.UNROLL) for f in (2, 4, 8)]
         if at is AxisType.REDUCE and k.renderer.tensor_cores:  # legal only as the first opt (tensor_cores.py)

@@ -18,11 +18,11 @@ Every step is skipped when it is not legal (KernelOptError); the heuristic never
 
 from __future__ import annotations
 
-from tg.codegen.lower.expand import VECTOR_DTYPES, affine
-from tg.codegen.lower.structure import axis_id
-from tg.codegen.opt.kernel import OptKernel, axis_type, range_size, vector_lanes
+from tg.codegen.lower.expand import VECTOR_DTYPES
+from tg.codegen.opt.kernel import OptKernel, const_size, vector_lanes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.ir.ops import AxisType, Ops
+from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
 FEW_OUTPUTS = 2048
@@ -43,14 +43,9 @@ def _try(k: OptKernel, opt: Opt) -> OptKernel:
 def _split_id(k: OptKernel, rid: int, factor: int, target: AxisType) -> OptKernel:
     """Split the output axis with id `rid` by `factor` into `target` (unchanged when absent or illegal)."""
     for i, r in enumerate(k.ranges):
-        if axis_id(r) == rid and axis_type(r) in (*_OUT_TYPES, AxisType.REDUCE):
+        if r.axis_id == rid and r.axis_type in (*_OUT_TYPES, AxisType.REDUCE):
             return _try(k, split(i, factor, target))
     return k
-
-
-def _size(r: UOp) -> int:
-    s = range_size(r)
-    return s if isinstance(s, int) else 0
 
 
 def _unit_stride(idx: UOp, r: UOp) -> bool:
@@ -68,8 +63,8 @@ def gpu_opts(k: OptKernel) -> OptKernel:
     topo = list(k.ast.toposort())
     stores = [u for u in topo if u.op is Ops.STORE]
     reduces = [u for u in topo if u.op is Ops.REDUCE]
-    out_axes = [r for r in k.ranges if axis_type(r) in _OUT_TYPES]
-    if any(not isinstance(range_size(r), int) for r in out_axes) or not stores:
+    out_axes = [r for r in k.ranges if r.axis_type in _OUT_TYPES]
+    if any(not isinstance(r.range_size, int) for r in out_axes) or not stores:
         return k
     if not reduces:
         return _vector_elementwise(k, topo, stores, out_axes)
@@ -85,7 +80,7 @@ def gpu_opts(k: OptKernel) -> OptKernel:
         return tiled
     outputs = 1
     for r in out_axes:
-        outputs *= _size(r)
+        outputs *= const_size(r)
     size = red_r.src[0].arg if red_r.src[0].op is Ops.CONST else 0
     if outputs > FEW_OUTPUTS or size < LONG_REDUCE or red_r not in k.ranges:
         return k
@@ -108,12 +103,12 @@ def _vector_elementwise(k: OptKernel, topo: list[UOp], stores: list[UOp], out_ax
     lanes = vector_lanes(k.renderer, k.dtype_itemsize)
     outputs = 1
     for r in out_axes:
-        outputs *= _size(r)
+        outputs *= const_size(r)
     idx = stores[0].src[0].src[1]
     axis = next((r for r in out_axes if _unit_stride(idx, r)), None)
-    if lanes < 2 or outputs < VECTOR_ELEMENTWISE_MIN or axis is None or _size(axis) % lanes:
+    if lanes < 2 or outputs < VECTOR_ELEMENTWISE_MIN or axis is None or const_size(axis) % lanes:
         return k
-    return _split_id(k, axis_id(axis), lanes, AxisType.UPCAST)
+    return _split_id(k, axis.axis_id, lanes, AxisType.UPCAST)
 
 
 def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp]) -> OptKernel | None:
@@ -127,7 +122,7 @@ def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp])
     if a is None or b is None:
         return None
     store_idx = stores[0].src[0].src[1]
-    n_axis = next((r for r in out_axes if _unit_stride(store_idx, r) and _size(r) > 1), None)
+    n_axis = next((r for r in out_axes if _unit_stride(store_idx, r) and const_size(r) > 1), None)
     if n_axis is None:
         return None
     if n_axis in a.src[0].src[1].toposort():
@@ -136,26 +131,26 @@ def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp])
         return None  # both operands use the column axis: not a matmul
     b_idx, a_idx = b.src[0].src[1], a.src[0].src[1]
     m_axis = next((r for r in out_axes if r is not n_axis and r not in b_idx.toposort() and r in a_idx.toposort()
-                   and _size(r) > 1), None)  # fmt: skip
+                   and const_size(r) > 1), None)  # fmt: skip
     if m_axis is None:
         return None
     vectorizable = all(x.dtype.scalar() in VECTOR_DTYPES for x in (a, b, red))
     tile = MATMUL_TILE if vectorizable else 2
-    for rid, size in ((axis_id(n_axis), _size(n_axis)), (axis_id(m_axis), _size(m_axis))):
+    for rid, size in ((n_axis.axis_id, const_size(n_axis)), (m_axis.axis_id, const_size(m_axis))):
         if size % tile == 0 and size > tile:
             k = _split_id(k, rid, tile, AxisType.UPCAST)
     # the column axis's LOCAL is made last: the newest LOCAL range becomes local dimension 0 (the fastest-varying
     # work-item id), so neighbouring work-items read neighbouring float4s of the column operand (coalesced)
     budget = k.renderer.max_local_threads
-    for rid in (axis_id(m_axis), axis_id(n_axis)):
-        rest = next((_size(r) for r in k.ranges if axis_id(r) == rid and axis_type(r) in _OUT_TYPES), 0)
+    for rid in (m_axis.axis_id, n_axis.axis_id):
+        rest = next((const_size(r) for r in k.ranges if r.axis_id == rid and r.axis_type in _OUT_TYPES), 0)
         for f in (MATMUL_LOCAL, 8, 4, 2):
             if f <= budget and rest % f == 0 and rest >= f:
                 k = _split_id(k, rid, f, AxisType.LOCAL)
                 budget //= f
                 break
-    ksize = _size(red.src[1])
+    ksize = const_size(red.src[1])
     for u in (4, 2):
         if ksize % u == 0 and ksize > u:
-            return _split_id(k, axis_id(red.src[1]), u, AxisType.UNROLL)
+            return _split_id(k, red.src[1].axis_id, u, AxisType.UNROLL)
     return k

@@ -12,12 +12,12 @@ Every step is skipped when it is not legal (KernelOptError); the heuristic never
 
 from __future__ import annotations
 
-from tg.codegen.lower.expand import VECTOR_DTYPES, affine
-from tg.codegen.lower.structure import axis_id
+from tg.codegen.lower.expand import VECTOR_DTYPES
 from tg.codegen.opt.gpu_heuristic import gpu_opts
-from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, axis_type, range_size, vector_lanes
+from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, const_size, vector_lanes
 from tg.codegen.opt.opts import KernelOptError, Opt, split
 from tg.ir.ops import AxisType, Ops
+from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
 THREAD_MIN_WORK = 1 << 20  # loop iterations (elements x reduce length) below which a kernel stays on one thread
@@ -35,7 +35,7 @@ def _try(k: OptKernel, opt: Opt) -> OptKernel:
 def _axis(k: OptKernel, rid: int, types: tuple[AxisType, ...]) -> int | None:
     """The current index of the axis with id `rid` (and one of `types`), or None."""
     for i, r in enumerate(k.ranges):
-        if axis_id(r) == rid and axis_type(r) in types:
+        if r.axis_id == rid and r.axis_type in types:
             return i
     return None
 
@@ -43,11 +43,6 @@ def _axis(k: OptKernel, rid: int, types: tuple[AxisType, ...]) -> int | None:
 def _stride(idx: UOp, r: UOp) -> int | None:
     a = affine(idx, r)
     return None if a is None else a[0]
-
-
-def _int_size(r: UOp) -> int:
-    s = range_size(r)
-    return s if isinstance(s, int) else 0
 
 
 def _split_at(k: OptKernel, rid: int, types: tuple[AxisType, ...], factor: int, target: AxisType,
@@ -90,9 +85,9 @@ def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], i
     if (ops := _matmul_operands(k, reduces[0])) is None:
         return None
     lanes = _lanes(k, topo, stores)
-    out_axes = [r for r in k.ranges if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL)]
+    out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
-    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and _int_size(r) > 1), None)
+    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and const_size(r) > 1), None)
     if contiguous_out is None or lanes < 2:
         return None
     return reduces[0], ops, contiguous_out, out_axes, lanes, _work(k)
@@ -107,7 +102,7 @@ def _lanes(k: OptKernel, topo: list[UOp], stores: list[UOp]) -> int:
 def _work(k: OptKernel) -> int:
     work = 1
     for r in k.ranges:
-        work *= max(_int_size(r), 1)
+        work *= max(const_size(r), 1)
     return work
 
 
@@ -126,9 +121,9 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         if tiled.applied:  # else (no vector width divides the contiguous output axis) the reduction rules below
             return _threads(tiled, work)
     lanes = _lanes(k, topo, stores)
-    out_axes = [r for r in k.ranges if axis_type(r) in (AxisType.LOOP, AxisType.GLOBAL)]
+    out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
-    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and _int_size(r) > 1), None)
+    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and const_size(r) > 1), None)
     reduces = [u for u in topo if u.op is Ops.REDUCE]
     work = _work(k)
     loop_t = (AxisType.LOOP, AxisType.GLOBAL)
@@ -137,27 +132,27 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         nested = len(reduces[0].src) > 2  # the outer reduce loops make up the length: one vector of lanes is enough
         loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
         if any(_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
-            size = _int_size(red_r)
+            size = const_size(red_r)
             for f in (4 * lanes, 2 * lanes, lanes):
                 if size >= (f if nested else 4 * f) and size % f == 0:
-                    k = _split_at(k, axis_id(red_r), (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
+                    k = _split_at(k, red_r.axis_id, (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
                     break
         elif contiguous_out is not None:
-            size = _int_size(contiguous_out)
+            size = const_size(contiguous_out)
             for f in (2 * lanes, lanes):
                 if size % f == 0:
-                    k = _split_at(k, axis_id(contiguous_out), loop_t, f, AxisType.UPCAST)
+                    k = _split_at(k, contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                     break
-            size = _int_size(red_r)
+            size = const_size(red_r)
             for f in (4, 2):
                 if size % f == 0:
-                    k = _split_at(k, axis_id(red_r), (AxisType.REDUCE,), f, AxisType.UNROLL)
+                    k = _split_at(k, red_r.axis_id, (AxisType.REDUCE,), f, AxisType.UNROLL)
                     break
     elif not reduces and contiguous_out is not None and lanes > 1:
-        size = _int_size(contiguous_out)
+        size = const_size(contiguous_out)
         for f in (2 * lanes, lanes) if work >= 64 * lanes else (lanes,):
             if size % f == 0 and size >= f:
-                k = _split_at(k, axis_id(contiguous_out), loop_t, f, AxisType.UPCAST)
+                k = _split_at(k, contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                 break
     return _threads(k, work)
 
@@ -193,24 +188,24 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
         a, b, a_ranges, b_ranges = b, a, b_ranges, a_ranges
     k_axis = red.src[-1]  # the innermost reduce loop
     regs = max(getattr(k.renderer, "vector_registers", 16), 8)
-    n = _int_size(n_axis)
+    n = const_size(n_axis)
     widths = (2 * lanes, lanes, lanes // 2) if widths is None else widths
     nr = next((f for f in widths if f >= 2 and n % f == 0), 0)
     if not nr:
         return k
     m_axis = next((r for r in out_axes if r is not n_axis and r not in b_ranges and r in a_ranges
-                   and _int_size(r) > 1), None)  # fmt: skip
-    k = _split_at(k, axis_id(n_axis), (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
+                   and const_size(r) > 1), None)  # fmt: skip
+    k = _split_at(k, n_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
     if m_axis is not None:
         vecs = max(nr // lanes, 1)
         for mr in rows:
-            if _int_size(m_axis) % mr == 0 and mr * vecs + vecs + 1 <= regs and mr * vecs <= MAX_TILE_ACCUMULATORS:
-                k = _split_at(k, axis_id(m_axis), (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
+            if const_size(m_axis) % mr == 0 and mr * vecs + vecs + 1 <= regs and mr * vecs <= MAX_TILE_ACCUMULATORS:
+                k = _split_at(k, m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
                 break
-    ksize = _int_size(k_axis)
+    ksize = const_size(k_axis)
     for u in unrolls:
         if ksize % u == 0 and ksize > u:
-            k = _split_at(k, axis_id(k_axis), (AxisType.REDUCE,), u, AxisType.UNROLL)
+            k = _split_at(k, k_axis.axis_id, (AxisType.REDUCE,), u, AxisType.UNROLL)
             break
     return k
 
@@ -226,9 +221,9 @@ def _threads(k: OptKernel, work: int) -> OptKernel:
     big = [n for n in range(THREAD_IDS_PER_CORE * t, t, -1) if work // n >= THREAD_MIN_WORK // 4]
     multiples = [n for n in big if n % t == 0 and n <= THREAD_BLOCKS_PER_CORE * t]
     for i, r in enumerate(k.ranges):
-        if axis_type(r) not in (AxisType.LOOP, AxisType.GLOBAL):
+        if r.axis_type not in (AxisType.LOOP, AxisType.GLOBAL):
             continue
-        size = _int_size(r)
+        size = const_size(r)
         for n in [*multiples, t, *(n for n in big if n not in multiples), *range(t - 1, 1, -1)]:
             if size % n == 0 and size >= n:
                 return _try(k, split(i, n, AxisType.THREAD, True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from tg.codegen.lower.structure import axis_id, identity_element
+from tg.codegen.lower.structure import identity_element
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
 from tg.codegen.opt.tensor_cores import apply_tc
 from tg.ir.dtype import PtrDType, dtypes
@@ -42,15 +42,9 @@ MAX_UNROLL = 32
 MAX_REGISTER_ELEMENTS = 1024  # product of UPCAST and register GROUP_REDUCE sizes (accumulator elements)
 
 
-def axis_type(r: UOp) -> AxisType:
-    """The AxisType of a RANGE."""
-    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else AxisType.LOOP
-
-
-def range_size(r: UOp) -> int | UOp:
-    """The trip count of a RANGE (an int when constant)."""
-    end = r.src[0]
-    return int(end.arg) if end.op is Ops.CONST else end
+def const_size(r: UOp) -> int:
+    """The trip count of a RANGE when it is a constant, 0 when it is symbolic (the heuristics skip those)."""
+    return s if isinstance(s := r.range_size, int) else 0
 
 
 def vector_lanes(renderer: Renderer, itemsize: int) -> int:
@@ -66,7 +60,7 @@ def _flatten_ranges(x: UOp) -> UOp | None:
         for r in s.toposort():
             if r.op is Ops.RANGE and r not in rngs:
                 rngs.append(r)
-    rngs.sort(key=axis_id)
+    rngs.sort(key=lambda r: r.axis_id)
     if x.op is Ops.REDUCE:
         return x.src[0].reduce(*rngs, arg=x.arg) if rngs else x.src[0]
     return UOp(Ops.END, x.dtype, (x.src[0], *rngs), x.arg) if rngs else x.src[0]
@@ -95,13 +89,13 @@ class OptKernel:
     def ranges(self) -> list[UOp]:
         """The optimisable axes in §2.2 order."""
         rngs = {u for u in self.ast.toposort() if u.op is Ops.RANGE}
-        keep = [r for r in rngs if axis_type(r) is not AxisType.DEVICE and not (isinstance(s := range_size(r), int)
+        keep = [r for r in rngs if r.axis_type is not AxisType.DEVICE and not (isinstance(s := r.range_size, int)
                                                                                 and s <= 1)]  # fmt: skip
-        return sorted(keep, key=lambda r: (AXIS_POS[axis_type(r)], axis_id(r)))
+        return sorted(keep, key=lambda r: (AXIS_POS[r.axis_type], r.axis_id))
 
     def axes(self) -> list[tuple[UOp, AxisType, int | UOp]]:
         """(range, AxisType, size) of every optimisable axis, in order."""
-        return [(r, axis_type(r), range_size(r)) for r in self.ranges]
+        return [(r, r.axis_type, r.range_size) for r in self.ranges]
 
     def shape_str(self) -> str:
         """The axes as letters and sizes, e.g. `L64 L32 u32 u8 R256 r4`."""
@@ -112,7 +106,7 @@ class OptKernel:
 
     @functools.cached_property
     def next_id(self) -> int:
-        return 1 + max((axis_id(u) for u in self.ast.toposort() if u.op is Ops.RANGE), default=-1)
+        return 1 + max((u.axis_id for u in self.ast.toposort() if u.op is Ops.RANGE), default=-1)
 
     @functools.cached_property
     def stores(self) -> list[UOp]:
@@ -154,7 +148,7 @@ class OptKernel:
 
     def _split(self, opt: Opt, r: UOp) -> UOp:
         factor, target, top = opt.arg
-        src_t, size = axis_type(r), range_size(r)
+        src_t, size = r.axis_type, r.range_size
         if not isinstance(size, int):
             raise self.fail(opt, "the axis has a symbolic size (only constant sizes split)")
         f = size if factor == 0 else factor
@@ -210,12 +204,12 @@ class OptKernel:
                 raise self.fail(opt, f"axis {opt.axis} does not index every store (threads would race)")
         q = size // f
         new = UOp.range(f, self.next_id, target, r.dtype)
-        rest = UOp.range(q, axis_id(r), src_t, r.dtype) if q > 1 else UOp.const(r.dtype, 0)
+        rest = UOp.range(q, r.axis_id, src_t, r.dtype) if q > 1 else UOp.const(r.dtype, 0)
         expr = new * q + rest if top else rest * f + new
         return self.ast.substitute({r: expr})
 
     def _padto(self, opt: Opt, r: UOp) -> UOp:
-        t, size, m = axis_type(r), range_size(r), opt.arg
+        t, size, m = r.axis_type, r.range_size, opt.arg
         if t in (AxisType.UPCAST, AxisType.UNROLL, AxisType.THREAD):
             raise self.fail(opt, f"PADTO cannot pad a {t.name} axis (pad before splitting)")
         if not isinstance(size, int):
@@ -227,7 +221,7 @@ class OptKernel:
             raise self.fail(opt, f"axis size {size} is already a multiple of {m}")
         if padded >= 4 * size:
             raise self.fail(opt, f"padding {size} to {padded} would waste more than 3/4 of the work")
-        new = UOp.range(padded, axis_id(r), t, r.dtype)
+        new = UOp.range(padded, r.axis_id, t, r.dtype)
         for u in self.ast.toposort():
             if u.op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) and any(
                     v.op is Ops.LOAD and r in v.toposort() for v in u.src[1].toposort()):  # fmt: skip
@@ -249,11 +243,11 @@ class OptKernel:
         if not 0 <= opt.arg < len(self.ranges) or opt.arg == opt.axis:
             raise self.fail(opt, f"SWAP partner {opt.arg} must be another axis in [0, {len(self.ranges)})")
         o = self.ranges[opt.arg]
-        if not (axis_type(r) is axis_type(o) and axis_type(r) in (AxisType.GLOBAL, AxisType.LOOP)):
-            raise self.fail(opt, f"SWAP needs two GLOBAL or two LOOP axes, got {axis_type(r).name} and "
-                                 f"{axis_type(o).name}")  # fmt: skip
-        ra = UOp(Ops.RANGE, r.dtype, r.src, (axis_id(o), axis_type(r)))
-        rb = UOp(Ops.RANGE, o.dtype, o.src, (axis_id(r), axis_type(o)))
+        if not (r.axis_type is o.axis_type and r.axis_type in (AxisType.GLOBAL, AxisType.LOOP)):
+            raise self.fail(opt, f"SWAP needs two GLOBAL or two LOOP axes, got {r.axis_type.name} and "
+                                 f"{o.axis_type.name}")  # fmt: skip
+        ra = UOp(Ops.RANGE, r.dtype, r.src, (o.axis_id, r.axis_type))
+        rb = UOp(Ops.RANGE, o.dtype, o.src, (r.axis_id, o.axis_type))
         return self.ast.substitute({r: ra, o: rb})
 
     # ---- results ------------------------------------------------------------------------------------------

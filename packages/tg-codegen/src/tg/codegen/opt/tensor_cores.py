@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tg.codegen.lower.structure import axis_id
 from tg.codegen.opt.opts import OptOps
 from tg.codegen.render.renderer import WARP_SIZE, TensorCore
 from tg.ir.dtype import DType
@@ -60,7 +59,7 @@ def apply_tc(k: OptKernel, opt: Opt) -> UOp:
         raise k.fail(opt, f"{type(k.renderer).__name__} has no tensor cores")
     if any(o.op is not OptOps.PADTO for o in k.applied):
         raise k.fail(opt, "TC must come before every opt but PADTO (it reshapes the output and reduce axes)")
-    if not 0 <= opt.axis < len(k.ranges) or (kr := k.ranges[opt.axis]).arg[1] is not AxisType.REDUCE:
+    if not 0 <= opt.axis < len(k.ranges) or (kr := k.ranges[opt.axis]).axis_type is not AxisType.REDUCE:
         raise k.fail(opt, f"TC needs the number of a REDUCE axis, got {opt.axis}")
     reduces = [u for u in k.ast.toposort() if u.op is Ops.REDUCE]
     if len(reduces) != 1 or reduces[0].src[1:] != (kr,) or (parts := _matmul_parts(k, reduces[0])) is None:
@@ -71,7 +70,7 @@ def apply_tc(k: OptKernel, opt: Opt) -> UOp:
     if tc is None:
         have = ", ".join(f"{_name(t.dtype_in)} inputs with a {_name(t.dtype_out)} sum" for t in tcs)
         raise k.fail(opt, f"no tensor core for {_name(a.dtype)} x {_name(b.dtype)} -> {_name(red.dtype)} (has: {have})")
-    out = [r for r in k.ranges if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+    out = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     a_idx, b_idx = a.src[0].src[1].toposort(), b.src[0].src[1].toposort()
     m_axis = next((r for r in out if r in a_idx and r not in b_idx), None)
     n_axis = next((r for r in out if r in b_idx and r not in a_idx), None)
@@ -85,9 +84,9 @@ def apply_tc(k: OptKernel, opt: Opt) -> UOp:
             raise k.fail(opt, f"TC {tc.name}: axis {name} of size {s if s is not None else 'symbolic'} is not a "
                               f"multiple of {size} ({fix})")  # fmt: skip
     nid = k.next_id
-    m_o = UOp.range(m_axis.src[0].arg // tm, axis_id(m_axis), AxisType.GLOBAL)
-    n_o = UOp.range(n_axis.src[0].arg // tn, axis_id(n_axis), AxisType.GLOBAL)
-    k_o = UOp.range(kr.src[0].arg // tk, axis_id(kr), AxisType.REDUCE)
+    m_o = UOp.range(m_axis.src[0].arg // tm, m_axis.axis_id, AxisType.GLOBAL)
+    n_o = UOp.range(n_axis.src[0].arg // tn, n_axis.axis_id, AxisType.GLOBAL)
+    k_o = UOp.range(kr.src[0].arg // tk, kr.axis_id, AxisType.REDUCE)
     lane = UOp.range(WARP_SIZE, nid, AxisType.WARP)
 
     def at(x: UOp, m: int | UOp, kk: int | UOp, n: int | UOp) -> UOp:

@@ -10,7 +10,7 @@ import pytest
 
 from tg.runtime.amd.program import CodeObject
 from tg.runtime.amd.sim.decode import EmulatorError
-from tg.runtime.amd.sim.emu import HostMemory, code_in_memory, dispatch, launch, pack_args
+from tg.runtime.amd.sim.emu import HostMemory, code_in_memory, dispatch, launch, pack_args, run_code
 
 CORPUS = pathlib.Path(__file__).parent / "amd_corpus"
 OUT, IN1, IN2, IN3, IN4 = 0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000, 0x50_0000
@@ -261,3 +261,26 @@ def test_code_in_memory_with_mapped_runs_matches_the_chunked_scan() -> None:
     buf[i : i + 4] = struct.pack("<I", 0x7E01FE00)  # other bytes: scanned again, and the bad word fails at once
     with pytest.raises(EmulatorError, match="unknown rdna3 instruction word=0x7e01fe00 at pc=0x5000"):
         code_in_memory(mem, entry, "E_f32")
+
+
+ENDPGM_WORD = 0xBFB00000
+DS_LOAD_B32 = (0xD8D80000, 0x00000001)  # ds_load_b32 v0, v1 (llvm-mc-15)
+DS_STORE_B32 = (0xD8340000, 0x00000201)  # ds_store_b32 v1, v2
+SCRATCH_LOAD_B32 = (0xDC510000, 0x00FC0001)  # scratch_load_b32 v0, v1, off
+
+
+@pytest.mark.parametrize(
+    ("words", "kw", "message"),
+    [
+        (DS_LOAD_B32, {"lds_bytes": 64}, r"lane 3 .*read 4 bytes at LDS 0x40 outside 64 bytes.*ds_load_b32"),
+        (DS_STORE_B32, {"lds_bytes": 64}, r"lane 3 .*wrote 4 bytes at LDS 0x40 outside 64 bytes.*ds_store_b32"),
+        (SCRATCH_LOAD_B32, {"scratch_bytes": 64}, r"lane 3 .*read 4 bytes at scratch 0x40 outside 64 bytes"),
+    ],
+)
+def test_lds_and_scratch_accesses_out_of_bounds_fault_naming_the_lane(
+    words: tuple[int, int], kw: dict[str, int], message: str
+) -> None:
+    code = struct.pack("<3I", *words, ENDPGM_WORD)
+    addrs = [0, 4, 60, 64] + [0] * 28  # lane 3 is the first one past the end
+    with pytest.raises(EmulatorError, match=message):
+        run_code(code, vgprs={1: addrs, 2: [7] * 32}, **kw)

@@ -142,15 +142,20 @@ def global_store(w: Wave, addrs: list[int], ex: int, n: int, rows: Rows) -> None
 # ---------------------------------------------------------------- LDS
 
 
-def _lds_lane(w: Wave, lane: int, addr: int, n: int, data: bytes | None) -> bytes:
-    lds = w.lds
-    if addr < 0 or addr + n > len(lds):
+def _local_lane(w: Wave, lane: int, mem: bytearray, what: str, addr: int, n: int, data: bytes | None) -> bytes:
+    """One lane's access of n bytes at `addr` of an on-chip memory (`what`: LDS or scratch): the bytes read, or b""
+    after writing `data`; out of bounds raises the lane's fault."""
+    if addr < 0 or addr + n > len(mem):
         verb = "read" if data is None else "wrote"
-        raise fault(w, lane, f"{verb} {n} bytes at LDS 0x{addr:x} outside {len(lds)} bytes")
+        raise fault(w, lane, f"{verb} {n} bytes at {what} 0x{addr:x} outside {len(mem)} bytes")
     if data is None:
-        return bytes(lds[addr : addr + n])
-    lds[addr : addr + n] = data
+        return bytes(mem[addr : addr + n])
+    mem[addr : addr + n] = data
     return b""
+
+
+def _lds_lane(w: Wave, lane: int, addr: int, n: int, data: bytes | None) -> bytes:
+    return _local_lane(w, lane, w.lds, "LDS", addr, n, data)
 
 
 def lds_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> Rows:
@@ -184,14 +189,7 @@ def lds_store(w: Wave, addrs: list[int], ex: int, n: int, rows: Rows) -> None:
 
 
 def _scratch_lane(w: Wave, lane: int, addr: int, n: int, data: bytes | None) -> bytes:
-    mem = w.scratch[lane] if w.scratch else bytearray()
-    if addr < 0 or addr + n > len(mem):
-        verb = "read" if data is None else "wrote"
-        raise fault(w, lane, f"{verb} {n} bytes at scratch 0x{addr:x} outside {len(mem)} bytes")
-    if data is None:
-        return bytes(mem[addr : addr + n])
-    mem[addr : addr + n] = data
-    return b""
+    return _local_lane(w, lane, w.scratch[lane] if w.scratch else bytearray(), "scratch", addr, n, data)
 
 
 def scratch_load(w: Wave, addrs: list[int], ex: int, n: int, signed: bool) -> Rows:

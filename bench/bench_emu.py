@@ -4,9 +4,10 @@ Two kernels are rendered by the AMD LLVM renderer and compiled by llvmlite (LLVM
 a 64x64x64 float32 matmul (the renderer's default optimisations: locals, upcasts) and an elementwise kernel over 2^16
 float32 elements (`max(a*b + 1, 0)`). A lane-op is one instruction executed by one lane of a wave (a wave of 32 lanes
 running one instruction is 32 lane-ops); amd.md 4.8 asks for at least 1.5 M lane-ops/s on the 2-core dev machine
-(each line ends with the measured rate divided by that target). Each result is checked against numpy before its time is printed. The first run of a kernel includes its translation;
-the printed figures are the best of `--repeat` runs after it, in wall-clock time and in the process's CPU time (the
-second does not depend on how many other processes share the machine).
+(each line ends with the measured rate divided by that target). Each result is checked against numpy before its
+time is printed. The first run of a kernel includes its translation; the printed figures are the best of `--repeat`
+runs after it, in wall-clock time and in the process's CPU time (the second does not depend on how many other
+processes share the machine).
 
 Run: `hatch run bench:emu [--repeat N]`. Prints numbers; asserts nothing. Needs llvmlite (the dev env has it).
 """

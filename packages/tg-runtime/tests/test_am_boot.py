@@ -224,7 +224,7 @@ def test_page_tables_match_the_mock_walker(gpu: MockAMGPU) -> None:
 def test_interface_memory_and_reopen(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from tg.runtime.amd.am import iface
 
-    monkeypatch.setattr(iface, "_mock_gpus", [MockAMGPU(256)])
+    monkeypatch.setattr(iface, "_mock_gpus", {kind: [MockAMGPU(256)]})
     am = iface.AMIface(kind, 0)
     assert not am.dev.partial_boot and am.props["gfx_target_version"] == 110000
     assert am.can_map_host is False  # mocks (and USB) copy through staging, host memory is not DMA-able
@@ -243,6 +243,6 @@ def test_interface_memory_and_reopen(kind: str, monkeypatch: pytest.MonkeyPatch)
     again = iface.AMIface(kind, 0)
     assert again.dev.partial_boot
     again.close()
-    with pytest.raises(Exception, match="MOCKPCI\\+AMD:1 does not exist"):
-        iface.AMIface("MOCKPCI", 1)
-    assert iface._mock_gpus[0].violations == []
+    with pytest.raises(Exception, match=f"{kind}\\+AMD:1 does not exist"):
+        iface.AMIface(kind, 1)
+    assert iface._mock_gpus[kind][0].violations == []

@@ -239,6 +239,9 @@ def test_small_copies_from_host_buffers(dev: HCQDevice, n: int) -> None:
 def test_map_a_host_buffer_to_the_device(dev: HCQDevice) -> None:
     from tg.tensor import Tensor
 
+    if not dev.can_map_host:
+        pytest.skip(f"{dev.device} reaches no host memory (e.g. the AM driver's mocks, USB)")
+
     host = np.arange(64, dtype=np.float32)
     t = Tensor.from_blob(host.ctypes.data, (64,), dtype=dtypes.float32, device=dev.device)
     np.testing.assert_array_equal((t * 2).numpy(), host * 2)

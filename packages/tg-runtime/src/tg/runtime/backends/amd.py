@@ -6,6 +6,10 @@ Device strings (``DEV=[IFACE[:indices]+]AMD[:LLVM[:gfx1100]]``):
   USB) is never chosen implicitly;
 - ``MOCKKFD+AMD``: the mock KFD with mock gfx1100 GPUs running the real machine code on the RDNA3 emulator
   (tg.runtime.amd.sim.kfd_mock); ``TG_MOCKGPU_COUNT`` GPUs;
+- ``PCI+AMD``, ``USB+AMD``: the AM driver (tg.runtime.amd.am), which resets and boots the GPU from user space over
+  tg.drivers' PCI access (VFIO/sysfs, ``REMOTE=``) or the ASM24 USB bridge; only when named explicitly;
+- ``MOCKPCI+AMD``, ``MOCKUSB+AMD``: the AM driver on the process's mock AM GPUs (tg.runtime.amd.sim.am_gpu: register
+  level, the same PM4/SDMA executors and emulator as MOCKKFD);
 - ``KFD:1,0+AMD``: the GPUs in that order (``AMD`` = the first listed, ``AMD:1`` the second);
 - ``:LLVM`` (the only renderer: LLVM IR compiled by llvmlite), ``:gfx1100`` (checked against the opened GPU).
 
@@ -13,10 +17,18 @@ Commands are encoded by the rule tables of tg.runtime.amd.pm4 (``COMPUTE:0``) an
 absent with ``AMD_DISABLE_SDMA=1``: copies then run as kernels). Memory: buffers in VRAM (no CPU view: the host
 copies through the staging ring), signals, command buffers and rings in uncached host-visible GTT, kernels in
 host-visible VRAM, host memory registered as USERPTR. Queues are created on first use.
+
+On AM, GPU addresses are not host addresses: every CPU access goes through the allocation's view (a BAR0 window onto
+VRAM, or DMA-able system memory), signals and rings live in host-visible VRAM, and host memory is not mapped into the
+GPU on the mocks and over USB (``can_map_host`` is the interface's); the AM GPUs of one PCI bus are peers (each maps
+the other's VRAM through its BAR0). A fault the interrupt ring reports fails the device (DeviceHangError naming the
+address; the error state sticks as on every HCQ device); ``recover()`` resets the MEC, restarts the compute ring and
+clears the error state so the device can be used again. The session is finalised (``SCRATCH_REG6 = 0``) at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import time
 from typing import TYPE_CHECKING, Any
@@ -41,7 +53,20 @@ RING_BYTES = 16 << 20  # compute and SDMA rings (amd.md 3.1)
 MAX_IB_DWORDS = (1 << 20) - 1
 SPIN_S = 0.001  # a real device's host wait spins this long before sleeping in WAIT_EVENTS
 ARCHS = ("gfx1100",)
+AM_IFACES = ("PCI", "USB", "MOCKPCI", "MOCKUSB")  # the AM driver (tg.runtime.amd.am.iface)
 _connections: dict[str, KFD] = {}  # one KFD connection per interface and process
+
+
+def view_of(alloc: Any, size: int | None = None, fmt: str = "B", offset: int = 0) -> Any:
+    """The CPU view of ``size`` bytes (default: all) at ``offset`` of an allocation: AM allocations carry theirs (BAR0
+    or system memory: the GPU address is not a host address); KFD memory is mapped at its GPU address."""
+    size = alloc.size - offset if size is None else size
+    view = getattr(alloc, "view", None)
+    if view is not None:
+        return view.view(offset, size, fmt)
+    if isinstance(alloc, Allocation):
+        return HostView(alloc.va + offset, size, fmt)
+    raise RuntimeError(f"memory at {alloc.va:#x} has no CPU view")
 
 
 def _mock_class() -> type[MockKFD]:
@@ -96,7 +121,7 @@ class AMDProgram(Program):
             co = self.code_object
             alloc = self.dev.iface.alloc(len(co.image), cpu_access=True, executable=True)
             image = co.link(alloc.va).image
-            HostView(alloc.va, alloc.size).write(0, image)
+            view_of(alloc).write(0, image)
             self.image = alloc
         entry = self.image.va + self.code_object.entry_offset
         if entry % 256:
@@ -122,23 +147,30 @@ class AMDAllocator(HCQAllocator):
     def from_host_memory(self, mv: memoryview, addr: int) -> HCQBuffer:
         """An HCQBuffer over host memory at ``addr``: its pages are registered with the GPU."""
         dev: AMDDevice = self.dev
+        if not dev.can_map_host:
+            raise ValueError(f"{dev.device} ({dev.iface_name}+AMD) cannot use host memory at a raw pointer: the GPU "
+                             f"reaches no host memory there; copy it into a device buffer instead")  # fmt: skip
         lo = addr - addr % 4096
         hi = round_up(addr + max(mv.nbytes, 1), 4096)
         alloc = dev.iface.register_host(lo, hi - lo)
-        buf = HCQBuffer(addr, mv.nbytes, HostView(addr, mv.nbytes, "B", owner=mv), dev, keep=(alloc, mv))
+        va = alloc.va + (addr - lo)  # KFD: the host address itself; AM: the GPU address the pages were mapped at
+        buf = HCQBuffer(va, mv.nbytes, HostView(addr, mv.nbytes, "B", owner=mv), dev, keep=(alloc, mv))
         buf.external = True
         return buf
 
 
-def _allocation(keep: Any) -> Allocation | None:
+def _allocation(keep: Any) -> Any:
+    """The KFD Allocation or AM allocation that ``keep`` holds, or None."""
+    from tg.runtime.amd.am.iface import AMAllocation
+
     k = keep[0] if isinstance(keep, tuple) else keep
-    return k if isinstance(k, Allocation) else None
+    return k if isinstance(k, (Allocation, AMAllocation)) else None
 
 
 class AMDDevice(HCQDevice):
     """An RDNA3 GPU driven through HCQ (see the module docstring)."""
 
-    interfaces = {"KFD": "tg.runtime.backends.amd:AMDDevice", "MOCKKFD": "tg.runtime.backends.amd:AMDDevice"}
+    interfaces = {name: "tg.runtime.backends.amd:AMDDevice" for name in ("KFD", "MOCKKFD", *AM_IFACES)}
     renderers = ("LLVM",)
     pm_encode = QueueRules(pm4.pm_encode, sdma.pm_encode)
     pm_submit = QueueRules(pm4.pm_submit, sdma.pm_submit)
@@ -153,15 +185,16 @@ class AMDDevice(HCQDevice):
         if target.arch is not None and target.arch not in ARCHS:
             raise TargetError(f"device string {str(target)!r}: unknown AMD arch {target.arch!r}; available: "
                               f"{', '.join(ARCHS)}")  # fmt: skip
-        if target.iface == "MOCKKFD" and target.arch not in (None, "gfx1100"):
-            raise TargetError(f"device string {str(target)!r}: MOCKKFD+AMD models gfx1100 only")
+        if target.iface in ("MOCKKFD", "MOCKPCI", "MOCKUSB") and target.arch not in (None, "gfx1100"):
+            raise TargetError(f"device string {str(target)!r}: {target.iface}+AMD models gfx1100 only")
 
     def __init__(self, device: str = "AMD", target: Target | None = None) -> None:
         index = check_device_index(device)
         target = target if target is not None else instance_target(device)
         type(self).check_arch(target)
         self.iface_name = target.iface or "KFD"
-        conn = kfd_connection(self.iface_name)
+        self.am = self.iface_name in AM_IFACES
+        conn = None if self.am else kfd_connection(self.iface_name)
         if importlib.util.find_spec("llvmlite") is None:
             raise DeviceUnavailable("AMD: the LLVM renderer needs llvmlite: pip install 'tg-runtime[llvm]'")
         if target.indices is not None:
@@ -170,14 +203,17 @@ class AMDDevice(HCQDevice):
             gpu = target.indices[index]
         else:
             gpu = index
-        self.iface = KFDIface(conn, gpu)
-        self.arch = self.iface.node.arch
+        self.iface: Any = self._open_am(gpu) if self.am else KFDIface(conn, gpu)
+        self.arch = self.iface.node.arch if not self.am else f"gfx{self.iface.props['gfx_target_version'] // 100}"
         if self.arch not in ARCHS:
             raise DeviceUnavailable(f"{device}: the GPU is {self.arch}; tg supports {', '.join(ARCHS)}")
         if target.arch is not None and target.arch != self.arch:
             raise TargetError(f"device string {str(target)!r}: arch {target.arch} differs from the opened GPU's "
                               f"({self.arch})")  # fmt: skip
-        self.mock: MockKFD | None = conn.files if isinstance(conn.files, _mock_class()) else None
+        self.mock: MockKFD | None = conn.files if conn is not None and isinstance(conn.files, _mock_class()) else None
+        self.am_mock: Any = self.iface.mock_gpu if self.am else None  # the MockAMGPU behind MOCKPCI/MOCKUSB
+        self.can_map_host = self.iface.can_map_host if self.am else True
+        self.can_recover = self.am
         p = self.iface.props
         self.cu_cnt, self.se_cnt = p["simd_count"] // p["simd_per_cu"], p["array_count"] // p["simd_arrays_per_engine"]
         self.has_copy_queue = not AMD_DISABLE_SDMA.value
@@ -186,7 +222,8 @@ class AMDDevice(HCQDevice):
         self.encode_facts = {
             "arch": self.arch, "scratch": self.scratch_for,
             "hdp_flush": (pm4.NBIO_HDP_FLUSH_REQ, pm4.NBIO_HDP_FLUSH_DONE),
-            "queue_event": (self.iface.mailbox, int(self.iface.queue_event.event_id)),
+            # KFD: the timeline's RELEASE_MEM also wakes WAIT_EVENTS; AM's sleep drains the interrupt ring instead
+            "queue_event": None if self.am else (self.iface.mailbox, int(self.iface.queue_event.event_id)),
             "max_copy_size": sdma.MAX_COPY_SIZE if sdma_major >= 5 else 0x400000,
             "ring_dwords": {"COMPUTE:0": ring_dw, "COPY:0": ring_dw},
         }  # fmt: skip
@@ -204,22 +241,31 @@ class AMDDevice(HCQDevice):
                          lambda name, lib: AMDProgram(self, name, lib), lambda: AMDLLVMRenderer(arch),
                          target)  # fmt: skip
 
+    def _open_am(self, index: int) -> Any:
+        """The AM driver on GPU ``index`` of the interface (boots it); finalised at exit."""
+        from tg.runtime.amd.am.iface import AMIface
+
+        iface = AMIface(self.iface_name, index)
+        atexit.register(iface.close)
+        return iface
+
     @property
     def emulated(self) -> bool:
-        """Whether kernels run on the RDNA3 emulator (MOCKKFD): tests keep their grids small there."""
-        return self.mock is not None
+        """Whether kernels run on the RDNA3 emulator (MOCKKFD, MOCKPCI, MOCKUSB): tests keep their grids small."""
+        return self.mock is not None or self.am_mock is not None
 
     @property
     def peer_group(self) -> str:
-        """The GPUs of one KFD connection map each other's memory."""
-        return f"{self.iface_name}+AMD"
+        """The GPUs of one KFD connection map each other's memory, as do the AM GPUs of one PCI bus (peer to peer
+        through BAR0); over USB each GPU is on its own."""
+        return f"{self.iface_name}+{self.device}" if self.iface_name.endswith("USB") else f"{self.iface_name}+AMD"
 
     # ---- memory ----------------------------------------------------------------------------------------------------
 
     def alloc_region(self, size: int) -> Region:
         """Uncached host-visible memory (GTT): signals, link blocks, staging."""
         a = self.iface.alloc(size, uncached=True, cpu_access=True)
-        return Region(a.va, size, HostView(a.va, size), self, a)
+        return Region(a.va, size, view_of(a, size), self, a)
 
     def free_region(self, region: Region) -> None:
         if (a := _allocation(region.keep)) is not None and region.va == a.va:
@@ -229,8 +275,9 @@ class AMDDevice(HCQDevice):
         """VRAM without a CPU view (the host copies through the staging ring); host memory for
         ``BufferSpec(host=True)``; host-visible VRAM when there is no copy queue (the host then copies directly)."""
         cpu = not self.has_copy_queue
-        a = self.iface.alloc(size, host=options.host, cpu_access=cpu)
-        view = HostView(a.va, size) if options.host or cpu else None
+        host = options.host and self.can_map_host  # AM mocks and USB: host buffers live in host-visible VRAM
+        a = self.iface.alloc(size, host=host, cpu_access=cpu or options.host)
+        view = view_of(a, size) if options.host or cpu else None
         return HCQBuffer(a.va, size, view, self, keep=a)
 
     def free_buffer(self, buf: HCQBuffer) -> None:
@@ -242,7 +289,7 @@ class AMDDevice(HCQDevice):
             return
         if not isinstance(device, AMDDevice) or device.peer_group != self.peer_group:
             raise RuntimeError(f"{self.device} memory cannot be mapped into {getattr(device, 'device', device)}")
-        self.iface.map(a, device.iface.gpu_id)
+        self.iface.map(a, device.iface if self.am else device.iface.gpu_id)
 
     def map_buffer(self, buf: HCQBuffer, device: Any) -> int:
         """Map a buffer into a peer GPU (KFD MAP_MEMORY_TO_GPU); the address is the same."""
@@ -301,12 +348,12 @@ class AMDDevice(HCQDevice):
     def queue_region(self, queue: str, role: str) -> Region:
         desc, put = self.hw_queue(queue)
         if role == "ring":
-            return Region(desc.ring.va, desc.ring.size, HostView(desc.ring.va, desc.ring.size, "I"), self, desc.ring)
+            return Region(desc.ring.va, desc.ring.size, view_of(desc.ring, fmt="I"), self, desc.ring)
         if role in ("wptr", "rptr"):
             va = desc.wptr_va if role == "wptr" else desc.rptr_va
-            return Region(va, 8, HostView(va, 8, "Q"), self, desc.gart)
+            return Region(va, 8, view_of(desc.gart, 8, "Q", va - desc.gart.va), self, desc.gart)
         if role == "doorbell":
-            return Region(desc.doorbell.addr, 8, desc.doorbell, self)
+            return Region(getattr(desc.doorbell, "addr", 0), 8, desc.doorbell, self)  # AM mocks: no host address
         if role == "put":
             return put
         raise RuntimeError(f"AMD queues have no {role}")
@@ -315,7 +362,7 @@ class AMDDevice(HCQDevice):
         """(put, read pointer) of ``queue`` in dwords."""
         desc, put = self.hw_queue(queue)
         unit = 1 if queue.startswith("COMPUTE") else 4
-        return int(put.u64()[0]) // unit, int(HostView(desc.rptr_va, 8, "Q")[0]) // unit
+        return int(put.u64()[0]) // unit, int(view_of(desc.gart, 8, "Q", desc.rptr_va - desc.gart.va)[0]) // unit
 
     def transfer(self, dest: Any, src: Any, nbytes: int, touch: tuple[Any, ...] = ()) -> Any:
         """A device copy, in pieces the transfer program's SDMA packets cover."""
@@ -337,11 +384,18 @@ class AMDDevice(HCQDevice):
             raise self._fault
         if self.mock is not None:
             self.mock.pump(self.iface.gpu_id)
+        elif self.am_mock is not None:
+            from tg.runtime.amd.am.iface import pump_mocks
+
+            pump_mocks()
+            self.iface.check_fault()  # a page fault the mock posted to the interrupt ring
+            if self.am_mock.core is not None:
+                self.am_mock.core.check()  # any other error of its executors or emulator
 
     def iface_sleep(self, ms: float, sig: Signal, value: int) -> None:
         """Spin a little, then sleep in KFD's WAIT_EVENTS (woken by the timeline's interrupt), at most 10 ms so
         waits on other signals keep polling. A fault KFD reports is raised by the next ``pump``."""
-        if self.mock is None:
+        if self.mock is None and self.am_mock is None:
             end = time.perf_counter() + SPIN_S
             while time.perf_counter() < end:
                 if (sig.value & 0xFFFFFFFF) >= value:
@@ -351,17 +405,33 @@ class AMDDevice(HCQDevice):
         except DeviceFault as e:
             self._fault = e
 
+    def recover(self) -> bool:
+        """AM only: reset the compute engine, start the compute ring again from its beginning, declare the pending
+        epochs finished (``T_d = V_d - 1``: their results are lost) and clear the error state (hcq.md 4.4).
+        Whether the device recovered."""
+        if not self.am or not self.iface.recover():
+            return False
+        if (q := self.hw_queues.get("COMPUTE:0")) is not None:
+            q[1].u64()[0] = 0  # the new ring starts empty: put = wptr = rptr = 0
+        self.timeline.value = int(self.timeline_value.value) - 1
+        self.error_state = self._fault = None
+        return True
+
     def hang_detail(self) -> str:
         parts = []
         if fault := self.iface.on_hang():
-            parts.append(f"KFD reports: {fault}.")
+            parts.append(f"{'AM' if self.am else 'KFD'} reports: {fault}.")
+        if self.am:
+            parts.append("recover() on the device resets its compute engine and makes it usable again.")
         if self.mock is not None:
             parts.append(f"Mock GPU queues: {self.mock.gpu(self.iface.gpu_id).hang_detail()}.")
+        elif self.am_mock is not None and self.am_mock.core is not None:
+            parts.append(f"Mock GPU queues: {self.am_mock.core.hang_detail()}.")
         return " ".join(parts)
 
     def measure_clock_offset(self) -> float:
         """The mock's GPU clock is the host's perf_counter (100 ticks per us): no offset."""
-        return 0.0 if self.mock is not None else super().measure_clock_offset()
+        return 0.0 if self.emulated else super().measure_clock_offset()
 
     def __repr__(self) -> str:
         return f"<AMDDevice {self.device} {self.arch} via {self.iface_name} (gpu_id {self.iface.gpu_id})>"

@@ -55,6 +55,22 @@ class HCQBuffer:
             raise RuntimeError(f"{self!r} has no CPU view")
         return self.view.mv.cast("B") if self.view.fmt != "B" else self.view.mv
 
+    def write_bytes(self, data: memoryview) -> None:
+        """Copy ``data`` to the start of the buffer through its CPU view (host memory, or an MMIO window such as an
+        AM GPU's BAR0)."""
+        if self.view is None:
+            raise RuntimeError(f"{self!r} has no CPU view")
+        if _is_host_buffer(self):
+            self.mv[: data.nbytes] = data
+        else:
+            self.view.write(0, data)
+
+    def read_bytes(self, n: int) -> bytes | memoryview:
+        """The first ``n`` bytes through the CPU view."""
+        if self.view is None:
+            raise RuntimeError(f"{self!r} has no CPU view")
+        return self.mv[:n] if _is_host_buffer(self) else self.view.read(0, n)
+
     def offset(self, offset: int, size: int) -> HCQBuffer:
         """A sub-buffer of ``size`` bytes at ``offset`` (sharing the base's stamp)."""
         view = self.view.view(offset, size) if self.view is not None else None
@@ -176,7 +192,7 @@ class HCQAllocator(LRUAllocator[Any]):
     def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
         if not self.dev.has_copy_queue:
             fence(dest)
-            dest.mv[:] = src
+            dest.write_bytes(src)
             return
         ring, n = self._staging_ring(), src.nbytes
         last: tuple[Stamp, ...] = ()
@@ -187,7 +203,7 @@ class HCQAllocator(LRUAllocator[Any]):
             slot, slot_stamp = ring[i]
             for dev, epoch, generation in slot_stamp:
                 dev.wait_epoch(epoch, generation, what="timeline (staging slot)")
-            slot.mv[:chunk] = src[off : off + chunk]
+            slot.write_bytes(src[off : off + chunk])
             last = self.dev.transfer(dest.offset(off, chunk), slot.offset(0, chunk), chunk, touch=(dest,))
             ring[i] = (slot, last)
         dest.base.stamp = last
@@ -195,7 +211,7 @@ class HCQAllocator(LRUAllocator[Any]):
     def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
         self.dev.synchronize()
         if not self.dev.has_copy_queue:
-            dest[:] = src.mv
+            dest[:] = src.read_bytes(dest.nbytes)
             return
         ring, n = self._staging_ring(), dest.nbytes
         slot, _ = ring[0]
@@ -204,7 +220,7 @@ class HCQAllocator(LRUAllocator[Any]):
             done = self.dev.transfer(slot.offset(0, chunk), src.offset(off, chunk), chunk)
             for dev, epoch, generation in done:
                 dev.wait_epoch(epoch, generation, what="timeline (copyout)")
-            dest[off : off + chunk] = slot.mv[:chunk]
+            dest[off : off + chunk] = slot.read_bytes(chunk)
         ring[0] = (slot, ())
 
     def transfer(self, dest: HCQBuffer, src: HCQBuffer, nbytes: int, src_dev: Any) -> None:

@@ -17,6 +17,7 @@ fault; ``recover`` resets the MEC and starts the compute ring again from its sav
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,31 +25,41 @@ from tg.runtime.amd.am.device import AMDev
 from tg.runtime.amd.am.memory import PAGE, Mapping, MemoryManager
 from tg.runtime.device import DeviceUnavailable
 
-__all__ = ["AMAllocation", "AMIface", "AMQueue", "DeviceFault", "mock_gpus"]
+__all__ = ["AMAllocation", "AMIface", "AMQueue", "DeviceFault", "mock_gpus", "pump_mocks"]
 
 AMD_GPU_IDS = (0x74A1, 0x744C, 0x7480, 0x7550, 0x7551, 0x7590, 0x75A0, 0x75A8)
 USB_IDS = ((0xADD1, 0x0001), (0x3801, 0x0001))
 WPTR_OFFSET, RPTR_OFFSET = 56, 128
 EOP_BYTES = 0x1000
 IFACES = ("PCI", "USB", "MOCKPCI", "MOCKUSB")
-_mock_gpus: list[Any] = []
+_mock_gpus: dict[str, list[Any]] = {}  # interface (MOCKPCI, MOCKUSB) -> its mock GPUs (separate boards)
 
 
 class DeviceFault(RuntimeError):
     """The GPU reported a fault (page fault with its address, SQ error) through the interrupt ring."""
 
 
-def mock_gpus() -> list[Any]:
-    """The process's mock AM GPUs (``TG_MOCKGPU_COUNT`` of them, ``TG_MOCKAM_VRAM_MB`` each), created on first use;
-    they outlive the devices opened on them, like boards outlive a driver session."""
-    if not _mock_gpus:
-        from tg.ir.helpers import TG_MOCKAM_VRAM_MB, TG_MOCKGPU_COUNT, TG_MOCKGPU_EMU
+def mock_gpus(kind: str = "MOCKPCI") -> list[Any]:
+    """The process's mock AM GPUs of interface ``kind`` (``TG_MOCKGPU_COUNT`` of them, ``TG_MOCKAM_VRAM_MB`` each;
+    ``TG_MOCKGPU_FAULT_VA`` makes GPU 0's first dispatch fault there), created on first use; the boards behind the
+    mock bus and behind the mock USB bridge are different ones. They outlive the devices opened on them, like boards
+    outlive a driver session."""
+    if kind not in _mock_gpus:
+        from tg.ir.helpers import TG_MOCKAM_VRAM_MB, TG_MOCKGPU_COUNT, TG_MOCKGPU_EMU, TG_MOCKGPU_FAULT_VA
         from tg.runtime.amd.sim.am_gpu import MockAMGPU
 
-        for i in range(int(TG_MOCKGPU_COUNT.value)):
-            _mock_gpus.append(MockAMGPU(int(TG_MOCKAM_VRAM_MB.value), emulate=bool(int(TG_MOCKGPU_EMU.value)),
-                                        name=f"MOCKAM GPU {i}"))  # fmt: skip
-    return _mock_gpus
+        fault = int(str(TG_MOCKGPU_FAULT_VA.value or "0"), 0)
+        _mock_gpus[kind] = [MockAMGPU(int(TG_MOCKAM_VRAM_MB.value), emulate=bool(int(TG_MOCKGPU_EMU.value)),
+                                      name=f"{kind} AM GPU {i}", fault_va=fault if i == 0 else 0)
+                            for i in range(int(TG_MOCKGPU_COUNT.value))]  # fmt: skip
+    return _mock_gpus[kind]
+
+
+def pump_mocks() -> None:
+    """Run every mock AM GPU's queues until none moves (one GPU may wait for a signal another sets)."""
+    cores = [g.core for gpus in _mock_gpus.values() for g in gpus if g.core is not None]
+    while any([c.step() for c in cores]):
+        pass
 
 
 @dataclass(eq=False)
@@ -62,6 +73,7 @@ class AMAllocation:
     mapping: Mapping
     sysmem: Any = None
     mapped: set[int] = field(default_factory=set)
+    peers: list[Any] = field(default_factory=list)  # the AMIfaces of peer GPUs this VRAM is mapped into
 
 
 @dataclass
@@ -90,6 +102,7 @@ class AMIface:
             raise DeviceUnavailable(f"AM: unknown interface {kind!r}; available: {', '.join(IFACES)}")
         self.kind, self.index = kind, index
         self.mock = kind.startswith("MOCK")
+        self.mock_gpu: Any = mock_gpus(kind)[index] if self.mock and index < len(mock_gpus(kind)) else None
         self.pci = self._open(kind, index)
         try:
             if self.mock:
@@ -118,13 +131,13 @@ class AMIface:
             return found[index]
 
         if kind == "MOCKPCI":
-            gpu = pick(mock_gpus(), "mock AM GPU(s)")
-            return gpu.pci_device("AM", f"mock:am:{index}")
+            gpu = pick(mock_gpus(kind), "mock AM GPU(s)")
+            return gpu.pci_device("AM", f"mock:am:{os.getpid()}.{index}")  # mocks are per process: so are locks
         if kind == "MOCKUSB":
             from tg.drivers.usb.usbpci import USBPCIDevice
 
-            gpu = pick(mock_gpus(), "mock AM GPU(s)")
-            return USBPCIDevice("AM", gpu.usb_bridge(), f"usb:mock-am-{index}")
+            gpu = pick(mock_gpus(kind), "mock AM GPU(s)")
+            return USBPCIDevice("AM", gpu.usb_bridge(), f"usb:mock-am-{os.getpid()}.{index}")
         if kind == "USB":
             from tg.drivers.usb.transport import USB3
             from tg.drivers.usb.usbpci import USBPCIDevice
@@ -170,8 +183,31 @@ class AMIface:
             view = self.dev.vram.view(paddr, m.size)
         return AMAllocation(m.va, size, view, m)
 
+    def register_host(self, addr: int, size: int) -> AMAllocation:
+        """Map existing host memory ``[addr, addr + size)`` (page aligned) into the GPU: its pages are locked and their
+        bus addresses read from ``/proc/self/pagemap`` (CAP_SYS_ADMIN). Only a local PCI device (``PCI+AMD``) can
+        reach host memory this way; the mocks, USB and remote devices raise ValueError."""
+        if type(self.pci).__name__ != "LinuxPCIDevice":
+            raise ValueError(f"{self.kind}+AMD cannot use host memory at a raw pointer (the GPU reaches no host "
+                             f"memory there); copy it into a device buffer instead")  # fmt: skip
+        import ctypes
+
+        from tg.drivers.pci.sysmem import system_paddrs
+
+        if ctypes.CDLL(None, use_errno=True).mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
+            raise OSError(ctypes.get_errno(), f"{self.kind}+AMD: cannot lock {size} bytes of host memory at {addr:#x} "
+                          "for the GPU (raise RLIMIT_MEMLOCK or grant cap_ipc_lock)")  # fmt: skip
+        paddrs = system_paddrs(addr, size)
+        va = MemoryManager.alloc_va(size)
+        m = self.dev.mm.map_range(va, size, [(p, PAGE) for p in paddrs], system=True, snooped=True, uncached=True)
+        return AMAllocation(va, size, None, m)
+
     def free(self, a: AMAllocation) -> None:
-        """Unmap and free an allocation."""
+        """Unmap (here and in peer GPUs) and free an allocation."""
+        for peer in a.peers:
+            if not peer.closed:
+                peer.dev.mm.unmap_range(a.va, a.size)
+        a.peers.clear()
         if a.mapping.system:
             self._free_host(a)
         else:
@@ -180,12 +216,28 @@ class AMIface:
     def _free_host(self, a: AMAllocation) -> None:
         self.dev.mm.unmap_range(a.va, a.size)
         MemoryManager.free_va(a.va)
-        self.pci.free_sysmem(a.sysmem)
+        if a.sysmem is not None:  # else registered host memory: the caller owns it
+            self.pci.free_sysmem(a.sysmem)
 
-    def map(self, a: AMAllocation, gpu_id: int | None = None) -> None:
-        """Make an allocation reachable by GPU ``gpu_id``: only this GPU (AM devices do not share memory in v1)."""
-        if gpu_id not in (None, self.gpu_id):
-            raise RuntimeError(f"{self.kind}+AMD: mapping memory into another AM GPU ({gpu_id}) is not supported")
+    def map(self, a: AMAllocation, peer: AMIface | None = None) -> None:
+        """Make an allocation of this GPU reachable by GPU ``peer`` (an AMIface of the same interface) at the same GPU
+        address: its VRAM pages are mapped into the peer's page tables as system pages at their bus addresses in this
+        GPU's BAR0 (peer to peer; the VRAM must lie in the BAR: large BAR). Host memory is mapped by bus address too."""
+        if peer is None or peer is self or peer in a.peers:
+            return
+        if self.usb or peer.usb or peer.kind != self.kind:
+            raise RuntimeError(f"{self.kind}+AMD:{self.index}: memory cannot be mapped into {peer.kind}+AMD:"
+                               f"{peer.index} (peer to peer needs two GPUs on one PCI bus)")  # fmt: skip
+        if a.mapping.system:
+            pages = list(a.mapping.pages)
+        else:
+            bus, bar_size = self.pci.bar_info(0)
+            if any(p + n > bar_size for p, n in a.mapping.pages):
+                raise MemoryError(f"{self.kind}+AMD:{self.index}: VRAM at {a.mapping.pages[0][0]:#x} lies beyond the "
+                                  f"{bar_size >> 20} MiB BAR0 a peer reaches; enable resizable BAR")  # fmt: skip
+            pages = [(bus + p, n) for p, n in a.mapping.pages]
+        peer.dev.mm.map_range(a.va, a.size, pages, system=True, snooped=a.mapping.system, uncached=True)
+        a.peers.append(peer)
 
     # ---- queues ----------------------------------------------------------------------------------------------------
 

@@ -12,10 +12,14 @@ the mock USB bridge (``MOCKUSB+AMD``), for the AM driver to boot and drive.
   In strict mode any other register access is a violation (``violations``; tests assert none).
 - Page tables: GPU virtual addresses go through the GC hub's context-0 tables (4 levels, 2 MiB/1 GiB ``PDE_PTE``
   pages, a TLB dropped on invalidation) to VRAM or, for ``SYSTEM`` pages, to host memory by DMA (the mock PCI
-  device's system memory, or the USB bridge's SRAM/windows); system-aperture addresses are VRAM offsets. An unmapped
-  access sets the fault registers, posts a UTCL2 fault to the IH ring and raises EmulatorError to the engine.
+  device's system memory, or the USB bridge's SRAM/windows) or to another mock GPU's VRAM when the bus address lies
+  in its BAR0 (each mock GPU's BAR0 sits at its own bus address: peer to peer); system-aperture addresses are VRAM
+  offsets. An unmapped access sets the fault registers, posts a UTCL2 fault to the IH ring and raises EmulatorError
+  to the engine.
 - Engines: an activated HQD becomes a PM4 queue, an enabled SDMA ring an SDMA queue, executed by the same executors
   and RDNA3 emulator as MOCKKFD (tg.runtime.amd.sim.gpu); doorbell writes (BAR2) run them.
+- ``fault_va`` (``TG_MOCKGPU_FAULT_VA`` on GPU 0) makes the first dispatch fault at that address (a UTCL2 fault in
+  the interrupt ring, the queue stopped until the driver resets the command processor).
 - ``SCRATCH_REG6/7`` and everything else persist across opens of one mock object; ``mode1_reset()`` (the SMU's debug
   message) returns to the power-on state. ``events`` lists firmware-level steps in order; ``cold=False`` starts as a
   board the kernel driver left running (sOS and SMU alive).
@@ -24,8 +28,10 @@ the mock USB bridge (``MOCKUSB+AMD``), for the AM driver to boot and drive.
 from __future__ import annotations
 
 import functools
+import itertools
 import mmap
 import struct
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -58,16 +64,21 @@ MM_INDEX, MM_DATA, MM_INDEX_HI = 0x0, 0x1, 0x6
 IH_CLIENT_GFX, UTCL2_FAULT = 0x0A, 0
 IH_CLIENT_GRBM_CP, EOP_SOURCE = 0x14, 181
 HQD_FIRST_NAME, HQD_LAST_NAME = "CP_MQD_BASE_ADDR", "CP_HQD_PQ_WPTR_HI"
+BAR0_BUS_BASE, BAR0_BUS_STRIDE = 0x100_0000_0000, 0x10_0000_0000  # where the mock "BIOS" puts each GPU's BAR0
+_bus: weakref.WeakValueDictionary[int, MockAMGPU] = weakref.WeakValueDictionary()  # BAR0 bus address -> GPU (P2P)
+_bus_slots = itertools.count()
 
 
 class MockAMGPU:
     """A mock gfx1100 for the AM driver (see the module docstring)."""
 
     def __init__(self, vram_mb: int = 512, *, strict: bool = True, cold: bool = True, emulate: bool = True,
-                 name: str = "MOCKAM GPU 0") -> None:  # fmt: skip
+                 name: str = "MOCKAM GPU 0", fault_va: int = 0) -> None:  # fmt: skip
         if vram_mb < 256 or vram_mb & (vram_mb - 1):
             raise ValueError(f"mock AM GPU VRAM must be a power of two of at least 256 MiB, got {vram_mb}")
-        self.name, self.strict, self.emulate = name, strict, emulate
+        self.name, self.strict, self.emulate, self.fault_va = name, strict, emulate, fault_va
+        self.bar0_bus = BAR0_BUS_BASE + BAR0_BUS_STRIDE * (next(_bus_slots) % 1024)
+        _bus[self.bar0_bus] = self
         self.vram_size = vram_mb << 20
         self.vram = mmap.mmap(-1, self.vram_size)
         self.violations: list[str] = []
@@ -335,6 +346,8 @@ class MockAMGPU:
         if f["soft_reset_cp"] or f["soft_reset_cpc"]:
             for q in [q for q in self.queues if q.startswith("COMPUTE")]:
                 self._stop(q)
+            if self.core is not None:
+                self.core.error = None  # the fault that stopped the command processor is gone with it
         if f["soft_reset_sdma0"]:
             self._stop("SDMA0")
 
@@ -371,7 +384,7 @@ class MockAMGPU:
         if self.core is None:
             from tg.runtime.amd.sim.gpu import MockGPU
 
-            self.core = MockGPU(self.name, GPUMemory(self), emulate=self.emulate,
+            self.core = MockGPU(self.name, GPUMemory(self), emulate=self.emulate, fault_va=self.fault_va,
                                 on_interrupt=self._end_of_pipe, on_fault=self.fault)  # fmt: skip
         return self.core
 
@@ -394,8 +407,18 @@ class MockAMGPU:
                             bars={0: BarSpec(self.vram_size, is64=True, prefetch=True, backing=self.vram),
                                   2: BarSpec(DOORBELL_BAR_BYTES, is64=True, backing=_Doorbells(self)),
                                   5: BarSpec(REG_BAR_BYTES, backing=_Registers(self))})  # fmt: skip
+        dev.write_config(0x10, self.bar0_bus & 0xFFFFFFFF, 4)  # BAR0 at this GPU's own bus address (peers reach it)
+        dev.write_config(0x14, self.bar0_bus >> 32, 4)
         self.dma = (dev.dma_read, dev.dma_write)
         return dev
+
+    @staticmethod
+    def peer_of(bus: int) -> tuple[MockAMGPU, int] | None:
+        """(GPU, VRAM offset) when bus address ``bus`` lies in a mock AM GPU's BAR0, else None."""
+        gpu = _bus.get(bus - (bus - BAR0_BUS_BASE) % BAR0_BUS_STRIDE) if bus >= BAR0_BUS_BASE else None
+        if gpu is None or bus - gpu.bar0_bus >= gpu.vram_size:
+            return None
+        return gpu, bus - gpu.bar0_bus
 
     def usb_bridge(self) -> Any:
         """A MockASM24Bridge with this GPU behind it; GPU DMA goes to the bridge's SRAM and windows."""
@@ -433,7 +456,9 @@ class GPUMemory:
     def read(self, va: int, n: int) -> bytes:
         g, buf = self.gpu, bytearray(n)
         for phys, system, pos, k in self._pieces(va, n, "read"):
-            if system:
+            if system and (peer := MockAMGPU.peer_of(phys)) is not None:  # another GPU's BAR0 (peer to peer)
+                buf[pos : pos + k] = peer[0].vram[peer[1] : peer[1] + k]
+            elif system:
                 assert g.dma is not None
                 buf[pos : pos + k] = g.dma[0](phys, k)
             else:
@@ -443,7 +468,9 @@ class GPUMemory:
     def write(self, va: int, data: bytes) -> None:
         g = self.gpu
         for phys, system, pos, k in self._pieces(va, len(data), "write"):
-            if system:
+            if system and (peer := MockAMGPU.peer_of(phys)) is not None:
+                peer[0].vram[peer[1] : peer[1] + k] = data[pos : pos + k]
+            elif system:
                 assert g.dma is not None
                 g.dma[1](phys, bytes(data[pos : pos + k]))
             else:

@@ -1,0 +1,141 @@
+"""The AMD device on the AM driver (DEV=MOCKPCI+AMD, DEV=MOCKUSB+AMD): the same PM4/SDMA queues as on KFD, run by
+the register-level mock AM GPU. Device strings, a kernel end to end over PCI and USB with no register violations,
+host memory refused where the GPU cannot reach it, peer-to-peer copies between two mock GPUs, and, in child processes
+(each has its own mock GPUs), an injected page fault named in the DeviceHangError, the error state sticking until
+``recover()``, the device usable afterwards, and a clean
+session end recorded for the next boot. tests/test_tiny.py and test_hcq.py run on MOCKPCI+AMD in CI's mockpci-amd
+stage (scripts/amd_check.sh)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tg.ir import dtypes
+from tg.ir.helpers import Context
+from tg.ir.target import TargetError
+from tg.runtime.device import Buffer, Device
+
+pytest.importorskip("llvmlite", reason="the AMD device compiles with llvmlite (tg-runtime[llvm])")
+ROOT = Path(__file__).resolve().parents[3]
+CHILD_TIMEOUT = 300  # s: a guard against a hung child, not a timing requirement
+
+
+@pytest.mark.parametrize("dev, error", [
+    ("MOCKPCI+AMD:LLVM:gfx1030", "unknown AMD arch 'gfx1030'; available: gfx1100"),
+    ("MOCKUSB+AMD:CLANG", "has no renderer 'CLANG'; available: LLVM"),
+    ("FOO+AMD", "available: KFD, MOCKKFD, PCI, USB, MOCKPCI, MOCKUSB"),
+])  # fmt: skip
+def test_device_strings_name_the_wrong_part(dev: str, error: str) -> None:
+    with Context(DEV=dev), pytest.raises(TargetError, match=re.escape(error)):
+        Device["AMD"]
+
+
+@pytest.mark.parametrize("iface", ["MOCKPCI", "MOCKUSB"])
+def test_a_kernel_end_to_end(iface: str) -> None:
+    from tg.tensor import Tensor
+
+    with Context(DEV=f"{iface}+AMD"):  # one target per board in a process (another string would open it again)
+        dev = Device["AMD"]
+        assert dev.arch == "gfx1100" and dev.emulated and dev.can_recover  # type: ignore[attr-defined]
+        assert not dev.can_map_host  # the mock's host memory is not reachable by its GPU (nor over USB)
+        x = np.arange(300, dtype=np.float32)
+        np.testing.assert_array_equal((Tensor(x, device="AMD") * 2 + 1).numpy(), x * 2 + 1)
+        assert set(dev.hw_queues) == {"COMPUTE:0", "COPY:0"}  # type: ignore[attr-defined]
+        gpu = dev.am_mock  # type: ignore[attr-defined]
+        assert gpu.core.dispatches >= 1 and gpu.violations == []
+        # GPU addresses are not host addresses: the buffers live in the AM GPU's address range, reached through BAR0
+        buf = Buffer("AMD", 300, dtypes.float32).ensure_allocated().copyin(x.data)._buf
+        assert buf.va >= 0x2000_0000_0000 and buf.view is None and gpu.translate(buf.va) is not None
+        with pytest.raises(ValueError, match="cannot use host memory at a raw pointer"):
+            Tensor.from_blob(x.ctypes.data, (300,), device="AMD").realize()
+
+
+def test_peer_to_peer_copies_between_two_mock_gpus() -> None:
+    from tg.tensor import Tensor
+
+    with Context(DEV="MOCKPCI+AMD"):
+        d0, d1 = Device["AMD"], Device["AMD:1"]
+        assert d0.peer_group == d1.peer_group == "MOCKPCI+AMD"  # type: ignore[attr-defined]
+        data = np.random.default_rng(1).standard_normal(5000).astype(np.float32)
+        y = (Tensor(data, device="AMD") * 2).to("AMD:1").realize()
+        np.testing.assert_array_equal((y + 1).numpy(), data * 2 + 1)
+        # the SDMA of GPU 0 wrote GPU 1's VRAM through GPU 1's BAR0 (its own bus address)
+        assert d0.am_mock.bar0_bus != d1.am_mock.bar0_bus  # type: ignore[attr-defined]
+        assert d0.am_mock.violations == d1.am_mock.violations == []  # type: ignore[attr-defined]
+
+
+def _child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "DEV": "MOCKPCI+AMD", "HCQ_RUNTIME_DEV": "PYTHON", "TG_MOCKGPU_COUNT": "1", **env}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, cwd=ROOT,
+                          timeout=CHILD_TIMEOUT)  # fmt: skip
+
+
+FAULT_CHILD = """
+import numpy as np
+from tg.ir import dtypes
+from tg.runtime.device import Buffer, Device
+from tg.tensor import Tensor
+
+dev = Device["AMD"]
+# the first dispatch faults at TG_MOCKGPU_FAULT_VA: the mock posts a UTCL2 fault to the interrupt ring
+try:
+    (Tensor(np.ones(8, np.float32), device="AMD") + 1).realize()
+    dev.synchronize()
+    print("no fault")
+except Exception as e:
+    print(f"fault: {type(e).__name__}: {e}")
+print("error state:", type(dev.error_state).__name__)
+try:
+    dev.synchronize()
+except Exception as e:
+    print(f"sticky: {e}")
+print("recover:", dev.recover(), dev.error_state)
+print("recovered:", (Tensor(np.arange(8, dtype=np.float32), device="AMD") * 3).numpy().tolist())
+print("queues:", sorted(dev.am_mock.queues), "violations:", dev.am_mock.violations)
+"""
+
+
+def test_an_injected_page_fault_is_named_and_recovered() -> None:
+    res = _child(FAULT_CHILD, TG_MOCKGPU_FAULT_VA="0x7eed000", HCQDEV_WAIT_TIMEOUT_MS="5000")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "fault: DeviceHangError: AMD did not finish" in out, out
+    assert "GPU page fault at 0x7eed000" in out  # the address, decoded from the interrupt ring's UTCL2 entry
+    assert re.search(r"waited for >= \d+ for 0\.\d s", out), out  # found by the first wait, not the timeout
+    assert "recover() on the device resets its compute engine" in out
+    assert "error state: DeviceHangError" in out and "sticky: AMD is in an error state after an earlier hang" in out
+    assert "recover: True None" in out  # the compute engine reset, the ring restarted, the error state cleared
+    assert "recovered: [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0]" in out
+    assert "violations: []" in out
+
+
+SESSION_CHILD = """
+import numpy as np
+from tg.runtime.amd.am import iface
+from tg.ir import dtypes
+from tg.runtime.device import Buffer, Device
+from tg.tensor import Tensor
+
+assert (Tensor(np.ones(4, np.float32), device="AMD") + 1).numpy().tolist() == [2.0] * 4
+gpu = Device["AMD"].am_mock
+print("during:", gpu.reg_value("SCRATCH_REG6"))
+Device["AMD"].iface.close()  # what the exit handler does
+print("after:", gpu.reg_value("SCRATCH_REG6"), "queues:", sorted(gpu.queues))
+again = iface.AMIface("MOCKPCI", 0)
+print("next session partial boot:", again.dev.partial_boot)
+again.close()
+"""
+
+
+def test_a_session_ends_clean_for_the_next_boot() -> None:
+    res = _child(SESSION_CHILD)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "during: 1" in res.stdout and "after: 0 queues: []" in res.stdout, res.stdout
+    assert "next session partial boot: True" in res.stdout

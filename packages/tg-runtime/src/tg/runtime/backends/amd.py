@@ -203,7 +203,7 @@ class AMDDevice(HCQDevice):
             gpu = target.indices[index]
         else:
             gpu = index
-        self.iface: Any = self._open_am(gpu) if self.am else KFDIface(conn, gpu)
+        self.iface: Any = self._open_am(gpu) if conn is None else KFDIface(conn, gpu)  # AMIface or KFDIface
         self.arch = self.iface.node.arch if not self.am else f"gfx{self.iface.props['gfx_target_version'] // 100}"
         if self.arch not in ARCHS:
             raise DeviceUnavailable(f"{device}: the GPU is {self.arch}; tg supports {', '.join(ARCHS)}")
@@ -211,8 +211,8 @@ class AMDDevice(HCQDevice):
             raise TargetError(f"device string {str(target)!r}: arch {target.arch} differs from the opened GPU's "
                               f"({self.arch})")  # fmt: skip
         self.mock: MockKFD | None = conn.files if conn is not None and isinstance(conn.files, _mock_class()) else None
-        self.am_mock: Any = self.iface.mock_gpu if self.am else None  # the MockAMGPU behind MOCKPCI/MOCKUSB
-        self.can_map_host = self.iface.can_map_host if self.am else True
+        self.am_mock: Any = getattr(self.iface, "mock_gpu", None)  # the MockAMGPU behind MOCKPCI/MOCKUSB
+        self.can_map_host = bool(getattr(self.iface, "can_map_host", True))  # KFD: always (USERPTR)
         self.can_recover = self.am
         p = self.iface.props
         self.cu_cnt, self.se_cnt = p["simd_count"] // p["simd_per_cu"], p["array_count"] // p["simd_arrays_per_engine"]

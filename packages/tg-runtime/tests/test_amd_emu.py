@@ -284,3 +284,25 @@ def test_lds_and_scratch_accesses_out_of_bounds_fault_naming_the_lane(
     addrs = [0, 4, 60, 64] + [0] * 28  # lane 3 is the first one past the end
     with pytest.raises(EmulatorError, match=message):
         run_code(code, vgprs={1: addrs, 2: [7] * 32}, **kw)
+
+
+def test_differential_compare_rules() -> None:
+    from tg.ir.dtype import dtypes
+    from tg.runtime.amd.sim.differential import compare
+
+    def f32(*xs: float) -> bytes:
+        return struct.pack(f"<{len(xs)}f", *xs)
+
+    def ulps_up(x: float, k: int) -> float:
+        return struct.unpack("<f", struct.pack("<i", struct.unpack("<i", struct.pack("<f", x))[0] + k))[0]
+
+    want = f32(1.5, 100.0, float("nan"))
+    assert compare(f32(1.5, 100.0, float("nan")), want, dtypes.float32) is None  # NaNs equal
+    assert compare(f32(1.5, ulps_up(100.0, 1), float("nan")), want, dtypes.float32) is not None  # exact: 1 ulp fails
+    assert compare(f32(1.5, ulps_up(100.0, 3), float("nan")), want, dtypes.float32, "approximate") is None
+    # approximate results fed through more arithmetic: a few tens of ulps (within 64 eps of the value) still agree
+    assert compare(f32(1.5, ulps_up(100.0, 40), float("nan")), want, dtypes.float32, "approximate") is None
+    msg = compare(f32(1.5, 100.01, float("nan")), want, dtypes.float32, "approximate")
+    assert msg is not None and "first at [1]" in msg
+    assert compare(f32(1, 2), f32(1, 3), dtypes.float32, "approximate") is not None
+    assert compare(bytes([1, 2]), bytes([1, 3]), dtypes.uint8, "approximate") is not None  # integers: exact always

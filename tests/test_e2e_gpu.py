@@ -293,13 +293,13 @@ def test_matmul_on_cl_matches_cpu_and_numpy_for_odd_shapes(cl: str) -> None:
 
 def _unguarded_accesses(ast: UOp, renderer: object, opts: list[Opt] | None) -> list[str]:
     """Loads/stores of kernel buffers that are not gated and whose address range can leave the buffer."""
-    from tg.codegen.program import buffer_of
+    from tg.codegen.program import indexed_buffer
 
     bad = []
     for u in get_program(ast, renderer, opts).uops:  # type: ignore[arg-type]
         if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX or len(u.src) == 3:
             continue
-        idx, buf = u.src[0], buffer_of(u.src[0])
+        idx, buf = u.src[0], indexed_buffer(u.src[0])
         lanes = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count
         if buf.op is Ops.PARAM and (idx.src[1].vmin < 0 or idx.src[1].vmax + lanes > buf.dtype.size):  # type: ignore[attr-defined, operator]
             bad.append(f"{u.op} {idx.src[1].render()}")

@@ -237,3 +237,19 @@ def test_heuristic_threads_an_axis_no_multiple_of_the_cores_divides() -> None:
     assert split(0, 5, AxisType.THREAD, True) in opts, [str(o) for o in opts]
     got = run(ast, "CPU", ren, opts, out, [a, b]).reshape(m, 40)
     np.testing.assert_allclose(got, a.reshape(m, 128) @ b.reshape(128, 40), rtol=1e-4, atol=1e-4)
+
+
+def test_split_axis_finds_the_range_by_id_and_never_raises() -> None:
+    ast, _, _ = matmul(16, 8, 12)
+    k = OptKernel(ast, cpu_renderer())
+    red = next(r for r in k.ranges if r.axis_type is AxisType.REDUCE)
+    unrolled = k.split_axis(red.axis_id, (AxisType.REDUCE,), 4, AxisType.UNROLL)
+    assert unrolled.applied == (split(k.ranges.index(red), 4, AxisType.UNROLL),)
+    assert sorted(r.range_size for r in unrolled.ranges if r.axis_type is AxisType.UNROLL) == [4]
+    # no range of that id and type, a factor below 2, an illegal split: the kernel comes back unchanged
+    assert k.split_axis(red.axis_id, (AxisType.LOOP,), 4, AxisType.UPCAST) is k
+    assert k.split_axis(red.axis_id, (AxisType.REDUCE,), 1, AxisType.UNROLL) is k
+    assert k.split_axis(red.axis_id, (AxisType.REDUCE,), 5, AxisType.UNROLL) is k  # 12 % 5
+    with pytest.raises(KernelOptError):
+        k.apply(split(k.ranges.index(red), 5, AxisType.UNROLL))
+    assert k.try_apply(split(k.ranges.index(red), 5, AxisType.UNROLL)) is k

@@ -54,7 +54,7 @@ class ProgramSpec:
         return self.name
 
 
-def buffer_of(index: UOp) -> UOp:
+def indexed_buffer(index: UOp) -> UOp:
     """The PARAM/DEFINE_REG an INDEX points into (looking through AFTER)."""
     buf = index.src[0] if index.op is Ops.INDEX else index
     while buf.op is Ops.AFTER:
@@ -91,7 +91,7 @@ def estimate(uops: Sequence[UOp], threads: int = 1) -> tuple[sint, sint]:
         elif u.op in GroupOp.ALU and u not in index_math:
             flops = flops + mults[-1] * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
         elif u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
-            buf = buffer_of(u.src[0])
+            buf = indexed_buffer(u.src[0])
             if buf.op is not Ops.PARAM:
                 continue
             assert isinstance(buf.dtype, PtrDType)
@@ -128,8 +128,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Any] | None = None)
         verify(uops, program_spec)
     src = renderer.render(uops)
     params = [u for u in uops if u.op is Ops.PARAM]
-    outs = sorted({b.arg for u in uops if u.op is Ops.STORE and (b := buffer_of(u.src[0])).op is Ops.PARAM})
-    ins = sorted({b.arg for u in uops if u.op is Ops.LOAD and (b := buffer_of(u.src[0])).op is Ops.PARAM})
+    outs = sorted({b.arg for u in uops if u.op is Ops.STORE and (b := indexed_buffer(u.src[0])).op is Ops.PARAM})
+    ins = sorted({b.arg for u in uops if u.op is Ops.LOAD and (b := indexed_buffer(u.src[0])).op is Ops.PARAM})
     variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] != CORE_ID),
                              key=lambda v: v.arg[0]))  # fmt: skip
     threads = next((int(u.arg[2]) + 1 for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] == CORE_ID), 1)

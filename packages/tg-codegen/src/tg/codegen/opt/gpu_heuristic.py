@@ -19,10 +19,9 @@ Every step is skipped when it is not legal (KernelOptError); the heuristic never
 from __future__ import annotations
 
 from tg.codegen.lower.expand import VECTOR_DTYPES
-from tg.codegen.opt.kernel import OptKernel, const_size, vector_lanes
+from tg.codegen.opt.kernel import OptKernel, const_size, index_stride, vector_lanes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.ir.ops import AxisType, Ops
-from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
 FEW_OUTPUTS = 2048
@@ -31,25 +30,7 @@ VECTOR_ELEMENTWISE_MIN = 1 << 14  # outputs below which an elementwise kernel ke
 MATMUL_TILE = 4  # register tile rows and columns per work-item
 MATMUL_LOCAL = 16  # work-items per work-group along each output axis
 _OUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL)
-
-
-def _try(k: OptKernel, opt: Opt) -> OptKernel:
-    try:
-        return k.apply(opt)
-    except KernelOptError:
-        return k
-
-
-def _split_id(k: OptKernel, rid: int, factor: int, target: AxisType) -> OptKernel:
-    """Split the output axis with id `rid` by `factor` into `target` (unchanged when absent or illegal)."""
-    for i, r in enumerate(k.ranges):
-        if r.axis_id == rid and r.axis_type in (*_OUT_TYPES, AxisType.REDUCE):
-            return _try(k, split(i, factor, target))
-    return k
-
-
-def _unit_stride(idx: UOp, r: UOp) -> bool:
-    return (a := affine(idx, r)) is not None and a[0] == 1
+_SPLIT_TYPES = (*_OUT_TYPES, AxisType.REDUCE)  # the ranges the heuristic splits
 
 
 def _load_of(x: UOp) -> UOp | None:
@@ -105,10 +86,10 @@ def _vector_elementwise(k: OptKernel, topo: list[UOp], stores: list[UOp], out_ax
     for r in out_axes:
         outputs *= const_size(r)
     idx = stores[0].src[0].src[1]
-    axis = next((r for r in out_axes if _unit_stride(idx, r)), None)
+    axis = next((r for r in out_axes if index_stride(idx, r) == 1), None)
     if lanes < 2 or outputs < VECTOR_ELEMENTWISE_MIN or axis is None or const_size(axis) % lanes:
         return k
-    return _split_id(k, axis.axis_id, lanes, AxisType.UPCAST)
+    return k.split_axis(axis.axis_id, _SPLIT_TYPES, lanes, AxisType.UPCAST)
 
 
 def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp]) -> OptKernel | None:
@@ -122,7 +103,7 @@ def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp])
     if a is None or b is None:
         return None
     store_idx = stores[0].src[0].src[1]
-    n_axis = next((r for r in out_axes if _unit_stride(store_idx, r) and const_size(r) > 1), None)
+    n_axis = next((r for r in out_axes if index_stride(store_idx, r) == 1 and const_size(r) > 1), None)
     if n_axis is None:
         return None
     if n_axis in a.src[0].src[1].toposort():
@@ -138,7 +119,7 @@ def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp])
     tile = MATMUL_TILE if vectorizable else 2
     for rid, size in ((n_axis.axis_id, const_size(n_axis)), (m_axis.axis_id, const_size(m_axis))):
         if size % tile == 0 and size > tile:
-            k = _split_id(k, rid, tile, AxisType.UPCAST)
+            k = k.split_axis(rid, _SPLIT_TYPES, tile, AxisType.UPCAST)
     # the column axis's LOCAL is made last: the newest LOCAL range becomes local dimension 0 (the fastest-varying
     # work-item id), so neighbouring work-items read neighbouring float4s of the column operand (coalesced)
     budget = k.renderer.max_local_threads
@@ -146,11 +127,11 @@ def _matmul_tile(k: OptKernel, red: UOp, stores: list[UOp], out_axes: list[UOp])
         rest = next((const_size(r) for r in k.ranges if r.axis_id == rid and r.axis_type in _OUT_TYPES), 0)
         for f in (MATMUL_LOCAL, 8, 4, 2):
             if f <= budget and rest % f == 0 and rest >= f:
-                k = _split_id(k, rid, f, AxisType.LOCAL)
+                k = k.split_axis(rid, _SPLIT_TYPES, f, AxisType.LOCAL)
                 budget //= f
                 break
     ksize = const_size(red.src[1])
     for u in (4, 2):
         if ksize % u == 0 and ksize > u:
-            return _split_id(k, red.src[1].axis_id, u, AxisType.UNROLL)
+            return k.split_axis(red.src[1].axis_id, _SPLIT_TYPES, u, AxisType.UNROLL)
     return k

@@ -14,42 +14,14 @@ from __future__ import annotations
 
 from tg.codegen.lower.expand import VECTOR_DTYPES
 from tg.codegen.opt.gpu_heuristic import gpu_opts
-from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, const_size, vector_lanes
-from tg.codegen.opt.opts import KernelOptError, Opt, split
+from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, const_size, index_stride, vector_lanes
+from tg.codegen.opt.opts import split
 from tg.ir.ops import AxisType, Ops
-from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
 THREAD_MIN_WORK = 1 << 20  # loop iterations (elements x reduce length) below which a kernel stays on one thread
 MAX_TILE_ACCUMULATORS = 24
 THREAD_BLOCKS_PER_CORE = 4  # most THREAD blocks per core the heuristic makes (the legal limit is THREAD_IDS_PER_CORE)
-
-
-def _try(k: OptKernel, opt: Opt) -> OptKernel:
-    try:
-        return k.apply(opt)
-    except KernelOptError:
-        return k
-
-
-def _axis(k: OptKernel, rid: int, types: tuple[AxisType, ...]) -> int | None:
-    """The current index of the axis with id `rid` (and one of `types`), or None."""
-    for i, r in enumerate(k.ranges):
-        if r.axis_id == rid and r.axis_type in types:
-            return i
-    return None
-
-
-def _stride(idx: UOp, r: UOp) -> int | None:
-    a = affine(idx, r)
-    return None if a is None else a[0]
-
-
-def _split_at(k: OptKernel, rid: int, types: tuple[AxisType, ...], factor: int, target: AxisType,
-              top: bool = False) -> OptKernel:  # fmt: skip
-    if (i := _axis(k, rid, types)) is None or factor < 2:
-        return k
-    return _try(k, split(i, factor, target, top))
 
 
 def _matmul_operands(k: OptKernel, red: UOp) -> tuple[UOp, UOp] | None:
@@ -87,7 +59,7 @@ def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], i
     lanes = _lanes(k, topo, stores)
     out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
-    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and const_size(r) > 1), None)
+    contiguous_out = next((r for r in out_axes if index_stride(store_idx, r) == 1 and const_size(r) > 1), None)
     if contiguous_out is None or lanes < 2:
         return None
     return reduces[0], ops, contiguous_out, out_axes, lanes, _work(k)
@@ -123,7 +95,7 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
     lanes = _lanes(k, topo, stores)
     out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
-    contiguous_out = next((r for r in out_axes if _stride(store_idx, r) == 1 and const_size(r) > 1), None)
+    contiguous_out = next((r for r in out_axes if index_stride(store_idx, r) == 1 and const_size(r) > 1), None)
     reduces = [u for u in topo if u.op is Ops.REDUCE]
     work = _work(k)
     loop_t = (AxisType.LOOP, AxisType.GLOBAL)
@@ -131,28 +103,28 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         red_r = reduces[0].src[-1]  # the innermost reduce loop (convolutions reduce over several axes)
         nested = len(reduces[0].src) > 2  # the outer reduce loops make up the length: one vector of lanes is enough
         loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
-        if any(_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
+        if any(index_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
             size = const_size(red_r)
             for f in (4 * lanes, 2 * lanes, lanes):
                 if size >= (f if nested else 4 * f) and size % f == 0:
-                    k = _split_at(k, red_r.axis_id, (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
+                    k = k.split_axis(red_r.axis_id, (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
                     break
         elif contiguous_out is not None:
             size = const_size(contiguous_out)
             for f in (2 * lanes, lanes):
                 if size % f == 0:
-                    k = _split_at(k, contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
+                    k = k.split_axis(contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                     break
             size = const_size(red_r)
             for f in (4, 2):
                 if size % f == 0:
-                    k = _split_at(k, red_r.axis_id, (AxisType.REDUCE,), f, AxisType.UNROLL)
+                    k = k.split_axis(red_r.axis_id, (AxisType.REDUCE,), f, AxisType.UNROLL)
                     break
     elif not reduces and contiguous_out is not None and lanes > 1:
         size = const_size(contiguous_out)
         for f in (2 * lanes, lanes) if work >= 64 * lanes else (lanes,):
             if size % f == 0 and size >= f:
-                k = _split_at(k, contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
+                k = k.split_axis(contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                 break
     return _threads(k, work)
 
@@ -195,17 +167,17 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
         return k
     m_axis = next((r for r in out_axes if r is not n_axis and r not in b_ranges and r in a_ranges
                    and const_size(r) > 1), None)  # fmt: skip
-    k = _split_at(k, n_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
+    k = k.split_axis(n_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
     if m_axis is not None:
         vecs = max(nr // lanes, 1)
         for mr in rows:
             if const_size(m_axis) % mr == 0 and mr * vecs + vecs + 1 <= regs and mr * vecs <= MAX_TILE_ACCUMULATORS:
-                k = _split_at(k, m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
+                k = k.split_axis(m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
                 break
     ksize = const_size(k_axis)
     for u in unrolls:
         if ksize % u == 0 and ksize > u:
-            k = _split_at(k, k_axis.axis_id, (AxisType.REDUCE,), u, AxisType.UNROLL)
+            k = k.split_axis(k_axis.axis_id, (AxisType.REDUCE,), u, AxisType.UNROLL)
             break
     return k
 
@@ -226,5 +198,5 @@ def _threads(k: OptKernel, work: int) -> OptKernel:
         size = const_size(r)
         for n in [*multiples, t, *(n for n in big if n not in multiples), *range(t - 1, 1, -1)]:
             if size % n == 0 and size >= n:
-                return _try(k, split(i, n, AxisType.THREAD, True))
+                return k.try_apply(split(i, n, AxisType.THREAD, True))
     return k

@@ -11,11 +11,12 @@ import functools
 from typing import TYPE_CHECKING
 
 from tg.codegen.lower.structure import identity_element
-from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps, split
 from tg.codegen.opt.tensor_cores import apply_tc
 from tg.ir.dtype import PtrDType, dtypes
 from tg.ir.ops import AxisType, KernelInfo, Ops, axis_letters
 from tg.ir.pattern import PatternMatcher, UPat, graph_rewrite
+from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
 if TYPE_CHECKING:
@@ -45,6 +46,11 @@ MAX_REGISTER_ELEMENTS = 1024  # product of UPCAST and register GROUP_REDUCE size
 def const_size(r: UOp) -> int:
     """The trip count of a RANGE when it is a constant, 0 when it is symbolic (the heuristics skip those)."""
     return s if isinstance(s := r.range_size, int) else 0
+
+
+def index_stride(idx: UOp, r: UOp) -> int | None:
+    """How far the index `idx` moves per step of range `r` (its coefficient when `idx` is affine in `r`), or None."""
+    return None if (a := affine(idx, r)) is None else a[0]
 
 
 def vector_lanes(renderer: Renderer, itemsize: int) -> int:
@@ -145,6 +151,20 @@ class OptKernel:
         else:
             ast = self._swap(opt, r)
         return OptKernel(graph_rewrite(ast, pm_after_split), self.renderer, (*self.applied, opt))
+
+    def try_apply(self, opt: Opt) -> OptKernel:
+        """`apply(opt)`, or this kernel unchanged when `opt` is not legal here (the heuristics' way to try)."""
+        try:
+            return self.apply(opt)
+        except KernelOptError:
+            return self
+
+    def split_axis(self, axis_id: int, types: tuple[AxisType, ...], factor: int, target: AxisType,
+                   top: bool = False) -> OptKernel:  # fmt: skip
+        """Split the range with axis id `axis_id` (and one of `types`) by `factor` into a `target` range; this
+        kernel unchanged when there is no such range, `factor` < 2 or the split is not legal."""
+        i = next((i for i, r in enumerate(self.ranges) if r.axis_id == axis_id and r.axis_type in types), None)
+        return self if i is None or factor < 2 else self.try_apply(split(i, factor, target, top))
 
     def _split(self, opt: Opt, r: UOp) -> UOp:
         factor, target, top = opt.arg

@@ -21,6 +21,7 @@ from typing import Any
 from tg.drivers.errors import DeviceNotFoundError, NoPCIBusError
 from tg.drivers.pci.base import PCIDevice
 from tg.drivers.pci.ids import DeviceFilter, device_matches, normalize_devices
+from tg.drivers.pci.sysfs import sysfs_root
 
 __all__ = [
     "Backend",
@@ -38,11 +39,6 @@ __all__ = [
 DeviceEntry = tuple[Callable[..., PCIDevice], str]
 #: ``backend(vendor, devices, base_class) -> [(factory, name), ...]``
 Backend = Callable[[int, DeviceFilter, "int | None"], list[DeviceEntry]]
-
-
-def sysfs_root() -> str:
-    """The sysfs mount point: ``$TG_DRIVERS_SYSFS_ROOT`` or ``/sys``."""
-    return os.environ.get("TG_DRIVERS_SYSFS_ROOT") or "/sys"
 
 
 def _pci_devices_dir(root: str | None = None) -> str:

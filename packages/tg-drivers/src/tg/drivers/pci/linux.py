@@ -19,7 +19,7 @@ import struct
 from tg.drivers.errors import DeviceNotFoundError, DriverBoundError, NoPCIBusError, native_permission_error
 from tg.drivers.mmio import HostMMIO, MMIOView
 from tg.drivers.pci.base import PCIDevice
-from tg.drivers.pci.discovery import sysfs_root
+from tg.drivers.pci.sysfs import sysfs_root
 from tg.drivers.pci.sysmem import (
     MADV_DONTFORK,
     MAP_FIXED,

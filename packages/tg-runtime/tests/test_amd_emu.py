@@ -306,3 +306,19 @@ def test_differential_compare_rules() -> None:
     assert msg is not None and "first at [1]" in msg
     assert compare(f32(1, 2), f32(1, 3), dtypes.float32, "approximate") is not None
     assert compare(bytes([1, 2]), bytes([1, 3]), dtypes.uint8, "approximate") is not None  # integers: exact always
+
+
+def test_only_hardware_approximations_make_a_kernel_approximate() -> None:
+    pytest.importorskip("llvmlite")
+    from tg.runtime.amd.sim.differential import record_calls
+    from tg.runtime.amd.sim.kernel import EmulatedKernel
+    from tg.tensor import Tensor
+
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    with record_calls() as rec:
+        Tensor(x, device="PYTHON").sin().realize()  # tg's polynomial: v_ldexp_f64 and fma, all exact
+        Tensor(x, device="PYTHON").exp2().realize()  # v_exp_f32: a hardware approximation
+    sin_kernel, exp_kernel = (EmulatedKernel(c.ast) for c in rec.calls)
+    assert "v_ldexp_f64" in sin_kernel.listing()
+    assert not sin_kernel.approximate
+    assert "v_exp_f32" in exp_kernel.listing() and exp_kernel.approximate

@@ -11,6 +11,7 @@ destination (carries, v_cndmask, v_div_scale, readlane, fmac...) are built by ge
 from __future__ import annotations
 
 import math
+import re
 
 from tg.runtime.amd.sim.ops import numerics as N
 
@@ -355,8 +356,8 @@ VALU: dict[str, tuple[str, tuple[str, ...], str]] = {
     "v_frexp_exp_i16_f16": ("b16", ("f16",), "frexp_exp({a}) & 0xFFFF"),
 }
 
-# ops whose results are hardware approximations (amd.md 4.5: 1 ulp allowed against the CPU)
-APPROXIMATE = frozenset(n for n in VALU if any(t in n for t in ("rcp", "rsq", "sqrt", "exp_f", "log_f", "sin", "cos")))
+# ops whose results are hardware approximations (amd.md 4.5: 1 ulp allowed against the CPU); v_ldexp is exact
+APPROXIMATE = frozenset(n for n in VALU if re.fullmatch(r"v_(rcp|rcp_iflag|rsq|sqrt|exp|log|sin|cos)_f(16|32|64)", n))
 
 # VOPC predicates: name -> expression of the two sources {a}, {b} in the compared type's domain
 FLOAT_PREDICATES = {

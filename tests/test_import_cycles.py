@@ -28,8 +28,9 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 # tools have none: renderers hold the target data that lowering and the optimiser read, tensor cores and CORE_ID;
 # PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs)
 KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
-    # UOp methods need simplification (symbolic), whose rules are UPats over UOps; the movement mixin builds UOps
-    "tg.ir": [_cycle("tg.ir", "movement pattern symbolic uop")],
+    # UOp.simplify runs the symbolic rules, which are UPats over UOps (the movement mixin builds nodes of its own
+    # class and imports no uop)
+    "tg.ir": [_cycle("tg.ir", "pattern symbolic uop")],
     "tg.runtime": [
         # the CPU device picks its LLVM program lazily (CPU:LLVM); that program subclasses the CPU device's program
         _cycle("tg.runtime", "backends._cpu_llvm backends.cpu"),

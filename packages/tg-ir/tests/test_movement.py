@@ -79,6 +79,23 @@ def test_symbolic_shape() -> None:
     assert b.reshape((n, 4)).shape == (n, 4)
 
 
+def test_symbolic_bounds_checks_decide_by_bounds() -> None:
+    # the movement mixin decides `a >= b` with one symbolic side from the bounds (undecidable: allowed)
+    b = UOp.new_buffer("CPU", 40, dtypes.float32)
+    inside, straddles, outside = Variable("i", 1, 8), Variable("s", 30, 50), Variable("o", 41, 60)
+    assert b.shrink(((0, inside),)).shape == (inside,)  # int size >= symbolic end
+    assert b.shrink(((0, straddles),)).shape == (straddles,)  # undecided by bounds: allowed
+    with pytest.raises(ValueError, match=r"shrink: \(\(0, o\),\) out of bounds for shape \(40,\)"):
+        b.shrink(((0, outside),))
+    with pytest.raises(ValueError, match=r"shrink: \(\(i, 0\),\) out of bounds"):
+        b.shrink(((inside, 0),))  # symbolic start > int end
+    with pytest.raises(ValueError, match="pad: negative padding"):
+        b.pad(((Variable("neg", -5, -1), 0),))
+    # nodes the mixin builds are UOps, hash-consed with the ones built directly
+    assert b.copy_to_device("PYTHON") is UOp(Ops.COPY, dtypes.float32, (b, UOp(Ops.DEVICE, arg="PYTHON")))
+    assert b.assign(b).op is Ops.ASSIGN and b.contiguous().op is Ops.CONTIGUOUS and b.mselect(0, None).arg == (0, None)
+
+
 def test_device_of_a_very_deep_graph_needs_no_recursion() -> None:
     x = UOp.new_buffer("CPU", 4, dtypes.float32)
     for _ in range(5000):

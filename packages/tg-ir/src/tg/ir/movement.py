@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg.ir.dtype import dtypes
 from tg.ir.helpers import cached_property, prod
 from tg.ir.ops import GroupOp, Ops
 
@@ -38,22 +39,17 @@ def _check_sint(name: str, x: Any) -> None:
 
 
 def _resolve_ge(a: sint, b: sint) -> bool:
-    """a >= b where it can be decided (True if undecidable)."""
-    from tg.ir.uop import resolve
-
+    """a >= b where it can be decided by the bounds (True if undecidable)."""
     if _is_int(a) and _is_int(b):
         return bool(a >= b)
-    from tg.ir.uop import sint_to_uop
-
-    return resolve(sint_to_uop(a) >= b)
+    ge = a >= b if isinstance(a, MovementMixin) else b <= a  # a bool UOp: one side is symbolic
+    return bool(ge.vmin) if ge.vmin == ge.vmax else True  # type: ignore[union-attr]
 
 
 def _fs(shape: Any) -> str:
     """A shape (or pad/shrink arg) for error messages, symbolic entries rendered as expressions."""
-    from tg.ir.uop import UOp
-
-    if isinstance(shape, UOp):
-        return shape.render()
+    if isinstance(shape, MovementMixin):  # a UOp
+        return shape.render()  # type: ignore[attr-defined]
     if isinstance(shape, tuple):
         inner = ", ".join(_fs(x) for x in shape)
         return f"({inner},)" if len(shape) == 1 else f"({inner})"
@@ -61,19 +57,20 @@ def _fs(shape: Any) -> str:
 
 
 def _simp(x: sint) -> sint:
-    from tg.ir.uop import ssimplify
-
-    return ssimplify(x) if not isinstance(x, int) else x
+    """simplify() a symbolic int, an int when it folds."""
+    if isinstance(x, int):
+        return x
+    ret = x.ssimplify()
+    return ret if isinstance(ret, MovementMixin) else int(ret)
 
 
 def _eq(a: sint, b: sint) -> bool:
     """Structural equality of sints: ints by value, UOps by identity (after simplify)."""
     if a.__class__ is int and b.__class__ is int:
         return a == b
-    from tg.ir.uop import UOp
-
-    if isinstance(a, UOp) or isinstance(b, UOp):
-        return a is b or (isinstance(a, UOp) and isinstance(b, UOp) and a.simplify() is b.simplify())
+    if isinstance(a, MovementMixin) or isinstance(b, MovementMixin):  # UOps
+        return a is b or (isinstance(a, MovementMixin) and isinstance(b, MovementMixin)
+                          and a.simplify() is b.simplify())  # fmt: skip
     return bool(a == b)
 
 
@@ -211,6 +208,10 @@ class MovementMixin:
 
     # ---- movement ops -----------------------------------------------------------------------------------------
 
+    def _node(self, op: Ops, dtype: Any, src: tuple[Any, ...] = (), **kwargs: Any) -> UOp:
+        """A new node of this node's class (UOp): the mixin builds nodes without importing tg.ir.uop."""
+        return self.__class__(op, dtype, src, **kwargs)  # type: ignore[call-arg,return-value]
+
     def _mop(self, op: Ops, arg: Any) -> UOp:
         # the node's own class (UOp) rather than an import per call: this is on every movement op's path
         return self.__class__(op, self.dtype, (self,), arg)  # type: ignore[attr-defined,call-arg,return-value]
@@ -314,9 +315,7 @@ class MovementMixin:
 
     def contiguous(self, *args: UOp, **kwargs: Any) -> UOp:
         """CONTIGUOUS: the scheduler must materialise this value."""
-        from tg.ir.uop import UOp
-
-        return UOp(Ops.CONTIGUOUS, self.dtype, (self, *args), **kwargs)  # type: ignore[attr-defined,arg-type]
+        return self._node(Ops.CONTIGUOUS, self.dtype, (self, *args), **kwargs)  # type: ignore[attr-defined]
 
     def contiguous_backward(self) -> UOp:
         """CONTIGUOUS_BACKWARD: contiguous in the backward pass only."""
@@ -328,36 +327,29 @@ class MovementMixin:
 
     def copy_to_device(self, device: str | tuple[str, ...], arg: Any = None) -> UOp:
         """COPY(self, DEVICE(device)): the value on another device."""
-        from tg.ir.uop import UOp
-
         if not (isinstance(device, str) or (isinstance(device, tuple) and all(isinstance(d, str) for d in device))):
             raise TypeError(f"copy_to_device: device must be a str or a tuple of str, got {device!r}")
-        return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)), arg)  # type: ignore[attr-defined,arg-type]
+        device_node = self._node(Ops.DEVICE, dtypes.void, arg=device)
+        return self._node(Ops.COPY, self.dtype, (self, device_node), arg=arg)  # type: ignore[attr-defined]
 
     def multi(self, *others: UOp, axis: int | None) -> UOp:
         """MULTI(self, *others): one logical tensor made of one graph per device, split on `axis` (None: replicated)."""
-        from tg.ir.uop import UOp
-
         srcs: tuple[UOp, ...] = (self, *others)  # type: ignore[arg-type]
         dtype = srcs[0].dtype
         if any(s.dtype is not dtype or s.shape != self.shape for s in srcs):
             raise ValueError(f"multi: every shard needs one dtype and shape, got {[(s.dtype, s.shape) for s in srcs]}")
         if axis is not None and not 0 <= axis < len(self.shape):
             raise ValueError(f"multi: axis {axis} out of range for shard shape {_fs(self.shape)}")
-        return UOp(Ops.MULTI, dtype, srcs, axis)
+        return self._node(Ops.MULTI, dtype, srcs, arg=axis)
 
     def mselect(self, i: int, axis: int | None) -> UOp:
         """MSELECT: device i's part of a tensor on several devices, with the shards split on `axis` (None: all)."""
-        from tg.ir.uop import UOp
-
-        return UOp(Ops.MSELECT, self.dtype, (self,), (i, axis))  # type: ignore[attr-defined,arg-type]
+        return self._node(Ops.MSELECT, self.dtype, (self,), arg=(i, axis))  # type: ignore[attr-defined]
 
     def assign(self, value: UOp) -> UOp:
         """ASSIGN(self, value): write `value` into the buffer behind self (shapes and dtypes must match)."""
-        from tg.ir.uop import UOp
-
         if value.dtype is not self.dtype:  # type: ignore[attr-defined]
             raise TypeError(f"assign: dtype mismatch, target {self.dtype} vs value {value.dtype}")  # type: ignore[attr-defined]
         if self._shape != value._shape:
             raise ValueError(f"assign: shape mismatch, target {_fs(self._shape)} vs value {_fs(value._shape)}")
-        return UOp(Ops.ASSIGN, self.dtype, (self, value))  # type: ignore[attr-defined,arg-type]
+        return self._node(Ops.ASSIGN, self.dtype, (self, value))  # type: ignore[attr-defined]

@@ -57,6 +57,17 @@ def test_a_kernel_end_to_end(iface: str) -> None:
             Tensor.from_blob(x.ctypes.data, (300,), device="AMD").realize()
 
 
+def test_the_compiled_submitter_is_refused_with_the_remedy() -> None:
+    from tg.tensor import Tensor
+
+    # rings and signals live in VRAM behind a BAR view (no host pointers): only the interpreted submitter drives them
+    with Context(DEV="MOCKPCI+AMD", HCQ_RUNTIME_DEV="CPU"), pytest.raises(RuntimeError) as e:
+        (Tensor(np.ones(4, np.float32), device="AMD") + 1).realize()
+    assert "HCQ_RUNTIME_DEV=CPU cannot drive AMD" in str(e.value) and "use HCQ_RUNTIME_DEV=PYTHON" in str(e.value)
+    with Context(DEV="MOCKPCI+AMD"):  # the device is unharmed
+        np.testing.assert_array_equal((Tensor(np.ones(4, np.float32), device="AMD") + 1).numpy(), np.full(4, 2.0))
+
+
 def test_peer_to_peer_copies_between_two_mock_gpus() -> None:
     from tg.tensor import Tensor
 

@@ -337,3 +337,10 @@ def test_const_arg_must_have_the_dtype_python_type() -> None:
     one = UOp.const(dtypes.uint16, True)
     assert one.arg.__class__ is int and UOp.const(dtypes.uint16, 1) is one
     assert UOp.const(dtypes.float32, 1).arg.__class__ is float and UOp.const(dtypes.bool, 1).arg is True
+
+
+def test_unreshaped_sees_through_reshapes_only() -> None:
+    b = UOp.new_buffer("CPU", 12, dtypes.float32)
+    assert b.reshape((3, 4)).reshape((12, 1)).unreshaped is b and b.unreshaped is b
+    view = b.reshape((3, 4)).permute((1, 0))
+    assert view.unreshaped is view and view.reshape((12,)).unreshaped is view and view.base is b

@@ -505,6 +505,14 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             u = u.src[0]
         return u
 
+    @property
+    def unreshaped(self) -> UOp:
+        """The node under any RESHAPEs (what a realized tensor's reshaped view stands for: its BUFFER, ASSIGN, ...)."""
+        u = self
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        return u
+
     # ---- symbolic helpers -------------------------------------------------------------------------------------
 
     @property

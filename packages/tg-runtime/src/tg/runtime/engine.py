@@ -35,9 +35,7 @@ def buffer_for(buffer_uop: UOp) -> Buffer:
     The registry holds the uop weakly: when the last reference to the BUFFER uop goes, so does the Buffer and
     its memory returns to the allocator.
     """
-    uop = buffer_uop
-    while uop.op is Ops.RESHAPE:
-        uop = uop.src[0]
+    uop = buffer_uop.unreshaped
     if uop.op is Ops.BUFFER_VIEW:  # arg (size, offset) in elements of its source buffer
         if (view := _buffers.get(uop)) is None:
             size, offset = (int(a) for a in uop.arg)

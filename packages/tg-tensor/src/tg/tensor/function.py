@@ -215,7 +215,7 @@ class Function(Generic[R]):
             for kind, buf, offset, num in trace.rng:
                 values = array("Q", range(start + offset, start + offset + num) if kind == "counter" else [seed])
                 params.append(buf)
-                args.append(_base(_from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device))))
+                args.append(_from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device)).unreshaped)
             Tensor._rng_counter = start + trace.rng_advance
         returned: list[Tensor | None] = []
         if trace.body.src:
@@ -234,9 +234,7 @@ class Function(Generic[R]):
             bound = iter(UOp.sink(*(w for _, w in trace.writes)).substitute(mapping).src)
             for i, _ in trace.writes:
                 target = tensors[i][1]
-                state = target.uop
-                while state.op is Ops.RESHAPE:
-                    state = state.src[0]
+                state = target.uop.unreshaped
                 target.uop = next(bound)
                 _realize.repoint_views(state, target.uop, target)
         return _unflatten_return(trace.ret_structure, iter(returned))
@@ -260,12 +258,6 @@ def inline_calls(roots: list[UOp]) -> list[UOp]:
     """`roots` with every function call replaced by its body over the call's arguments (before scheduling: the call
     boundary never blocks fusion). One memoised rewrite: linear in the graph, however many calls are chained."""
     return list(graph_rewrite(UOp.sink(*roots), pm_inline_calls, ctx={}, name="inline calls").src)
-
-
-def _base(u: UOp) -> UOp:
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
-    return u
 
 
 def _rebuild_args(value: Any, replace: dict[int, Tensor]) -> Any:

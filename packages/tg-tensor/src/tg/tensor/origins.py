@@ -52,8 +52,7 @@ _placeholder_ids = itertools.count()
 
 def base_buffer(u: UOp) -> UOp | None:
     """The BUFFER under reshapes of `u`, else None."""
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
+    u = u.unreshaped
     return u if u.op is Ops.BUFFER else None
 
 

@@ -54,17 +54,11 @@ def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
         counter_buf = _from_bytes(array("Q", range(start, start + num)).tobytes(), (num,), dtypes.uint64, dev)
         counters, logged = Tensor(counter_buf), num
     if rng_log is not None:
-        rng_log.append(("counter", _base(counter_buf), start, logged))
-        rng_log.append(("seed", _base(seed_buf), seed, 1))
+        rng_log.append(("counter", counter_buf.unreshaped, start, logged))
+        rng_log.append(("seed", seed_buf.unreshaped, seed, 1))
     key = Tensor(seed_buf).expand(num) if num != 1 else Tensor(seed_buf)
     bits = Tensor(counters.uop.alu(Ops.THREEFRY, key.uop))
     return (bits & 0xFFFFFFFF).cast(dtypes.uint32).reshape(shape)
-
-
-def _base(u: UOp) -> UOp:
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
-    return u
 
 
 def rand(

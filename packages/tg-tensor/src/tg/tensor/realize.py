@@ -164,9 +164,7 @@ def buffer_of(uop: UOp) -> UOp | None:
     """The BUFFER behind `uop` if `uop` is just that buffer reshaped (a realized tensor), else None. A realized value
     of symbolic shape is the first `numel` elements of a buffer of its maximum size (`BUFFER.shrink(((0, n),))`
     reshaped): that buffer."""
-    base = uop
-    while base.op is Ops.RESHAPE:
-        base = base.src[0]
+    base = uop.unreshaped
     if base.op is Ops.SHRINK and base.src[0].op is Ops.BUFFER and len(arg := base.arg) == 1 and arg[0][0] == 0:
         return base.src[0] if isinstance(arg[0][1], UOp) else None
     if base.op is Ops.BUFFER and not has_symbolic(uop.shape) and int(base.arg) == math.prod(uop.shape):

@@ -387,9 +387,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
             inner.assign(x.bitcast(inner.dtype)).realize()
             self.uop = inner.bitcast(self.dtype).uop
         elif base.op in (Ops.BUFFER, Ops.MULTI):  # MULTI: each shard is written on its device
-            state = self.uop
-            while state.op is Ops.RESHAPE:
-                state = state.src[0]
+            state = self.uop.unreshaped
             if state.op is Ops.ASSIGN and _realize.has_value_readers(state, exclude=x.uop):
                 # the pending write is read by tensors made since: store it first, so that those reads (realized
                 # before the next write) see it, not the value written after them

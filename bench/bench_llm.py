@@ -105,6 +105,7 @@ def main() -> int:
     parser.add_argument("--types", default="F16,Q8_0")
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny model instead of the 0.37B one")
     parser.add_argument("--no-transformers", action="store_true")
+    parser.add_argument("--max-context", type=int, help="KV cache positions (default 4 x tokens + 64)")
     parser.add_argument("--torch-python", help="a Python with torch + transformers (default: this or the torch env)")
     args = parser.parse_args()
 
@@ -128,8 +129,14 @@ def main() -> int:
             gen.write_model(partial, config, wtype, quiet=False)
             partial.rename(path)  # an interrupted write never looks like a finished file
         start = time.perf_counter()
-        llm = LLM(path, max_context=4 * args.tokens + 64)
+        llm = LLM(path, max_context=args.max_context or 4 * args.tokens + 64)
         load_s = time.perf_counter() - start
+        file_mb = path.stat().st_size / 1e6
+        print(
+            f"{path.name}: loaded {file_mb:.1f} MB in {load_s:.2f} s ({file_mb / load_s:.1f} MB/s), "
+            f"KV cache {llm.max_context} positions",
+            flush=True,
+        )
         tg = benchmark(llm, args.tokens, sys.stdout)
         params = sum(info.shape[0] * (info.shape[1] if len(info.shape) > 1 else 1) for info in llm.file.infos.values())
         bound = bandwidth / (tg["weight_gb"] * 1e9)

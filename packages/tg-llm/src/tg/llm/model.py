@@ -133,8 +133,8 @@ class Transformer:
             q, k = rms_norm(q, layer.q_norm, cfg.norm_eps), rms_norm(k, layer.k_norm, cfg.norm_eps)
         cos, sin = self.cos[start_pos : start_pos + T], self.sin[start_pos : start_pos + T]
         q, k = apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved)
-        # stored first: tg-tensor writes a slice by a masked assign over the whole cache buffer, which would otherwise
-        # recompute the k/v projections for every cache position
+        # the chunk's keys/values are stored first, then copied into the cache: the scheduler's slice-assign kernel
+        # writes only these T positions (tg-codegen's W1 rule), whatever max_context is
         new = Tensor.stack(k, v).permute(0, 2, 1, 3).contiguous()  # (2, KV, T, hd)
         layer.cache[:, :, start_pos : start_pos + T].assign(new)
         S = start_pos + T

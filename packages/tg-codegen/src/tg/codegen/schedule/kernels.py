@@ -45,8 +45,11 @@ def _sint_name(s: sint) -> str:
 class KernelBuilder:
     """Builds the AST of the kernel that stores the value of `root` into `out_buf`."""
 
-    def __init__(self, plan: Plan, root: UOp, out_buf: UOp, extra: dict[UOp, UOp] | None = None) -> None:
+    def __init__(
+        self, plan: Plan, root: UOp, out_buf: UOp, extra: dict[UOp, UOp] | None = None, slice_only: bool = True
+    ) -> None:
         self.plan, self.root, self.out_buf, self.extra = plan, root, out_buf, extra or {}
+        self.slice_only = slice_only  # W1: an assign into a box of its buffer stores only that box
         self.bufs: list[UOp] = []
         self.params: dict[UOp, UOp] = {}
         self.next_axis = 0
@@ -104,15 +107,77 @@ class KernelBuilder:
         """The kernel AST storing `value_node` (shaped like the root) into the output buffer."""
         self.param(self.out_buf)
         shape = self.plan.stored_shape(self.root)  # D1: the axes its value is constant along are not stored
-        idx = tuple(as_index(0) if is_one(s) else self.new_range(s, AxisType.LOOP) for s in shape)
+        if self.slice_only and (box := written_box(self.plan, self.root, value_node, self.out_buf)) is not None:
+            # W1: only the written box is stored (its value's shape), at its offsets in the buffer's view shape
+            inner, view_shape, offsets, old = box
+            (self.loaded_nodes if old.op is Ops.ASSIGN else self.raw_reads).add(old)  # the same order edges
+            shape = inner.shape
+            idx = tuple(as_index(0) if is_one(s) else self.new_range(s, AxisType.LOOP) for s in shape)
+            val = self.value(inner, idx, None)
+            at = tuple(i if isinstance(o, int) and o == 0 else simplify_index(i + as_index(o))
+                       for i, o in zip(idx, offsets, strict=True))  # fmt: skip
+            self.out_index = simplify_index(flat_index(at, view_shape))
+        else:
+            idx = tuple(as_index(0) if is_one(s) else self.new_range(s, AxisType.LOOP) for s in shape)
+            val = self.value(value_node, idx, None)
+            self.out_index = simplify_index(flat_index(idx, shape))
         loops = tuple(i for i in idx if i.op is Ops.RANGE)
-        val = self.value(value_node, idx, None)
-        self.out_index = simplify_index(flat_index(idx, shape))
         store = self.param(self.out_buf).index(self.out_index).store(val)
         body = UOp(Ops.END, dtypes.void, (store, *loops)) if loops else store
         dims = [_sint_name(s) for s in shape if not is_one(s)] + [_sint_name(s) for s in self.reduce_sizes]
         name = to_function_name(("r_" if self.reduce_sizes else "E_") + ("_".join(dims) or "1"))
         return UOp(Ops.SINK, dtypes.void, (body,), KernelInfo(name=name))
+
+
+# ---- W1: an assign into a box of its buffer ------------------------------------------------------------------
+# A write into a slice of a stored tensor (`t[:, p:p+T].assign(v)`) reaches the scheduler as the whole buffer
+# assigned `mask.where(v', old)`: `v'` and `mask` (a constant True) padded to the buffer's view shape by the same
+# PADs (then reshaped to the buffer), `old` the buffer's current state. Outside the mask the kernel would store
+# what the buffer already holds, so it stores only the box: ranges over `v`'s shape, shifted by the pads' offsets.
+
+
+def _whole_true(n: UOp) -> bool:
+    while n.op in (Ops.RESHAPE, Ops.EXPAND):
+        n = n.src[0]
+    return n.op is Ops.CONST and n.arg is True
+
+
+def _same_arg(a: Any, b: Any) -> bool:
+    """Movement arguments equal element by element (symbolic ints are hash-consed UOps: compared by identity)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_arg(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, UOp) or isinstance(b, UOp):
+        return a is b
+    return bool(a == b)
+
+
+def written_box(
+    plan: Plan, root: UOp, value: UOp, out_buf: UOp
+) -> tuple[UOp, tuple[sint, ...], tuple[sint, ...], UOp] | None:
+    """For an ASSIGN `root` of `value = mask.where(v', old)` as above: (v, the view shape, v's offsets in it, old's
+    node); None when the value has another form (then the whole buffer is stored)."""
+    if root.op is not Ops.ASSIGN or value.op is not Ops.WHERE or plan.stored_shape(root) != root.shape:
+        return None
+    mask, val, old = value.src
+    old = plan.peel(old)
+    if old is not plan.peel(root.src[0]):
+        return None
+    if not (old is out_buf or (old.op is Ops.ASSIGN and plan.buffers.get(old) is out_buf)):
+        return None
+    if mask.op is Ops.RESHAPE:  # the buffer viewed in the shape the slice was taken from
+        if val.op is not Ops.RESHAPE or mask.src[0].shape != val.src[0].shape:
+            return None
+        mask, val = mask.src[0], val.src[0]
+    view_shape = mask.shape
+    if mask.op is not Ops.PAD:
+        return None
+    offsets: list[sint] = [0] * len(view_shape)
+    while mask.op is Ops.PAD:  # nested slices: their offsets add
+        if val.op is not Ops.PAD or not _same_arg(mask.arg, val.arg):
+            return None
+        offsets = [o + before for o, (before, _) in zip(offsets, mask.arg, strict=True)]
+        mask, val = mask.src[0], val.src[0]
+    return (val, view_shape, tuple(offsets), old) if _whole_true(mask) else None
 
 
 # ---- the lowering rules: a request for a tensor node's value at an index -> kernel-level value ---------------
@@ -279,10 +344,10 @@ def build_kernels(plan: Plan) -> list[Kernel]:
         if node.op is Ops.ASSIGN and _hazard(kb, buf):
             # H1: compute the value into a temporary first, then copy it into the target
             tmp = UOp.new_buffer(buf.src[1].arg, buf.arg, buf.dtype)
-            first = KernelBuilder(plan, node, tmp)
+            first = KernelBuilder(plan, node, tmp, slice_only=False)
             first_k = Kernel(node, _call(first.build(value), first.bufs), first.loaded_nodes, first.raw_reads)
             out.append(first_k)
-            kb = KernelBuilder(plan, node, buf, extra={value: tmp})
+            kb = KernelBuilder(plan, node, buf, extra={value: tmp}, slice_only=False)
             ast = kb.build(value)
             out.append(Kernel(node, _call(ast, kb.bufs), kb.loaded_nodes, kb.raw_reads, (first_k,)))
             continue

@@ -2,7 +2,7 @@
 the register-level mock AM GPU. Device strings, a kernel end to end over PCI and USB with no register violations,
 host memory refused where the GPU cannot reach it, peer-to-peer copies between two mock GPUs, and, in child processes
 (each has its own mock GPUs), an injected page fault named in the DeviceHangError, the error state sticking until
-``recover()``, the device usable afterwards, and a clean
+``recover()``, the device usable afterwards, both engines restarted after a hang, and a clean
 session end recorded for the next boot. tests/test_tiny.py and test_hcq.py run on MOCKPCI+AMD in CI's mockpci-amd
 stage (scripts/amd_check.sh)."""
 
@@ -96,9 +96,8 @@ from tg.tensor import Tensor
 
 dev = Device["AMD"]
 # the first dispatch faults at TG_MOCKGPU_FAULT_VA: the mock posts a UTCL2 fault to the interrupt ring
-try:
-    (Tensor(np.ones(8, np.float32), device="AMD") + 1).realize()
-    dev.synchronize()
+try:  # the copy back waits on the SDMA queue for the faulted kernel's signal, which never comes
+    (Tensor(np.ones(8, np.float32), device="AMD") + 1).numpy()
     print("no fault")
 except Exception as e:
     print(f"fault: {type(e).__name__}: {e}")
@@ -120,7 +119,7 @@ def test_an_injected_page_fault_is_named_and_recovered() -> None:
     assert "fault: DeviceHangError: AMD did not finish" in out, out
     assert "GPU page fault at 0x7eed000" in out  # the address, decoded from the interrupt ring's UTCL2 entry
     assert re.search(r"waited for >= \d+ for 0\.\d s", out), out  # found by the first wait, not the timeout
-    assert "recover() on the device resets its compute engine" in out
+    assert "recover() on the device resets its engines" in out
     assert "error state: DeviceHangError" in out and "sticky: AMD is in an error state after an earlier hang" in out
     assert "recover: True None" in out  # the compute engine reset, the ring restarted, the error state cleared
     assert "recovered: [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0]" in out
@@ -150,3 +149,37 @@ def test_a_session_ends_clean_for_the_next_boot() -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert "during: 1" in res.stdout and "after: 0 queues: []" in res.stdout, res.stdout
     assert "next session partial boot: True" in res.stdout
+
+
+HANG_CHILD = """
+import numpy as np
+from tg.runtime.device import Device
+from tg.runtime.hcq import compile_queues, ir
+from tg.runtime.hcq.exec import execute
+from tg.runtime.hcq.link import link_batch
+from tg.runtime.hcq.run import ENV, submitter_of
+from tg.tensor import Tensor
+
+dev = Device["AMD"]
+never = ir.signal_buf("AMD", "signal", ("never", 0))
+for queue in ("COPY:0", "COMPUTE:0"):  # both engines stuck in a wait for a signal nobody sets
+    batch = compile_queues([ir.queue("AMD", queue, [ir.wait(never, 1)])], ENV)
+    execute(link_batch(batch, submitter_of(batch), ENV, "auto", 1), [], None)
+try:
+    dev.synchronize()
+    print("no hang")
+except Exception as e:
+    print(f"hang: {type(e).__name__}")
+print("recover:", dev.recover())
+x = np.arange(4096, dtype=np.float32)
+print("after:", bool(((Tensor(x, device="AMD") * 3).numpy() == x * 3).all()), dev.am_mock.violations)
+"""
+
+
+def test_recover_restarts_both_engines_after_a_hang() -> None:
+    # a hang (no fault): the compute and copy queues wait forever; recover() restarts both rings, so copies (SDMA)
+    # and kernels work afterwards
+    res = _child(HANG_CHILD, HCQDEV_WAIT_TIMEOUT_MS="1000")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "hang: DeviceHangError" in res.stdout and "recover: True" in res.stdout, res.stdout
+    assert "after: True []" in res.stdout, res.stdout

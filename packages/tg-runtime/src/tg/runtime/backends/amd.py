@@ -406,13 +406,13 @@ class AMDDevice(HCQDevice):
             self._fault = e
 
     def recover(self) -> bool:
-        """AM only: reset the compute engine, start the compute ring again from its beginning, declare the pending
+        """AM only: reset the compute and copy engines, start their rings again from the beginning, declare the pending
         epochs finished (``T_d = V_d - 1``: their results are lost) and clear the error state (hcq.md 4.4).
         Whether the device recovered."""
         if not self.am or not self.iface.recover():
             return False
-        if (q := self.hw_queues.get("COMPUTE:0")) is not None:
-            q[1].u64()[0] = 0  # the new ring starts empty: put = wptr = rptr = 0
+        for q in self.hw_queues.values():
+            q[1].u64()[0] = 0  # the new rings start empty: put = wptr = rptr = 0
         self.timeline.value = int(self.timeline_value.value) - 1
         self.error_state = self._fault = None
         return True
@@ -422,7 +422,7 @@ class AMDDevice(HCQDevice):
         if fault := self.iface.on_hang():
             parts.append(f"{'AM' if self.am else 'KFD'} reports: {fault}.")
         if self.am:
-            parts.append("recover() on the device resets its compute engine and makes it usable again.")
+            parts.append("recover() on the device resets its engines and makes it usable again.")
         if self.mock is not None:
             parts.append(f"Mock GPU queues: {self.mock.gpu(self.iface.gpu_id).hang_detail()}.")
         elif self.am_mock is not None and self.am_mock.core is not None:

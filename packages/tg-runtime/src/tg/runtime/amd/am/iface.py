@@ -12,7 +12,7 @@ host-mapped memory: everything the host touches lives in VRAM and is reached by 
 Queues: the ring and a 256-byte pointer page (write pointer +56, read pointer +128) in host-visible memory, an EOP
 buffer for compute; the HQD/SDMA ring registers are programmed and the queue's doorbell is a u64 of BAR2.
 ``sleep`` polls the interrupt ring (VFIO's eventfd when present) and raises :class:`DeviceFault` when it holds a
-fault; ``recover`` resets the MEC and starts the compute ring again from its saved parameters.
+fault; ``recover`` resets the MEC and the SDMA engine and starts both rings again from their saved parameters.
 """
 
 from __future__ import annotations
@@ -291,13 +291,21 @@ class AMIface:
         return "; ".join(self.dev.errors)
 
     def recover(self) -> bool:
-        """After a fault: reset the MEC, start the compute ring again with its pointers at 0. Whether it recovered."""
+        """After a fault or hang: reset the MEC and the SDMA engine, start the compute and copy rings again with their
+        pointers at 0 (what they held is dropped). Whether it recovered."""
         if not self.dev.recover(force=True):
             return False
         q = self.queues.get("compute")
         if q is not None and self.dev.gfx.ring is not None:
             q.gart.view.write(0, bytes(PAGE))
             self.dev.gfx.setup_ring(*self.dev.gfx.ring)
+        q, sdma = self.queues.get("copy"), self.dev.sdma
+        if q is not None and sdma.ring is not None:  # a copy queue may wait for a signal that will never come
+            ring = sdma.ring
+            sdma.fini_hw()
+            sdma.init_hw()
+            q.gart.view.write(0, bytes(PAGE))
+            sdma.setup_ring(*ring)
         return True
 
     def close(self) -> None:

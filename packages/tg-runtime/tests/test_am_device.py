@@ -20,7 +20,7 @@ import pytest
 from tg.ir import dtypes
 from tg.ir.helpers import Context
 from tg.ir.target import TargetError
-from tg.runtime.device import Buffer, Device
+from tg.runtime.device import Buffer, Device, DeviceUnavailable
 
 pytest.importorskip("llvmlite", reason="the AMD device compiles with llvmlite (tg-runtime[llvm])")
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,6 +34,28 @@ CHILD_TIMEOUT = 300  # s: a guard against a hung child, not a timing requirement
 ])  # fmt: skip
 def test_device_strings_name_the_wrong_part(dev: str, error: str) -> None:
     with Context(DEV=dev), pytest.raises(TargetError, match=re.escape(error)):
+        Device["AMD"]
+
+
+def test_pci_and_usb_without_a_gpu_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.drivers.pci.discovery import list_devices
+
+    from tg.runtime.amd.am.iface import AMD_GPU_IDS
+
+    monkeypatch.delenv("REMOTE", raising=False)
+    if list_devices(0x1002, ((0xFFFF, AMD_GPU_IDS),)):
+        pytest.skip("this machine has an AMD GPU on the PCI bus: opening it would reset and boot it")
+    with Context(DEV="PCI+AMD"), pytest.raises(DeviceUnavailable) as e:
+        Device["AMD"]
+    assert str(e.value) == "PCI+AMD:0 does not exist (0 AMD GPU(s) on the PCI bus found)"
+    try:
+        from tg.drivers.usb.transport import USB3
+
+        if USB3.list_devices(0xADD1, 0x0001) or USB3.list_devices(0x3801, 0x0001):
+            pytest.skip("this machine has an ASM24 bridge")
+    except (ImportError, OSError) as err:
+        pytest.skip(f"no USB access here: {err}")
+    with Context(DEV="USB+AMD"), pytest.raises(DeviceUnavailable, match=r"USB\+AMD:0 does not exist \(0 ASM24"):
         Device["AMD"]
 
 
@@ -91,7 +113,7 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 FAULT_CHILD = """
 import numpy as np
 from tg.ir import dtypes
-from tg.runtime.device import Buffer, Device
+from tg.runtime.device import Buffer, Device, DeviceUnavailable
 from tg.tensor import Tensor
 
 dev = Device["AMD"]
@@ -130,7 +152,7 @@ SESSION_CHILD = """
 import numpy as np
 from tg.runtime.amd.am import iface
 from tg.ir import dtypes
-from tg.runtime.device import Buffer, Device
+from tg.runtime.device import Buffer, Device, DeviceUnavailable
 from tg.tensor import Tensor
 
 assert (Tensor(np.ones(4, np.float32), device="AMD") + 1).numpy().tolist() == [2.0] * 4

@@ -150,9 +150,10 @@ class AMIface:
         except ImportError as e:
             raise DeviceUnavailable("PCI+AMD needs tg-drivers: pip install 'tg-runtime[hw]'") from e
         try:
-            factory, name = pick(list_devices(0x1002, ((0xFFFF, AMD_GPU_IDS),)), "AMD GPU(s) on the PCI bus")
-        except RuntimeError as e:
+            found = list_devices(0x1002, ((0xFFFF, AMD_GPU_IDS),))
+        except RuntimeError as e:  # discovery failed (sysfs unreadable, a REMOTE= server unreachable)
             raise DeviceUnavailable(f"PCI+AMD: {e}") from e
+        factory, name = pick(found, "AMD GPU(s) on the PCI bus")
         pci = factory("AM", name)
         try:
             pci.resize_bar(0)

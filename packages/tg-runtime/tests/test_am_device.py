@@ -39,7 +39,6 @@ def test_device_strings_name_the_wrong_part(dev: str, error: str) -> None:
 
 def test_pci_and_usb_without_a_gpu_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
     from tg.drivers.pci.discovery import list_devices
-
     from tg.runtime.amd.am.iface import AMD_GPU_IDS
 
     monkeypatch.delenv("REMOTE", raising=False)

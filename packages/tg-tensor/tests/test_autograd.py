@@ -102,7 +102,9 @@ def test_requires_grad_propagates_like_torch(device):
     d = y.detach()
     assert not d.requires_grad and d.is_leaf
     with pytest.raises(RuntimeError, match="does not require grad"):
-        (c * 2).sum().backward()
+        (d * 2).sum().backward()  # detached: nothing in its graph can take a gradient
+    (c * 2).sum().backward()  # nothing marked, c never set: it gets a gradient (tinygrad's habit; torch raises)
+    assert c.grad is not None and c.grad.tolist() == [2.0, 2.0]
 
 
 def test_backward_accumulates_and_after_item(device):

@@ -140,7 +140,7 @@ REDUCTIONS: list[Reduction] = [
     ("softmax", lambda x: x.softmax(1), lambda x: x.softmax(1)),
     ("log_softmax", lambda x: x.log_softmax(1), lambda x: x.log_softmax(1)),
     ("cumsum", lambda x: x.cumsum(1), lambda x: x.cumsum(1)),
-    ("cummax", lambda x: x.cummax(1), lambda x: x.cummax(1).values),
+    ("cummax", lambda x: x.cummax(1).values, lambda x: x.cummax(1).values),
     ("any", lambda x: (x > 2).any(1), lambda x: (x > 2).any(1)),
     ("all", lambda x: (x < 4).all(1), lambda x: (x < 4).all(1)),
     ("var_finite_rows", lambda x: x[[0, 7]].var(1), lambda x: x[[0, 7]].var(1)),
@@ -193,7 +193,7 @@ INT_UNARY: list[IntOp] = [
     ("argmax", lambda a: a.argmax(1), lambda a: a.argmax(1)),
     ("argmin", lambda a: a.argmin(1), lambda a: a.argmin(1)),
     ("cumsum", lambda a: a.cumsum(1), lambda a: a.cumsum(1)),
-    ("cummax", lambda a: a.cummax(1), lambda a: a.cummax(1).values),
+    ("cummax", lambda a: a.cummax(1).values, lambda a: a.cummax(1).values),
     ("sort", lambda a: a.sort(1)[0], lambda a: a.sort(dim=1, stable=True).values),
     (
         "argsort_desc",

@@ -319,13 +319,17 @@ for _canon in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "i
 DTypeLike = str | DType
 
 
+class UnknownDTypeError(TypeError, AttributeError):
+    """A dtype name that does not exist (a TypeError; also the AttributeError of `getattr(dtypes, name)`)."""
+
+
 def to_dtype(dtype: DTypeLike) -> DType:
     """Accept a DType or its name (`"float32"`, `"half"`, ...)."""
     if isinstance(dtype, DType):
         return dtype
     if isinstance(dtype, str) and (dt := DTYPES_DICT.get(dtype.lower())) is not None:
         return dt
-    raise TypeError(f"unknown dtype {dtype!r}, known: {sorted(DTYPES_DICT)}")
+    raise UnknownDTypeError(f"unknown dtype {dtype!r}, known: {sorted(DTYPES_DICT)}")
 
 
 # The promotion lattice (a JAX-style lattice without weak types; Python scalars are handled by `weak_promote`).

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.ir import dtypes
 from tg.tensor import transcendental as _transcendental
+from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -107,7 +108,7 @@ def gelu(self: Tensor, approximate: str = "none") -> Tensor:
     if approximate == "tanh":
         return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
     if approximate != "none":
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _transcendental.gelu_erf(x)
 
 
@@ -264,7 +265,8 @@ def isfinite(self: Tensor) -> Tensor:
 def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
     """|a - b| <= atol + rtol * |b| elementwise (equal infinities are close; NaNs only with equal_nan)."""
     a, b = self._operands(other)
-    close = ((a - b).abs() <= atol + rtol * b.abs()) | (a == b)
+    finite = isfinite(a) & isfinite(b) if dtypes.is_float(a.dtype) else a == a  # inf - -inf is no closeness
+    close = (finite & ((a - b).abs() <= atol + rtol * b.abs())) | (a == b)
     if equal_nan:
         close = close | ((a != a) & (b != b))
     return close

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import DType, GroupOp, Ops, dtypes, weak_promote
+from tg.tensor.errors import ArgumentError, DTypeError
 from tg.tensor.shapes import broadcast_shape, canonical_axis
 
 if TYPE_CHECKING:
@@ -179,25 +180,25 @@ def _as_bool(self: Tensor, x: Any) -> Any:
 
 def _int_or_bool(op: str, t: Tensor) -> None:
     if dtypes.is_float(t.dtype):
-        raise TypeError(f"{op} needs integer or bool tensors, got {t.dtype.name}")
+        raise DTypeError(f"{op} needs integer or bool tensors, got {t.dtype.name}")
 
 
 def bitwise_and(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
     """Elementwise bitwise and (ints and bools)."""
     _int_or_bool("bitwise_and", self)
-    return self & x
+    return self.__rand__(x) if reverse else self & x
 
 
 def bitwise_or(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
     """Elementwise bitwise or (ints and bools)."""
     _int_or_bool("bitwise_or", self)
-    return self | x
+    return self.__ror__(x) if reverse else self | x
 
 
 def bitwise_xor(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
     """Elementwise bitwise xor (ints and bools)."""
     _int_or_bool("bitwise_xor", self)
-    return self ^ x
+    return self.__rxor__(x) if reverse else self ^ x
 
 
 def bitwise_not(self: Tensor) -> Tensor:
@@ -209,13 +210,13 @@ def bitwise_not(self: Tensor) -> Tensor:
 def lshift(self: Tensor, x: int, reverse: bool = False) -> Tensor:
     """self << x."""
     _int_or_bool("lshift", self)
-    return self << x
+    return self.__rlshift__(x) if reverse else self << x
 
 
 def rshift(self: Tensor, x: int, reverse: bool = False) -> Tensor:
     """self >> x."""
     _int_or_bool("rshift", self)
-    return self >> x
+    return self.__rrshift__(x) if reverse else self >> x
 
 
 def fmod(self: Tensor, x: Any) -> Tensor:
@@ -339,10 +340,10 @@ def pad_to(self: Tensor, shape: Any, *args: int, value: float = 0.0) -> Tensor:
     """Pad at the end of each dim up to `shape` (None keeps a dim)."""
     target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape, *args)
     if len(target) != self.ndim:
-        raise ValueError(f"pad_to: {target} has {len(target)} dims, the tensor {self.ndim}")
+        raise ArgumentError(f"pad_to: {target} has {len(target)} dims, the tensor {self.ndim}")
     pads = [(0, 0 if t is None else t - s) for s, t in zip(self.shape, target, strict=True)]
     if any(p < 0 for _, p in pads):
-        raise ValueError(f"pad_to: cannot pad {self.shape} to the smaller {target}")
+        raise ArgumentError(f"pad_to: cannot pad {self.shape} to the smaller {target}")
     return self.pad(pads, value=value)
 
 
@@ -350,7 +351,7 @@ def shrink_to(self: Tensor, shape: Any, *args: int) -> Tensor:
     """Keep the first `shape[i]` elements of each dim (None keeps a dim)."""
     target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape, *args)
     if len(target) != self.ndim:
-        raise ValueError(f"shrink_to: {target} has {len(target)} dims, the tensor {self.ndim}")
+        raise ArgumentError(f"shrink_to: {target} has {len(target)} dims, the tensor {self.ndim}")
     return self.shrink([None if t is None else (0, t) for t in target])
 
 
@@ -362,12 +363,12 @@ def bitcast_resize(self: Tensor, dt: Any) -> Tensor:
     ratio, bytes in little-endian order as numpy's `view`."""
     old, new = self.dtype.itemsize, dt.itemsize
     if self.ndim == 0 or (new > old and (self.shape[-1] * old) % new):
-        raise ValueError(
+        raise ArgumentError(
             f"bitcast {self.dtype.name} -> {dt.name} needs a last dim whose byte size ({self.shape[-1:]} x {old}) is a "
             f"multiple of {new}"
         )
     if old not in _UINT_OF_SIZE or new not in _UINT_OF_SIZE:
-        raise ValueError(f"bitcast between {self.dtype.name} and {dt.name} is not supported")
+        raise ArgumentError(f"bitcast between {self.dtype.name} and {dt.name} is not supported")
     bits = self.bitcast(_UINT_OF_SIZE[old])
     if new < old:
         k = old // new
@@ -454,14 +455,14 @@ def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
 
     arity = 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3 if op in GroupOp.Ternary else 0
     if not arity:
-        raise ValueError(f"alu: {op} is not an elementwise ALU op (one of GroupOp.ALU)")
+        raise ArgumentError(f"alu: {op} is not an elementwise ALU op (one of GroupOp.ALU)")
     if len(src) + 1 != arity:
-        raise ValueError(f"alu: {op} takes {arity} operands, got {len(src) + 1}")
+        raise ArgumentError(f"alu: {op} takes {arity} operands, got {len(src) + 1}")
     for t in src:
         if not isinstance(t, Tensor):
             raise TypeError(f"alu: operands must be Tensors, got {type(t).__name__} (use ufix for scalars)")
         if t.shape != self.shape or t.device != self.device:
-            raise ValueError(f"alu: {op} operands differ: {self.shape} on {self.device} vs {t.shape} on {t.device}")
+            raise ArgumentError(f"alu: {op} operands differ: {self.shape} on {self.device} vs {t.shape} on {t.device}")
     values = (self, *src)[1:] if op is Ops.WHERE else (self, *src)
     if op is Ops.WHERE and self.dtype != dtypes.bool:
         raise TypeError(f"alu: WHERE needs a bool condition, got {self.dtype}")
@@ -478,7 +479,7 @@ _FLOAT_UNARY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL}
 def replace(self: Tensor, x: Tensor) -> Tensor:
     """Make self stand for `x`'s graph (same shape; dtype and device may change); returns self."""
     if x.shape != self.shape:
-        raise ValueError(f"replace: shape {x.shape} differs from {self.shape}")
+        raise ArgumentError(f"replace: shape {x.shape} differs from {self.shape}")
     self.uop = x.uop
     return self
 
@@ -510,10 +511,12 @@ def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
 
     lhs, arrow, rhs = formula.partition("->")
     if not arrow:
-        raise ValueError(f"rearrange: formula {formula!r} needs '->'")
+        raise ArgumentError(f"rearrange: formula {formula!r} needs '->'")
     left, right = parse(lhs), parse(rhs)
     if len(left) != self.ndim:
-        raise ValueError(f"rearrange: {lhs.strip()!r} names {len(left)} dims, the tensor has {self.ndim} {self.shape}")
+        raise ArgumentError(
+            f"rearrange: {lhs.strip()!r} names {len(left)} dims, the tensor has {self.ndim} {self.shape}"
+        )
     known = dict(sizes)
     for group, size in zip(left, self.shape, strict=True):
         unknown = [n for n in group if n not in known]
@@ -521,13 +524,13 @@ def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         for n in group:
             rest *= known.get(n, 1)
         if len(unknown) > 1 or (not unknown and rest != size) or (unknown and size % rest):
-            raise ValueError(f"rearrange: cannot split dim of size {size} into {group} with sizes {sizes}")
+            raise ArgumentError(f"rearrange: cannot split dim of size {size} into {group} with sizes {sizes}")
         if unknown:
             known[unknown[0]] = size // rest
     flat_left = [n for g in left for n in g]
     flat_right = [n for g in right for n in g]
     if sorted(flat_left) != sorted(flat_right):
-        raise ValueError(f"rearrange: the two sides name different axes: {flat_left} vs {flat_right}")
+        raise ArgumentError(f"rearrange: the two sides name different axes: {flat_left} vs {flat_right}")
     x = self.reshape(*[known[n] for n in flat_left]).permute(*[flat_left.index(n) for n in flat_right])
     return x.reshape(*[_prod([known[n] for n in g]) for g in right])
 

@@ -304,6 +304,19 @@ def gradient(root: Tensor, targets: Sequence[Tensor], grad: Tensor | None = None
     return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
 
 
+def _unset_tensors_in(root: Tensor) -> list[Tensor]:
+    """Live float tensors (root excluded) whose graph is a node of root's graph and whose requires_grad was never
+    set, found through the realize index."""
+    from tg.tensor.realize import index
+
+    found: dict[int, Tensor] = {}
+    for node in root.uop.toposort(lambda u: u.op is not Ops.DETACH):
+        for t in index.tensors(node):
+            if t is not root and t.requires_grad is None and dtypes.is_float(t.dtype):
+                found.setdefault(id(t), t)
+    return list(found.values())
+
+
 def backward(
     root: Tensor, grad: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False
 ) -> None:
@@ -314,18 +327,22 @@ def backward(
     from tg.tensor.realize import buffer_of
     from tg.tensor.tensor import Tensor
 
+    leaves = list(grad_leaves)
     if not root.requires_grad:
-        raise RuntimeError(
-            "backward: the tensor does not require grad (no input has requires_grad=True, or it was computed "
-            "under no_grad() or detached)"
-        )
+        # tinygrad's habit: nothing asked for gradients, so every float tensor of the graph whose requires_grad was
+        # never set gets one (`x = Tensor.randn(4); (x * x).sum().backward(); x.grad`); torch would raise
+        leaves = _unset_tensors_in(root)
+        if not leaves:
+            raise RuntimeError(
+                "backward: the tensor does not require grad (no input has requires_grad=True, or it was computed "
+                "under no_grad() or detached)"
+            )
     if getattr(root, "_backward_done", False):
         raise RuntimeError(
             "backward: this tensor's backward already ran, and a second one would add the same gradients again. "
             "Pass retain_graph=True to the first backward() if you mean to run it twice, or compute the loss again"
         )
     seed = _seed(root, grad, "backward")
-    leaves = list(grad_leaves)
     resolved = _origins.ResolvedOrigins()
     grads = resolved.restore_values(
         compute_gradient(root.uop, seed, {t.uop for t in leaves}, resolved, stored=resolved.stored)

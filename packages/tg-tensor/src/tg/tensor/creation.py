@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tg.ir import DType, UOp, dtypes
 from tg.tensor.args import dtype_arg
 from tg.tensor.data import pack
+from tg.tensor.errors import ArgumentError
 from tg.tensor.shapes import is_symbolic, shape_arg, simplify_dim
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 def _shape(op: str, shape: tuple[Any, ...]) -> tuple[int, ...]:
     shp = shape_arg(shape)
     if any(isinstance(s, int) and s < 0 for s in shp):
-        raise ValueError(f"{op}: negative dimension in shape {shp}")
+        raise ArgumentError(f"{op}: negative dimension in shape {shp}")
     return shp
 
 
@@ -84,13 +85,15 @@ def arange(
     if stop is None:
         start, stop = 0, start
     if step == 0:
-        raise ValueError("arange: step must not be zero")
+        raise ArgumentError("arange: step must not be zero")
     if any(isinstance(v, UOp) for v in (start, stop, step)):
         return _symbolic_arange(start, stop, step, dtype, device, requires_grad)
-    dt = dtype_arg(dtype) or (
-        dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float
-    )
+    all_int = all(isinstance(v, int) for v in (start, stop, step))
+    dt = dtype_arg(dtype) or (dtypes.default_int if all_int else dtypes.default_float)
     n = max(0, math.ceil((stop - start) / step))
+    if dtype is None and all_int and n and not (dt.min <= min(start, start + (n - 1) * step) and
+                                                 max(start, start + (n - 1) * step) <= dt.max):  # fmt: skip
+        dt = dtypes.int64  # an int range beyond int32 (spec: int64 when out of range)
     if n >= DEVICE_INDEX_MIN and (t := _device_arange(start, step, n, dt, canonical_device(device))) is not None:
         return t if requires_grad is None else t.requires_grad_(requires_grad)
     values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(
@@ -110,7 +113,7 @@ def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None
         raise TypeError(f"arange with a symbolic bound needs an int step, got {step!r}")
     count = simplify_dim((stop - start + step - 1) // step if step > 0 else (start - stop - step - 1) // -step)
     if isinstance(count, UOp) and count.vmin < 0:
-        raise ValueError(f"arange: the count {count.render()} can be negative for some values of its Variables")
+        raise ArgumentError(f"arange: the count {count.render()} can be negative for some values of its Variables")
     dt = dtype_arg(dtype) or dtypes.default_int
     most = count if isinstance(count, int) else int(count.vmax)
     index = arange(0, most, 1, dtypes.default_int, device)
@@ -166,8 +169,10 @@ def linspace(
 ) -> Tensor:
     """`steps` evenly spaced values from start to stop inclusive: `Tensor.linspace(0, 1, 5)`."""
     if not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+        raise ArgumentError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dt = dtype_arg(dtype) or dtypes.default_float
+    if dt is dtypes.bool:
+        raise ArgumentError("linspace: a bool dtype has no evenly spaced values (torch refuses it too)")
     if steps == 1:
         return full((1,), start, dt, device, requires_grad)
     delta = (stop - start) / (steps - 1) if steps > 1 else 0.0
@@ -190,7 +195,7 @@ def eye(
     """The identity matrix (n x m): `Tensor.eye(3)`."""
     m = n if m is None else m
     if n < 0 or m < 0:
-        raise ValueError(f"eye: sizes must be non-negative, got {n} x {m}")
+        raise ArgumentError(f"eye: sizes must be non-negative, got {n} x {m}")
     k = min(n, m)
     dt = dtype_arg(dtype) or dtypes.default_float
     if k == 0:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tg.ir import DType, dtypes, to_dtype
 from tg.ir.floats import from_storage_scalar, storage_fmt, to_storage_scalar
+from tg.tensor.errors import ArgumentError
 
 _NAME_BY_FMT = {"?": "bool", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32",
                 "q": "int64", "Q": "uint64", "e": "float16", "f": "float32", "d": "float64"}  # fmt: skip
@@ -33,7 +34,7 @@ def is_int(x: Any) -> bool:
 def struct_format(dt: DType) -> str:
     """The struct/numpy format character of `dt` (ValueError for dtypes without one, e.g. bfloat16)."""
     if dt.fmt is None or dt.fmt not in _NAME_BY_FMT:
-        raise ValueError(f"{dt.name} has no numpy dtype; use .float().numpy() (or .tolist(), which converts)")
+        raise ArgumentError(f"{dt.name} has no numpy dtype; use .float().numpy() (or .tolist(), which converts)")
     return dt.fmt
 
 
@@ -73,12 +74,12 @@ def _shape_and_leaves(data: Sequence[Any]) -> tuple[tuple[int, ...], list[Any]]:
         nxt: list[Any] = []
         for item in level:
             if not isinstance(item, (list, tuple)) or len(item) != size:
-                raise ValueError(f"Tensor data is not rectangular (ragged nested lists) at depth {depth}")
+                raise ArgumentError(f"Tensor data is not rectangular (ragged nested lists) at depth {depth}")
             nxt.extend(item)
         level = nxt
     for v in level:
         if isinstance(v, (list, tuple)):
-            raise ValueError("Tensor data is not rectangular (ragged nested lists)")
+            raise ArgumentError("Tensor data is not rectangular (ragged nested lists)")
         leaves.append(v)
     return tuple(shape), leaves
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tg.ir import UOp, dtypes
 from tg.tensor import bounds
 from tg.tensor.data import is_int, is_numpy
+from tg.tensor.errors import ArgumentError
 from tg.tensor.shapes import broadcast_shape, canonical_axis, is_symbolic, simplify_dim
 
 if TYPE_CHECKING:
@@ -87,13 +88,19 @@ def _index_tensors(self: Tensor, items: list[Any]) -> list[Any]:
     from tg.tensor.tensor import Tensor
 
     out: list[Any] = []
+    dim = 0
     for it in items:
+        used = _dims_used(it)
+        dim += used
         if isinstance(it, list) or is_numpy(it):
             it = Tensor(it, device=self.device)
         if isinstance(it, Tensor):
             if it.dtype is dtypes.bool:
                 if it.ndim == 0:
                     raise IndexError("a 0-d bool index is not supported; use a bool mask with the tensor's shape")
+                covered = self.shape[dim - used : dim]
+                if tuple(it.shape) != tuple(covered):
+                    raise IndexError(f"the bool mask {it.shape} does not match the indexed dims {covered}")
                 coords = nonzero(it)  # (count, mask dims)
                 out.extend(coords[:, d] for d in range(it.ndim))
                 continue
@@ -114,10 +121,15 @@ def __getitem__(self: Tensor, index: Any) -> Tensor:
     >>> Tensor([[1, 2, 3], [4, 5, 6]])[[1, 0], [2, 2]].tolist()
     [6, 3]
     """
-    raw = list(index) if isinstance(index, tuple) else [index]
+    raw = [_as_list(it) for it in (index if isinstance(index, tuple) else (index,))]
     if any(_is_advanced(it) for it in raw):
         return _advanced_get(self, _index_tensors(self, _normalize(tuple(raw), self.ndim)))
-    return _basic_get(self, index)
+    return _basic_get(self, tuple(raw) if isinstance(index, tuple) else raw[0])
+
+
+def _as_list(it: Any) -> Any:
+    """A tuple inside an index is a list of indices (numpy, torch): `t[(0, 1), :]` is `t[[0, 1], :]`."""
+    return [_as_list(x) for x in it] if isinstance(it, tuple) else it
 
 
 def _basic_get(self: Tensor, index: Any) -> Tensor:
@@ -237,7 +249,7 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
     separate_twins(self)  # an equal tensor made independently must not see this write
     v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
     if v.device != self.device:
-        raise ValueError(f"setitem device mismatch: target {self.device} vs value {v.device}")
+        raise ArgumentError(f"setitem device mismatch: target {self.device} vs value {v.device}")
     raw = list(index) if isinstance(index, tuple) else [index]
     if any(_is_advanced(it) for it in raw):
         mask = raw[0] if len(raw) == 1 and isinstance(raw[0], Tensor) and raw[0].dtype is dtypes.bool else None
@@ -252,7 +264,7 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
         view = self[index]
         v = v.cast(self.dtype)
         if v.ndim > view.ndim:
-            raise ValueError(f"setitem: cannot broadcast value of shape {v.shape} to the indexed shape {view.shape}")
+            raise ArgumentError(f"setitem: cannot broadcast value of shape {v.shape} to the indexed shape {view.shape}")
         v = v.reshape((1,) * (view.ndim - v.ndim) + v.shape)._broadcast_to(view.shape)
     written = view_base(assign_into_view(view.uop, v.uop))
     # self reads through the write (it is the tensor being written, not an earlier read of the buffer)
@@ -351,7 +363,7 @@ def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor
     result_shape[at:at] = list(shape_b)
     v = value.cast(view.dtype)
     if v.ndim > len(result_shape):
-        raise ValueError(
+        raise ArgumentError(
             f"setitem: cannot broadcast value of shape {value.shape} to the indexed shape {tuple(result_shape)}"
         )
     v = v.reshape((1,) * (len(result_shape) - v.ndim) + v.shape)._broadcast_to(tuple(result_shape))
@@ -377,9 +389,39 @@ def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor
     return view, new.permute(*inverse)
 
 
-def nonzero(self: Tensor) -> Tensor:
-    """Coordinates of the nonzero elements, shape (count, ndim) int32, in row-major order (realizes self)."""
+def _first_hits(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """For a flat bool `mask` (n,): the (size, n) one-hot of the first `size` True positions in order, and which of
+    the `size` rows found one (lazy: the count is never read)."""
     from tg.tensor.tensor import Tensor
+
+    if not isinstance(size, int) or size < 0:
+        raise ArgumentError(f"size must be a non-negative int, got {size!r}")
+    rank = mask.cast(dtypes.int32).cumsum(0) - 1 if mask.shape[0] else mask.cast(dtypes.int32)
+    rows = Tensor.arange(size, dtype=dtypes.int32, device=mask.device).reshape(size, 1)
+    sel = (rank.reshape(1, -1) == rows) & mask.reshape(1, -1)
+    return sel, sel.any(1)
+
+
+def nonzero(self: Tensor, size: int | None = None, fill_value: int = 0) -> Tensor:
+    """Coordinates of the nonzero elements, shape (count, ndim) int32, in row-major order (realizes self). With
+    `size=` the shape is (size, ndim) without reading any data: the first `size` hits, rows past the count
+    `fill_value` (torch, tinygrad)."""
+    from tg.tensor.tensor import Tensor
+
+    if size is not None:
+        mask = self.cast(dtypes.bool).flatten()
+        n = mask.shape[0]
+        sel, valid = _first_hits(mask, size)
+        index = sel.where(Tensor.arange(n, dtype=dtypes.int32, device=self.device).reshape(1, -1), 0).sum(1)
+        parts: list[Tensor] = []
+        rest = index
+        for s in reversed(self.shape):
+            parts.append(rest % s if s else rest)
+            rest = rest // s if s else rest
+        if not parts:
+            return Tensor.zeros(size, 0, dtype=dtypes.int32, device=self.device)
+        out = Tensor.stack(*parts[::-1], dim=1).cast(dtypes.int32)
+        return valid.reshape(size, 1).where(out, int(fill_value)).cast(dtypes.int32)
 
     flat = self.cast(dtypes.bool).flatten().tolist() if self.ndim else [bool(self.item())]
     coords = []
@@ -400,11 +442,23 @@ def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
     return mask.cast(dtypes.bool).where(value, self)
 
 
-def masked_select(self: Tensor, mask: Tensor) -> Tensor:
-    """The elements where `mask` (broadcast to self) is True, as a 1-d tensor (realizes the mask)."""
+def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements where `mask` (broadcast to self) is True, as a 1-d tensor (realizes the mask). With `size=` the
+    result has `size` elements without reading any data: the first hits, then `fill_value` (in self's dtype)."""
     m = mask.cast(dtypes.bool)._broadcast_to(broadcast_shape(self.shape, mask.shape))
     x = self._broadcast_to(m.shape)
+    if size is not None:
+        sel, valid = _first_hits(m.flatten(), size)
+        picked = sel.where(x.flatten().reshape(1, -1), 0).sum(1, dtype=self.dtype)
+        return valid.where(picked, _fill_of(self, fill_value))
     return x.flatten()[m.flatten()] if x.ndim else x.reshape(1)[m.reshape(1)]
+
+
+def _fill_of(like: Tensor, value: Any) -> Tensor:
+    """`value` as a 0-d tensor of `like`'s dtype and device (a fill value never promotes the result)."""
+    from tg.tensor.tensor import Tensor
+
+    return Tensor(value, dtype=like.dtype, device=like.device) if not isinstance(value, Tensor) else value
 
 
 # ---- gather / scatter along one dim ------------------------------------------------------------------------------
@@ -416,12 +470,12 @@ def _onehot_along(self: Tensor, dim: int, index: Tensor, op: str) -> tuple[int, 
 
     d = canonical_axis(dim, self.ndim)
     if index.ndim != self.ndim:
-        raise ValueError(f"{op}: index {index.shape} needs as many dims as the input {self.shape}")
+        raise ArgumentError(f"{op}: index {index.shape} needs as many dims as the input {self.shape}")
     if dtypes.is_float(index.dtype) or index.dtype is dtypes.bool:
         raise TypeError(f"{op}: index must be an integer tensor, got {index.dtype.name}")
     for i, (a, b) in enumerate(zip(index.shape, self.shape, strict=True)):
         if i != d and a > b:
-            raise ValueError(f"{op}: index {index.shape} is larger than the input {self.shape} in dim {i}")
+            raise ArgumentError(f"{op}: index {index.shape} is larger than the input {self.shape} in dim {i}")
     x = self.transpose(d, -1)
     ix = index.transpose(d, -1)
     x = x.shrink([(0, s) for s in ix.shape[:-1]] + [None])
@@ -448,7 +502,7 @@ def _scatter_parts(self: Tensor, dim: int, index: Tensor, src: Any, op: str) -> 
     s = src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
     if isinstance(src, Tensor):
         if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape, strict=True)):
-            raise ValueError(f"{op}: src {src.shape} must be at least as large as index {index.shape} in every dim")
+            raise ArgumentError(f"{op}: src {src.shape} must be at least as large as index {index.shape} in every dim")
         s = src.shrink([(0, n) for n in index.shape]).cast(self.dtype)
     s = s.transpose(d, -1).unsqueeze(-1)
     x = self.transpose(d, -1)
@@ -467,7 +521,7 @@ def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None 
     if reduce == "multiply":
         return (x * onehot.where(s, 1).prod(-2).cast(self.dtype)).transpose(d, -1)
     if reduce is not None:
-        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
     return _scatter_last(x, onehot, s).transpose(d, -1)
 
 
@@ -490,7 +544,7 @@ def scatter_reduce(
     """Combine `src` into self at `index` along `dim` with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'
     (torch.scatter_reduce); with include_self=False the existing values of written elements are left out."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+        raise ArgumentError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
     d, x, onehot, s = _scatter_parts(self, dim, index, src, "scatter_reduce")
     hit = onehot.any(-2)
     if reduce in ("sum", "mean"):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tg.ir import DType, dtypes
 from tg.tensor.args import dtype_arg
+from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -24,7 +25,7 @@ def _parse(formula: str, operands: Sequence[Tensor]) -> tuple[list[str], str]:
     lhs, arrow, rhs = formula.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != len(operands):
-        raise ValueError(f"einsum: {formula!r} names {len(inputs)} operands, got {len(operands)}")
+        raise ArgumentError(f"einsum: {formula!r} names {len(inputs)} operands, got {len(operands)}")
     n_ell = 0
     for spec, t in zip(inputs, operands, strict=True):
         if "..." in spec:
@@ -36,7 +37,7 @@ def _parse(formula: str, operands: Sequence[Tensor]) -> tuple[list[str], str]:
             k = t.ndim - len(spec.replace("...", ""))
             spec = spec.replace("...", ell[n_ell - k :] if k else "")
         if len(spec) != t.ndim or not all(c.isalpha() for c in spec):
-            raise ValueError(f"einsum: subscripts {spec!r} do not fit operand of shape {t.shape}")
+            raise ArgumentError(f"einsum: subscripts {spec!r} do not fit operand of shape {t.shape}")
         specs.append(spec)
     if arrow:
         out = rhs.replace("...", ell)
@@ -45,7 +46,7 @@ def _parse(formula: str, operands: Sequence[Tensor]) -> tuple[list[str], str]:
         out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
     for c in out:
         if not any(c in s for s in specs):
-            raise ValueError(f"einsum: output subscript {c!r} appears in no input of {formula!r}")
+            raise ArgumentError(f"einsum: output subscript {c!r} appears in no input of {formula!r}")
     return specs, out
 
 
@@ -73,7 +74,7 @@ def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DType | st
             spec = spec[:i] + spec[i + 1 : j] + spec[j + 1 :] + c
         for c, n in zip(spec, t.shape, strict=True):
             if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
-                raise ValueError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
+                raise ArgumentError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
             sizes[c] = max(sizes[c], n)
         order = sorted(range(len(spec)), key=lambda k: letters.index(spec[k]))
         t = t.permute(*order) if order else t
@@ -127,17 +128,17 @@ def interpolate(
     if mode in ("bilinear", "trilinear"):
         mode = "linear"
     if mode not in ("linear", "nearest", "nearest-exact"):
-        raise ValueError(f"interpolate: mode must be 'linear', 'nearest' or 'nearest-exact', got {mode!r}")
+        raise ArgumentError(f"interpolate: mode must be 'linear', 'nearest' or 'nearest-exact', got {mode!r}")
     if size is None:
         if scale_factor is None:
-            raise ValueError("interpolate needs size= or scale_factor=")
+            raise ArgumentError("interpolate needs size= or scale_factor=")
         factors = [scale_factor] if isinstance(scale_factor, (int, float)) else list(scale_factor)
         n = len(factors) if not isinstance(scale_factor, (int, float)) else max(1, self.ndim - 2)
         factors = factors * n if len(factors) == 1 else factors
         size = [math.floor(s * f) for s, f in zip(self.shape[-n:], factors, strict=True)]
     sizes = [size] if isinstance(size, int) else list(size)
     if len(sizes) > self.ndim or any(s <= 0 for s in sizes):
-        raise ValueError(f"interpolate: size {sizes} does not fit input {self.shape}")
+        raise ArgumentError(f"interpolate: size {sizes} does not fit input {self.shape}")
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
     for i, n_out in enumerate(sizes):
         d = self.ndim - len(sizes) + i
@@ -146,4 +147,8 @@ def interpolate(
             continue
         w = Tensor(_weights(n_in, n_out, mode, align_corners), dtype=x.dtype, device=x.device)
         x = (x.transpose(d, -1) @ w).transpose(d, -1)
-    return x if x.dtype is self.dtype or not dtypes.is_float(self.dtype) else x.cast(self.dtype)
+        if not dtypes.is_float(self.dtype) and mode == "linear":
+            x = x.round()  # integer images are rounded after each pass (torch's separable uint8 kernels)
+    if not dtypes.is_float(self.dtype):  # integer images keep their dtype (torch): linear values rounded
+        return (x.round() if mode == "linear" else x).cast(self.dtype)
+    return x if x.dtype is self.dtype else x.cast(self.dtype)

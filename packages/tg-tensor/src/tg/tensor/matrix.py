@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tg.ir import DType, dtypes
+from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -27,9 +28,9 @@ def qr(self: Tensor, mode: str = "complete") -> tuple[Tensor, Tensor]:
     from tg.tensor.tensor import Tensor
 
     if mode not in ("complete", "reduced", "r"):
-        raise ValueError(f"qr: mode must be 'complete', 'reduced' or 'r', got {mode!r}")
+        raise ArgumentError(f"qr: mode must be 'complete', 'reduced' or 'r', got {mode!r}")
     if self.ndim < 2:
-        raise ValueError(f"qr: needs a matrix (or a batch of them), got shape {self.shape}")
+        raise ArgumentError(f"qr: needs a matrix (or a batch of them), got shape {self.shape}")
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
     batch, m, n = x.shape[:-2], x.shape[-2], x.shape[-1]
     r, q = x, Tensor.eye(m, dtype=x.dtype, device=x.device).expand(*batch, m, m)
@@ -72,9 +73,9 @@ def newton_schulz(
     `X = G / (|G|_F + eps)` (`max(|G|_F, eps)` with `clamp_norm`, torch's Muon), then `steps` times
     `X = p0 X + p1 (X Xᵀ) X + p2 (X Xᵀ)² X + ...` for the odd polynomial `params`, on the transpose when rows > cols."""
     if self.ndim < 2:
-        raise ValueError(f"newton_schulz: needs a matrix (or a batch of them), got shape {self.shape}")
+        raise ArgumentError(f"newton_schulz: needs a matrix (or a batch of them), got shape {self.shape}")
     if not params:
-        raise ValueError("newton_schulz: params must name at least one coefficient")
+        raise ArgumentError("newton_schulz: params must name at least one coefficient")
     tall = self.shape[-2] > self.shape[-1]
     x = self.transpose(-2, -1) if tall else self
     norm = x.square().sum((-2, -1), keepdim=True).sqrt()
@@ -178,7 +179,7 @@ def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tenso
     from tg.tensor.tensor import Tensor
 
     if self.ndim < 2:
-        raise ValueError(f"svd: needs a matrix (or a batch of them), got shape {self.shape}")
+        raise ArgumentError(f"svd: needs a matrix (or a batch of them), got shape {self.shape}")
     if not dtypes.is_float(self.dtype):
         x = self.cast(dtypes.default_float)
     else:
@@ -188,7 +189,7 @@ def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tenso
     a = x.transpose(-2, -1) if wide else x  # (..., p, k) with p >= k
     p, k = a.shape[-2], a.shape[-1]
     if k == 0:
-        raise ValueError(f"svd: needs a non-empty matrix, got shape {self.shape}")
+        raise ArgumentError(f"svd: needs a non-empty matrix, got shape {self.shape}")
     q, r = qr(a, mode="complete" if full_matrices else "reduced")
     w, v = _one_sided_jacobi(r[..., :k, :k].transpose(-2, -1))
     s, order = w.square().sum(-2).sqrt().sort(-1, descending=True)

@@ -98,10 +98,15 @@ class TensorMethods:
     __matmul__ = _operators.__matmul__
     __rmatmul__ = _operators.__rmatmul__
     __and__ = _operators.__and__
+    __rand__ = _operators.__rand__
     __or__ = _operators.__or__
+    __ror__ = _operators.__ror__
     __xor__ = _operators.__xor__
+    __rxor__ = _operators.__rxor__
     __lshift__ = _operators.__lshift__
+    __rlshift__ = _operators.__rlshift__
     __rshift__ = _operators.__rshift__
+    __rrshift__ = _operators.__rrshift__
     __lt__ = _operators.__lt__
     __gt__ = _operators.__gt__
     __eq__ = _operators.__eq__  # type: ignore[assignment]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.ir import Ops, UOp, argsort, dtypes, least_upper_dtype
 from tg.ir.uop import resolve, sint_to_uop
+from tg.tensor.errors import ArgumentError, DimError, UnsupportedMode
 from tg.tensor.shapes import (
     canonical_axis,
     concrete_dim,
@@ -39,24 +40,32 @@ def _new(uop: UOp) -> Tensor:
 def reshape(self: Tensor, *shape: Any) -> Tensor:
     """Same data, new shape; one entry may be -1: `t.reshape(2, -1)`. Symbolic dims are allowed when the element
     counts agree symbolically (`t.reshape(v, 4)` for a tensor of `v*4` elements)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    if any(s is None for s in shape):  # None keeps the dim at that position (tinygrad)
+        if len(shape) > self.ndim:
+            raise ArgumentError(f"reshape: None at a position past the {self.ndim} dims of {self.shape}")
+        shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     new: list[Any] = list(shape_arg(shape)) if shape else []
     ints = [s for s in new if isinstance(s, int)]
     if ints.count(-1) > 1:
-        raise ValueError(f"reshape: only one dimension can be -1, got {fmt_shape(tuple(new))}")
+        raise ArgumentError(f"reshape: only one dimension can be -1, got {fmt_shape(tuple(new))}")
     if any(s < -1 for s in ints):
-        raise ValueError(f"reshape: negative dimension in {fmt_shape(tuple(new))}")
+        raise ArgumentError(f"reshape: negative dimension in {fmt_shape(tuple(new))}")
     numel = self.numel()
     if -1 in ints:
         rest = math.prod([s for s in new if not (isinstance(s, int) and s == -1)])
         if isinstance(rest, int) and isinstance(numel, int):
             if rest == 0 or numel % rest:
-                raise ValueError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
+                raise ArgumentError(f"cannot reshape tensor of shape {self.shape} into shape {tuple(new)}")
             inferred: Any = numel // rest
         else:
             inferred = simplify_dim(numel // rest)
         new[next(i for i, s in enumerate(new) if isinstance(s, int) and s == -1)] = inferred
     if not same_dim(simplify_dim(math.prod(new)), numel):
-        raise ValueError(f"cannot reshape tensor of shape {fmt_shape(self.shape)} into shape {fmt_shape(tuple(new))}")
+        raise ArgumentError(
+            f"cannot reshape tensor of shape {fmt_shape(self.shape)} into shape {fmt_shape(tuple(new))}"
+        )
     return self if same_shape(tuple(new), self.shape) else _new(self.uop.reshape(tuple(new)))
 
 
@@ -75,7 +84,7 @@ def permute(self: Tensor, *order: Any) -> Tensor:
     """Reorder the dimensions: `t.permute(2, 0, 1)`."""
     perm = [canonical_axis(a, self.ndim) for a in shape_arg(order)] if order else []
     if sorted(perm) != list(range(self.ndim)):
-        raise ValueError(f"permute: {tuple(order)} is not a permutation of the {self.ndim} dims of {self.shape}")
+        raise ArgumentError(f"permute: {tuple(order)} is not a permutation of the {self.ndim} dims of {self.shape}")
     return self if perm == list(range(self.ndim)) else _new(self.uop.permute(tuple(perm)))
 
 
@@ -83,12 +92,12 @@ def expand(self: Tensor, *shape: Any) -> Tensor:
     """Broadcast size-1 dims to `shape` (-1 keeps a dim): `t.expand(4, -1)`."""
     new = shape_arg(shape)
     if len(new) < self.ndim:
-        raise ValueError(f"expand: cannot expand shape {self.shape} to {new} (fewer dims)")
+        raise ArgumentError(f"expand: cannot expand shape {self.shape} to {new} (fewer dims)")
     old = (1,) * (len(new) - self.ndim) + self.shape
     target = tuple(o if isinstance(n, int) and n == -1 else n for o, n in zip(old, new, strict=True))
     for o, n in zip(old, target, strict=True):
         if not same_dim(o, n) and not same_dim(o, 1):
-            raise ValueError(f"expand: cannot expand shape {fmt_shape(self.shape)} to {fmt_shape(new)}")
+            raise ArgumentError(f"expand: cannot expand shape {fmt_shape(self.shape)} to {fmt_shape(new)}")
     x = self.reshape(old) if len(old) != self.ndim else self
     return x if same_shape(target, x.shape) else _new(x.uop.expand(target))
 
@@ -97,7 +106,7 @@ def broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
     if same_shape(self.shape, shape):
         return self
     if len(shape) < self.ndim:
-        raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
+        raise ArgumentError(f"cannot broadcast shape {self.shape} to {shape}")
     return self.expand(shape)
 
 
@@ -106,11 +115,11 @@ def _pad_pairs(self: Tensor, padding: Any) -> list[tuple[int, int]]:
     items = list(padding)
     if items and all(isinstance(p, int) for p in items):
         if len(items) % 2 or len(items) // 2 > self.ndim:
-            raise ValueError(f"pad: a flat padding needs an even count of at most 2*{self.ndim} ints, got {padding}")
+            raise ArgumentError(f"pad: a flat padding needs an even count of at most 2*{self.ndim} ints, got {padding}")
         flat = [(int(items[i]), int(items[i + 1])) for i in range(0, len(items), 2)]
         return [(0, 0)] * (self.ndim - len(flat)) + flat[::-1]
     if len(items) != self.ndim:
-        raise ValueError(f"pad: need one (before, after) per dim of {self.shape}, got {tuple(padding)}")
+        raise ArgumentError(f"pad: need one (before, after) per dim of {self.shape}, got {tuple(padding)}")
     return [(0, 0) if p is None else (_amount(p[0]), _amount(p[1])) for p in items]
 
 
@@ -126,26 +135,31 @@ def pad(self: Tensor, padding: Any, mode: str = "constant", value: Scalar = 0) -
     """
     pads = _pad_pairs(self, padding)
     if mode not in ("constant", "reflect", "replicate", "circular"):
-        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+        raise UnsupportedMode(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
     if any(isinstance(p, UOp) for pair in pads for p in pair):  # a Variable amount: a gate in the kernel
         if mode != "constant":
             raise NotImplementedError(f"pad: mode={mode!r} by a symbolic amount; only 'constant' padding is symbolic")
         return _pad_constant(self, [(_resolved(b), _resolved(a)) for b, a in pads], value)
+    if mode != "constant":  # the positive amounts pad the whole input (torch), then the negative ones crop
+        grown = [(max(b, 0), max(a, 0)) for b, a in pads]
+        x = _pad_mode(self, grown, mode) if any(b or a for b, a in grown) else self
+        crop = [(-min(b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, x.shape, strict=True)]
+        if any(lo > hi for lo, hi in crop):
+            raise ArgumentError(f"pad: negative padding {tuple(pads)} crops more than the dims of {self.shape}")
+        return x.shrink(crop) if any(b < 0 or a < 0 for b, a in pads) else x
     x = self
     if any(b < 0 or a < 0 for b, a in pads):
         x = x.shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True)])
         pads = [(max(b, 0), max(a, 0)) for b, a in pads]
     if all(b == 0 and a == 0 for b, a in pads):
         return x
-    if mode != "constant":
-        return _pad_mode(x, pads, mode)
     return _pad_constant(x, pads, value)
 
 
 def _resolved(x: Any) -> Any:
     """A symbolic pad amount that must not be negative for any bound value (checked with its bounds)."""
     if isinstance(x, UOp) and x.vmin < 0:
-        raise ValueError(f"pad: the symbolic amount {x.render()} can be negative (down to {x.vmin})")
+        raise ArgumentError(f"pad: the symbolic amount {x.render()} can be negative (down to {x.vmin})")
     return x
 
 
@@ -164,11 +178,11 @@ def _pad_mode(x: Tensor, pads: list[tuple[int, int]], mode: str) -> Tensor:
         if not before and not after:
             continue
         if mode == "reflect" and (before >= n or after >= n):
-            raise ValueError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {d} of size {n}")
+            raise ArgumentError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {d} of size {n}")
         if mode == "circular" and (before > n or after > n):
-            raise ValueError(f"pad: circular padding ({before}, {after}) is larger than dim {d} of size {n}")
+            raise ArgumentError(f"pad: circular padding ({before}, {after}) is larger than dim {d} of size {n}")
         if n == 0:
-            raise ValueError(f"pad: cannot {mode}-pad the empty dim {d}")
+            raise ArgumentError(f"pad: cannot {mode}-pad the empty dim {d}")
 
         def part(lo: int, hi: int, d: int = d, src: Tensor = x) -> Tensor:
             bounds: list[tuple[int, int] | None] = [None] * src.ndim
@@ -190,13 +204,13 @@ def _pad_mode(x: Tensor, pads: list[tuple[int, int]], mode: str) -> Tensor:
 def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim: `t.shrink(((1, 3), None))`."""
     if len(arg) != self.ndim:
-        raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {tuple(arg)}")
+        raise ArgumentError(f"shrink: need one (start, end) per dim of {self.shape}, got {tuple(arg)}")
     bounds = tuple(
         (0, s) if a is None else (_amount(a[0]), _amount(a[1])) for a, s in zip(arg, self.shape, strict=True)
     )
     for (b, e), s in zip(bounds, self.shape, strict=True):
         if not _in_order(0, b, e, s):
-            raise ValueError(f"shrink: bounds {_fmt_bounds(bounds)} out of range for shape {fmt_shape(self.shape)}")
+            raise ArgumentError(f"shrink: bounds {_fmt_bounds(bounds)} out of range for shape {fmt_shape(self.shape)}")
     if all(same_dim(b, 0) and same_dim(e, s) for (b, e), s in zip(bounds, self.shape, strict=True)):
         return self
     return _new(self.uop.shrink(bounds))
@@ -220,7 +234,10 @@ def _fmt_bounds(bounds: Any) -> str:
 
 def flip(self: Tensor, axis: int | Sequence[int]) -> Tensor:
     """Reverse the order along `axis`: `t.flip(0)`."""
-    axes = {canonical_axis(a, self.ndim) for a in ([axis] if isinstance(axis, int) else axis)}
+    given = [canonical_axis(a, self.ndim) for a in ([axis] if isinstance(axis, int) else axis)]
+    axes = set(given)
+    if len(axes) != len(given):
+        raise ArgumentError(f"flip: dim {axis} repeats a dim of a {self.ndim}-d tensor")
     if not axes:
         return self
     return _new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
@@ -247,6 +264,9 @@ def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
     if dim is None:
         return self.reshape(tuple(s for s in self.shape if not same_dim(s, 1)))
     if self.ndim == 0:
+        for d in [dim] if isinstance(dim, int) else dim:
+            if d not in (0, -1):
+                raise DimError(f"dimension {d} out of range for a 0-d tensor (valid: -1, 0)")
         return self
     dims = {canonical_axis(d, self.ndim) for d in ([dim] if isinstance(dim, int) else dim)}
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and same_dim(s, 1))))
@@ -263,10 +283,13 @@ def _tensor_list(op: str, first: Any, rest: tuple[Any, ...]) -> list[Tensor]:
     from tg.tensor.tensor import Tensor
 
     items: list[Any] = []
-    for x in (first, *rest):
+    given = (first, *rest)
+    for i, x in enumerate(given):
+        if isinstance(x, (list, tuple)) and i != len(given) - 1:
+            raise ArgumentError(f"{op}: a list of tensors must be the last argument (dim is a keyword: dim=...)")
         items.extend(x if isinstance(x, (list, tuple)) else [x])
     if not items:
-        raise ValueError(f"{op} needs at least one tensor")
+        raise ArgumentError(f"{op} needs at least one tensor")
     for x in items:
         if not isinstance(x, Tensor):
             raise TypeError(f"{op} needs Tensors, got {type(x).__name__}")
@@ -280,13 +303,13 @@ def cat(self: Any, *others: Any, dim: int | None = None, axis: int | None = None
     ts = _tensor_list("cat", self, others)
     first = ts[0]
     if first.ndim == 0:
-        raise ValueError("cat: zero-dimensional tensors cannot be concatenated (use stack)")
+        raise DimError("cat: zero-dimensional tensors cannot be concatenated (use stack)")
     d = canonical_axis(pick("cat", "dim", dim, "axis", axis, 0), first.ndim)
     for t in ts:
         if t.ndim != first.ndim or any(
             i != d and a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
         ):
-            raise ValueError(f"cat: shapes {' and '.join(str(x.shape) for x in ts)} differ outside dim {d}")
+            raise ArgumentError(f"cat: shapes {' and '.join(str(x.shape) for x in ts)} differ outside dim {d}")
         if t.device != first.device:
             raise RuntimeError(f"cat: tensors are on different devices: {first.device} and {t.device}")
     dt = least_upper_dtype(*[t.dtype for t in ts])
@@ -309,10 +332,13 @@ def stack(self: Any, *others: Any, dim: int | None = None, axis: int | None = No
     from tg.tensor.args import pick
 
     tensors = _tensor_list("stack", self, others)
-    d = canonical_axis(pick("stack", "dim", dim, "axis", axis, 0), tensors[0].ndim + 1)
+    where = pick("stack", "dim", dim, "axis", axis, 0)
+    if not isinstance(where, int):
+        raise ArgumentError(f"stack: dim must be an int, got {type(where).__name__}")
+    d = canonical_axis(where, tensors[0].ndim + 1)
     for t in tensors:
         if t.shape != tensors[0].shape:
-            raise ValueError(f"stack: shapes {' and '.join(str(x.shape) for x in tensors)} differ")
+            raise ArgumentError(f"stack: shapes {' and '.join(str(x.shape) for x in tensors)} differ")
     return cat(*[t.unsqueeze(d) for t in tensors], dim=d)
 
 
@@ -373,7 +399,7 @@ def assign_into_view(target: UOp, value: UOp) -> UOp:
         views.append(node)
         node = node.src[0]
     if (device := node.device) is None:
-        raise ValueError(f"assign target has no device: {node.op}")
+        raise ArgumentError(f"assign target has no device: {node.op}")
     mask = UOp.full(target.shape, True, dtypes.bool, device)
     for v in views:  # from the view down to the base: undo each op
         src_shape = v.src[0].shape
@@ -403,9 +429,9 @@ def repeat(self: Tensor, repeats: Any, *more: int) -> Tensor:
     """Tile the tensor `repeats[i]` times along dim i (torch's `repeat`, numpy's `tile`): `t.repeat(2, 1)`."""
     reps = shape_arg((repeats, *more))
     if len(reps) < self.ndim:
-        raise ValueError(f"repeat: need at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+        raise ArgumentError(f"repeat: need at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
     if any(r < 0 for r in reps):
-        raise ValueError(f"repeat: repeat counts must be non-negative, got {reps}")
+        raise ArgumentError(f"repeat: repeat counts must be non-negative, got {reps}")
     base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
     paired = base.reshape(tuple(d for s in base.shape for d in (1, s)))
     expanded = paired.expand(tuple(d for r, s in zip(reps, base.shape, strict=True) for d in (r, s)))
@@ -415,7 +441,7 @@ def repeat(self: Tensor, repeats: Any, *more: int) -> Tensor:
 def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
     """Repeat each element `repeats` times along `dim` (the flattened tensor if None): [1, 2] -> [1, 1, 2, 2]."""
     if not isinstance(repeats, int) or repeats < 0:
-        raise ValueError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+        raise ArgumentError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
     x = self.flatten() if dim is None else self
     d = canonical_axis(0 if dim is None else dim, x.ndim)
     x = x.unsqueeze(d + 1)
@@ -429,11 +455,11 @@ def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tenso
     n = self.shape[d]
     if isinstance(sizes, int):
         if sizes <= 0:
-            raise ValueError(f"split: the piece size must be positive, got {sizes}")
+            raise ArgumentError(f"split: the piece size must be positive, got {sizes}")
         sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
     sizes = list(sizes)
     if sum(sizes) != n or any(s < 0 for s in sizes):
-        raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of dim {d} of {self.shape}")
+        raise ArgumentError(f"split: sizes {sizes} do not add up to {n}, the size of dim {d} of {self.shape}")
     out, start = [], 0
     for s in sizes:
         bounds: list[tuple[int, int] | None] = [None] * self.ndim
@@ -446,7 +472,7 @@ def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tenso
 def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces of equal size (the last may be smaller) along `dim`, as torch."""
     if not isinstance(chunks, int) or chunks <= 0:
-        raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+        raise ArgumentError(f"chunk: chunks must be a positive int, got {chunks!r}")
     d = canonical_axis(dim, self.ndim)
     n = self.shape[d]
     return split(self, max(1, math.ceil(n / chunks)), d) if n else (self,) * chunks
@@ -460,14 +486,14 @@ def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
 
 def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
     """Rotate elements by `shifts` along `dims` (the flattened tensor if None), as torch.roll."""
-    if dims is None:
-        if not isinstance(shifts, int):
-            raise ValueError("roll: give dims= when shifts is a sequence")
-        return roll(self.flatten(), shifts, 0).reshape(self.shape)
+    if dims is None:  # the flattened tensor (one shift, also as a 1-sequence)
+        if not isinstance(shifts, int) and len(shifts) != 1:
+            raise ArgumentError(f"roll: {len(shifts)} shifts need as many dims=, got none")
+        return roll(self.flatten(), shifts if isinstance(shifts, int) else shifts[0], 0).reshape(self.shape)
     shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
     dim_list = [dims] if isinstance(dims, int) else list(dims)
     if len(shift_list) != len(dim_list):
-        raise ValueError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
+        raise ArgumentError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
     x = self
     for s, dim in zip(shift_list, dim_list, strict=True):
         d = canonical_axis(dim, x.ndim)
@@ -490,7 +516,7 @@ def windows(self: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation
     outs = []
     for i, k, s, d in zip(sizes, kernel, stride, dilation, strict=True):
         if d * (k - 1) + 1 > i:
-            raise ValueError(f"window of size {k} (dilation {d}) is larger than the input size {i}")
+            raise ArgumentError(f"window of size {k} (dilation {d}) is larger than the input size {i}")
         outs.append((i - d * (k - 1) - 1) // s + 1)
     rows = [
         i * max(1, math.ceil((o * s - d) / i)) + d for i, o, s, d in zip(sizes, outs, stride, dilation, strict=True)
@@ -511,11 +537,14 @@ def windows(self: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation
 def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
     """Windows of `size` every `step` along `dim`: dim becomes the window count, the window is a new last dim."""
     d = canonical_axis(dim, self.ndim)
-    if size <= 0 or step <= 0:
-        raise ValueError(f"unfold: size and step must be positive, got size={size}, step={step}")
+    if size < 0 or step <= 0:
+        raise ArgumentError(f"unfold: size must be >= 0 and step > 0, got size={size}, step={step}")
     if size > self.shape[d]:
-        raise ValueError(f"unfold: size {size} is larger than dim {d} of {self.shape}")
+        raise ArgumentError(f"unfold: size {size} is larger than dim {d} of {self.shape}")
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
+    if size == 0:  # (n - 0) // step + 1 empty windows
+        w = x[..., : (self.shape[d] // step + 1)].unsqueeze(-1)[..., :0]
+        return w.transpose(d, -2) if d != self.ndim - 1 else w
     w = windows(x, (size,), (step,), (1,))  # (..., o, size) with dim d's other dims permuted
     if d != self.ndim - 1:
         w = w.transpose(d, -2)
@@ -526,7 +555,7 @@ def _triangle(self: Tensor, diagonal: int, lower: bool) -> Tensor:
     from tg.tensor.tensor import Tensor
 
     if self.ndim < 2:
-        raise ValueError(f"{'tril' if lower else 'triu'} needs at least 2 dims, got shape {self.shape}")
+        raise ArgumentError(f"{'tril' if lower else 'triu'} needs at least 2 dims, got shape {self.shape}")
     r, c = self.shape[-2:]
     rows = Tensor.arange(r, device=self.device).reshape(r, 1)
     cols = Tensor.arange(c, device=self.device).reshape(1, c)
@@ -548,7 +577,7 @@ def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Ten
     """The diagonal of dims (dim1, dim2) as a new last dim, as torch.diagonal."""
     a, b = canonical_axis(dim1, self.ndim), canonical_axis(dim2, self.ndim)
     if a == b:
-        raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+        raise ArgumentError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
     rest = [i for i in range(self.ndim) if i not in (a, b)]
     x = self.permute(*rest, a, b)
     r, c = x.shape[-2:]
@@ -570,7 +599,7 @@ def diag(self: Tensor, diagonal: int = 0) -> Tensor:
     if self.ndim == 2:
         return self.diagonal(diagonal)
     if self.ndim != 1:
-        raise ValueError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
+        raise ArgumentError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
     n = self.shape[0] + abs(diagonal)
     eye = Tensor.eye(self.shape[0], dtype=dtypes.bool, device=self.device)
     m = eye.where(self.reshape(1, -1), self.zeros_like().reshape(1, -1))
@@ -580,11 +609,11 @@ def diag(self: Tensor, diagonal: int = 0) -> Tensor:
 def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
     """Coordinate grids of 1-D tensors: `x.meshgrid(y)`, indexing 'ij' (matrix) or 'xy' (Cartesian)."""
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
-    ts = _tensor_list("meshgrid", self, args)
+        raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = [t.reshape(1) if t.ndim == 0 else t for t in _tensor_list("meshgrid", self, args)]  # a scalar: 1 element
     for t in ts:
         if t.ndim != 1:
-            raise ValueError(f"meshgrid needs 1-d tensors, got shape {t.shape}")
+            raise ArgumentError(f"meshgrid needs 1-d tensors, got shape {t.shape}")
     shape = tuple(t.shape[0] for t in ts)
     grids = [t.reshape(*[-1 if i == j else 1 for i in range(len(ts))]).expand(shape) for j, t in enumerate(ts)]
     if indexing == "xy" and len(ts) >= 2:  # Cartesian: the first two output dims swap

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tg.ir import DType, dtypes
 from tg.tensor.args import dtype_arg
+from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -22,7 +23,7 @@ IntOrTuple = int | Sequence[int]
 def _tuple(op: str, name: str, v: IntOrTuple, n: int) -> tuple[int, ...]:
     t = (v,) * n if isinstance(v, int) else tuple(v)
     if len(t) != n or not all(isinstance(x, int) for x in t):
-        raise ValueError(f"{op}: {name} must be an int or {n} ints, got {v!r}")
+        raise ArgumentError(f"{op}: {name} must be an int or {n} ints, got {v!r}")
     return t
 
 
@@ -37,7 +38,7 @@ def _padding_pairs(
         total = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
         return [(t // 2, t - t // 2) for t in total]
     if isinstance(padding, str):
-        raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+        raise ArgumentError(f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
     if isinstance(padding, int):
         return [(padding, padding)] * n
     p = list(padding)
@@ -45,7 +46,7 @@ def _padding_pairs(
         return [(x, x) for x in p]
     if len(p) == 2 * n and all(isinstance(x, int) for x in p):
         return [(p[2 * i], p[2 * i + 1]) for i in range(n)][::-1]
-    raise ValueError(f"{op}: padding {padding!r} needs 1, {n} or {2 * n} ints for {n} spatial dims")
+    raise ArgumentError(f"{op}: padding {padding!r} needs 1, {n} or {2 * n} ints for {n} spatial dims")
 
 
 def conv2d(
@@ -67,26 +68,26 @@ def conv2d(
     """
     n = weight.ndim - 2
     if n < 1 or self.ndim != weight.ndim:
-        raise ValueError(
+        raise ArgumentError(
             f"conv2d: input {self.shape} and weight {weight.shape} need the same rank, (N, C, *spatial) and "
             "(Cout, Cin/groups, *kernel)"
         )
     bs, cin = self.shape[:2]
     cout, cin_g = weight.shape[:2]
     if groups < 1 or cin != cin_g * groups or cout % groups:
-        raise ValueError(
+        raise ArgumentError(
             f"conv2d: input {self.shape} has {cin} channels, weight {weight.shape} with groups={groups} expects "
             f"{cin_g * groups} (and Cout={cout} divisible by groups)"
         )
     kernel = weight.shape[2:]
     strides, dils = _tuple("conv2d", "stride", stride, n), _tuple("conv2d", "dilation", dilation, n)
     if padding == "same" and any(s != 1 for s in strides):
-        raise ValueError("conv2d: padding='same' needs stride 1")
+        raise ArgumentError("conv2d: padding='same' needs stride 1")
     pads = _padding_pairs("conv2d", padding, n, kernel, dils)
     x = self.pad([(0, 0), (0, 0), *pads]) if any(p != (0, 0) for p in pads) else self
     for i, (size, k, d) in enumerate(zip(x.shape[2:], kernel, dils, strict=True)):
         if d * (k - 1) + 1 > size:
-            raise ValueError(
+            raise ArgumentError(
                 f"conv2d: kernel {tuple(kernel)} (dilation {dils}) is larger than the padded input "
                 f"{tuple(x.shape[2:])} in spatial dim {i}"
             )
@@ -101,7 +102,7 @@ def conv2d(
     ret = prod.sum([3, *range(4 + n, 4 + 2 * n)], dtype=dt).reshape(bs, cout, *out_sp)
     if bias is not None:
         if bias.shape != (cout,):
-            raise ValueError(f"conv2d: bias must have shape ({cout},), got {bias.shape}")
+            raise ArgumentError(f"conv2d: bias must have shape ({cout},), got {bias.shape}")
         ret = ret + bias.reshape(1, cout, *[1] * n)
     return ret
 
@@ -119,10 +120,10 @@ def conv_transpose2d(
     """Transposed N-d convolution: input (N, Cin, *spatial), weight (Cin, Cout/groups, *k) (torch's layout)."""
     n = weight.ndim - 2
     if n < 1 or self.ndim != weight.ndim:
-        raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} need the same rank")
+        raise ArgumentError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} need the same rank")
     cin, cout_g = weight.shape[:2]
     if groups < 1 or self.shape[1] != cin or cin % groups:
-        raise ValueError(
+        raise ArgumentError(
             f"conv_transpose2d: input {self.shape} has {self.shape[1]} channels, weight {weight.shape} expects "
             f"{cin} (divisible by groups={groups})"
         )
@@ -133,7 +134,7 @@ def conv_transpose2d(
     out_pads = _tuple("conv_transpose2d", "output_padding", output_padding, n)
     for op_, s, d in zip(out_pads, strides, dils, strict=True):
         if op_ >= max(s, d):
-            raise ValueError(f"conv_transpose2d: output_padding {out_pads} must be smaller than stride or dilation")
+            raise ArgumentError(f"conv_transpose2d: output_padding {out_pads} must be smaller than stride or dilation")
     # (G, Cin/G, Cout/G, *k) -> (Cout, Cin/G, *k), kernel flipped
     w = (
         weight.reshape(groups, cin // groups, cout_g, *kernel)
@@ -189,7 +190,7 @@ def _pool_setup(
         else 2
     )
     if x.ndim < n:
-        raise ValueError(f"{op}: input {x.shape} has fewer dims than the {n}-d kernel {kernel_size}")
+        raise ArgumentError(f"{op}: input {x.shape} has fewer dims than the {n}-d kernel {kernel_size}")
     kernel = _tuple(op, "kernel_size", kernel_size, n)
     strides = kernel if stride is None else _tuple(op, "stride", stride, n)
     dils = _tuple(op, "dilation", dilation, n)
@@ -197,10 +198,10 @@ def _pool_setup(
     extra = []
     for i, (size, k, s, d, (pb, pa)) in enumerate(zip(x.shape[-n:], kernel, strides, dils, pads, strict=True)):
         if pb > k // 2 or pa > k // 2:
-            raise ValueError(f"{op}: padding {padding} must be at most half the kernel size {kernel}")
+            raise ArgumentError(f"{op}: padding {padding} must be at most half the kernel size {kernel}")
         span = size + pb + pa - d * (k - 1) - 1
         if span < 0:
-            raise ValueError(f"{op}: kernel {kernel} (dilation {dils}) is larger than the padded input in dim {i}")
+            raise ArgumentError(f"{op}: kernel {kernel} (dilation {dils}) is larger than the padded input in dim {i}")
         out = (span + s - 1) // s + 1 if ceil_mode else span // s + 1
         if ceil_mode and (out - 1) * s >= size + pb:  # the last window must start inside the input
             out -= 1
@@ -323,8 +324,17 @@ def batchnorm(
 
 
 def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-    """self / max(||self||_p along dim, eps) (torch.nn.functional.normalize)."""
-    norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    """self / max(||self||_p along dim, eps) (torch.nn.functional.normalize; p=0 counts the nonzeros, p=inf is
+    the largest magnitude)."""
+    a = self.abs()
+    if p == 0:
+        norm = (a != 0).sum(dim, keepdim=True).cast(self.dtype)
+    elif p == math.inf:
+        norm = a.max(dim, keepdim=True)
+    elif p == -math.inf:
+        norm = a.min(dim, keepdim=True)
+    else:
+        norm = (a**p).sum(dim, keepdim=True) ** (1.0 / p)
     return self / norm.maximum(eps)
 
 
@@ -334,7 +344,7 @@ def dropout(self: Tensor, p: float = 0.5) -> Tensor:
     from tg.tensor.tensor import Tensor
 
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
     if not Tensor.training or p == 0:
         return self
     if p == 1:
@@ -362,7 +372,7 @@ def _reduce_loss(op: str, loss: Tensor, reduction: str, count: Tensor | int | No
         return loss.sum()
     if reduction == "mean":
         return loss.sum() / count if count is not None else loss.mean()
-    raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise ArgumentError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def sparse_categorical_crossentropy(
@@ -371,14 +381,20 @@ def sparse_categorical_crossentropy(
     """Cross entropy of logits (classes on the last dim) against integer labels Y (Keras layout); labels equal to
     `ignore_index` count for nothing, the mean is over the others."""
     if Y.shape != self.shape[:-1]:
-        raise ValueError(f"sparse_categorical_crossentropy: labels {Y.shape} must have the shape {self.shape[:-1]}")
+        raise ArgumentError(f"sparse_categorical_crossentropy: labels {Y.shape} must have the shape {self.shape[:-1]}")
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     log_probs = self.log_softmax(-1)
     keep = Y != ignore_index
     picked = _pick_class(log_probs, Y, keep, "sparse_categorical_crossentropy", self.ndim - 1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep)
     return _reduce_loss("sparse_categorical_crossentropy", loss, reduction, keep.sum())
+
+
+def _classes_last(x: Tensor, cdim: int) -> Tensor:
+    """`x` with the class dim moved last, the other dims in order (a transpose would reverse the spatial dims of
+    inputs with more than one)."""
+    return x if cdim == x.ndim - 1 else x.permute(*[i for i in range(x.ndim) if i != cdim], cdim)
 
 
 def _pick_class(values: Tensor, labels: Tensor, keep: Tensor, op: str, dim: int) -> Tensor:
@@ -409,19 +425,23 @@ def cross_entropy(
     tensor, `ignore_index` skipped) or class probabilities (same shape as the logits)."""
     cdim = 0 if self.ndim == 1 else 1
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    log_probs = self.log_softmax(cdim).transpose(cdim, -1)  # classes last
+        raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    log_probs = _classes_last(self.log_softmax(cdim), cdim)
     n_classes = self.shape[cdim]
     w = weight.reshape(*[1] * (log_probs.ndim - 1), n_classes) if weight is not None else None
     if dtypes.is_float(Y.dtype):
         if Y.shape != self.shape:
-            raise ValueError(f"cross_entropy: probability targets {Y.shape} must have the logits' shape {self.shape}")
-        target = Y.transpose(cdim, -1) * (1 - label_smoothing) + label_smoothing / n_classes
+            raise ArgumentError(
+                f"cross_entropy: probability targets {Y.shape} must have the logits' shape {self.shape}"
+            )
+        target = _classes_last(Y, cdim) * (1 - label_smoothing) + label_smoothing / n_classes
         terms = target * log_probs * (w if w is not None else 1)
         return _reduce_loss("cross_entropy", -terms.sum(-1), reduction)
     expected = self.shape[:cdim] + self.shape[cdim + 1 :]
     if Y.shape != expected:
-        raise ValueError(f"cross_entropy: index targets {Y.shape} must have shape {expected} for logits {self.shape}")
+        raise ArgumentError(
+            f"cross_entropy: index targets {Y.shape} must have shape {expected} for logits {self.shape}"
+        )
     keep = Y != ignore_index
     weighted = log_probs * w if w is not None else log_probs
     picked = _pick_class(weighted, Y, keep, "cross_entropy", cdim)
@@ -440,10 +460,10 @@ def nll_loss(
 ) -> Tensor:
     """Negative log likelihood of log-probabilities (classes on dim 1, or dim 0 for 1-d input) at labels Y."""
     cdim = 0 if self.ndim == 1 else 1
-    values = self.transpose(cdim, -1)
+    values = _classes_last(self, cdim)
     expected = self.shape[:cdim] + self.shape[cdim + 1 :]
     if Y.shape != expected:
-        raise ValueError(f"nll_loss: targets {Y.shape} must have shape {expected} for input {self.shape}")
+        raise ArgumentError(f"nll_loss: targets {Y.shape} must have shape {expected} for input {self.shape}")
     keep = Y != ignore_index if ignore_index is not None else Y == Y
     if weight is not None:
         w = weight.reshape(*[1] * (values.ndim - 1), -1).expand(values.shape)
@@ -485,7 +505,7 @@ def scaled_dot_product_attention(
     from tg.tensor.tensor import Tensor
 
     if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(
+        raise ArgumentError(
             f"scaled_dot_product_attention: query {self.shape}, key {key.shape} and value {value.shape} do not fit "
             "(q and k need the same last dim, k and v the same sequence length)"
         )
@@ -496,6 +516,8 @@ def scaled_dot_product_attention(
     logits = (
         self.cast(dt) @ key.cast(dt).transpose(-1, -2) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
     )
+    if is_causal and attn_mask is not None:
+        raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal=True, not both (torch)")
     if is_causal:
         L, S = logits.shape[-2:]
         attn_mask = Tensor.ones(L, S, dtype=dtypes.bool, device=self.device).tril()

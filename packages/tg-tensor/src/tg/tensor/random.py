@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.ir import DType, Ops, UOp, dtypes
 from tg.tensor.args import dtype_arg
+from tg.tensor.errors import ArgumentError
 from tg.tensor.shapes import int_shape_arg as _shape_arg
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def rand(
     shp = _shape_arg(shape)
     dt = dtype_arg(dtype) or dtypes.default_float
     if not dtypes.is_float(dt):
-        raise ValueError(f"rand needs a float dtype, got {dt.name}")
+        raise ArgumentError(f"rand needs a float dtype, got {dt.name}")
     bits = _random_bits(shp, device)
     # 23 random mantissa bits under exponent 0 give a float32 in [1, 2)
     one_to_two = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32)
@@ -125,7 +126,7 @@ def randint(
     """Random integers in [low, high): tinygrad's `randint(*shape, low=0, high=10)` or torch's
     `randint(low, high, size)` / `randint(high, size)` / `randint(..., size=shape)` (recognised when `size=` is given
     or the last positional argument is a sequence)."""
-    if size is not None or (args and isinstance(args[-1], (tuple, list))):
+    if size is not None or (len(args) >= 2 and isinstance(args[-1], (tuple, list))):  # a lone tuple: the shape
         bounds = list(args[:-1]) if size is None else list(args)
         shape = args[-1] if size is None else size
         if len(bounds) == 1:
@@ -137,7 +138,7 @@ def randint(
     else:
         lo, hi, shape_args = 0 if low is None else low, 10 if high is None else high, args
     if hi <= lo:
-        raise ValueError(f"randint needs low < high, got [{lo}, {hi})")
+        raise ArgumentError(f"randint needs low < high, got [{lo}, {hi})")
     dt = dtype_arg(dtype) or dtypes.int32
     if not dtypes.is_int(dt):
         raise TypeError(f"randint needs an integer dtype, got {dt.name}")
@@ -149,7 +150,7 @@ def randint(
 def randperm(n: int, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
     """A random permutation of 0..n-1 (argsort of random keys)."""
     if not isinstance(n, int) or n < 0:
-        raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+        raise ArgumentError(f"randperm: n must be a non-negative int, got {n!r}")
     dt = dtype_arg(dtype) or dtypes.int32
     if n == 0:
         from tg.tensor.tensor import Tensor
@@ -162,11 +163,11 @@ def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -
     """Sample category indices (int32) from the weights in the last dim (1-d or 2-d), as torch.multinomial."""
 
     if self.ndim not in (1, 2):
-        raise ValueError(f"multinomial needs a 1-d or 2-d tensor of weights, got shape {self.shape}")
+        raise ArgumentError(f"multinomial needs a 1-d or 2-d tensor of weights, got shape {self.shape}")
     if num_samples < 1:
-        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+        raise ArgumentError(f"multinomial: num_samples must be positive, got {num_samples}")
     if not replacement and num_samples > self.shape[-1]:
-        raise ValueError(f"multinomial: cannot take {num_samples} samples of {self.shape[-1]} without replacement")
+        raise ArgumentError(f"multinomial: cannot take {num_samples} samples of {self.shape[-1]} without replacement")
     w = (self if self.ndim == 2 else self.unsqueeze(0)).float()
     if replacement:
         cdf = w.cumsum(1)
@@ -267,7 +268,7 @@ def random_bits(key: Tensor, counter: Tensor, num: int) -> Tensor:
             got = f"{t.dtype} of shape {t.shape}" if isinstance(t, Tensor) else type(t).__name__
             raise TypeError(f"random_bits: {name} must be a uint32 tensor of shape (2,), got {got}")
     if not isinstance(num, int) or isinstance(num, bool) or num < 0:
-        raise ValueError(f"random_bits: num must be a non-negative int, got {num!r}")
+        raise ArgumentError(f"random_bits: num must be a non-negative int, got {num!r}")
     u32 = dtypes.uint32
     key, counter = key.cast(u32), counter.cast(u32)
     low, high = counter[0:1], counter[1:2]

@@ -7,12 +7,14 @@ multiply followed by a sum over the shared dim, which the scheduler fuses into o
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tg.ir import DType, Ops, UOp, dtypes, least_upper_dtype, sint, sum_acc_dtype
 from tg.tensor.args import dtype_arg, pick
+from tg.tensor.errors import ArgumentError
 from tg.tensor.shapes import simplify_dim
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ def _axes(t: Tensor, axis: AxisArg) -> tuple[int, ...]:
     raw = [axis] if isinstance(axis, int) else list(axis)
     canon = [_canon_axis(a, t.ndim) for a in raw]
     if len(set(canon)) != len(canon):
-        raise ValueError(f"duplicate axis in {axis!r} for a {t.ndim}-d tensor")
+        raise ArgumentError(f"duplicate axis in {axis!r} for a {t.ndim}-d tensor")
     axes = tuple(sorted(canon))
     if t.ndim == 0 and axes:
         return ()
@@ -41,12 +43,12 @@ def _reduce(self: Tensor, op: Ops, axis: AxisArg = None, keepdim: bool = False) 
     from tg.tensor.tensor import Tensor
 
     axes = _axes(self, axis)
-    if any(self.shape[a] == 0 for a in axes):
-        if op is not Ops.ADD:
-            raise ValueError(f"cannot reduce over a zero-size dim with {op} (shape {self.shape}, axes {axes})")
-        ret = Tensor.zeros(
-            *[1 if i in axes else s for i, s in enumerate(self.shape)], dtype=self.dtype, device=self.device
-        )
+    if any(self.shape[a] == 0 for a in axes):  # nothing to reduce: the op's identity (as tinygrad, numpy's sum)
+        identity = {Ops.ADD: 0, Ops.MUL: 1}.get(op, self.dtype.min)
+        ret = Tensor.full(
+            tuple(1 if i in axes else s for i, s in enumerate(self.shape)), identity, dtype=self.dtype,
+            device=self.device,
+        )  # fmt: skip
     else:
         ret = Tensor(self.uop.r(op, axes)) if axes else self
     if keepdim:
@@ -105,8 +107,8 @@ def max(
 ) -> Tensor:
     """Maximum over `axis`/`dim`: `t.max(0)` (values only; `argmax` gives the indices)."""
     axis, kd = _opts("max", axis, dim, keepdim, keepdims)
-    if self.dtype is dtypes.bool:
-        return _reduce(self.cast(dtypes.int32), Ops.MAX, axis, kd).cast(dtypes.bool)
+    if self.dtype is dtypes.bool:  # `> 0`, not a cast: an empty axis (int32 min) is False
+        return _reduce(self.cast(dtypes.int32), Ops.MAX, axis, kd) > 0
     return _reduce(self, Ops.MAX, axis, kd)
 
 
@@ -183,7 +185,7 @@ def var(
         from tg.tensor.tensor import Tensor
 
         return sum(squares, axis, kd).div(Tensor(n, device=x.device).cast(x.dtype) - corr)
-    return sum(squares, axis, kd).div(n - corr) if n - corr > 0 else sum(squares, axis, kd) * float("nan")
+    return sum(squares, axis, kd).div(builtins.max(n - corr, 0))  # torch: <= 0 degrees of freedom divide by 0
 
 
 def std(
@@ -289,7 +291,7 @@ def _arg(
     if self.ndim == 0:
         return Tensor.zeros((), dtype=dtypes.int32, device=self.device)
     if self.shape[a] == 0:
-        raise ValueError(f"{op} of an empty dim (shape {self.shape}, dim {a})")
+        raise ArgumentError(f"{op} of an empty dim (shape {self.shape}, dim {a})")
     extreme = max(self, a, keepdim=True) if op == "argmax" else min(self, a, keepdim=True)
     return _arg_extreme(self, extreme, a, kd)
 
@@ -380,15 +382,15 @@ def matmul(self: Tensor, w: Tensor, reverse: bool = False, dtype: DType | str | 
     if reverse:
         return matmul(w, self, dtype=dtype)
     if self.ndim == 0 or w.ndim == 0:
-        raise ValueError(f"matmul needs at least 1-d operands, got shapes {self.shape} and {w.shape}")
+        raise ArgumentError(f"matmul needs at least 1-d operands, got shapes {self.shape} and {w.shape}")
     k = self.shape[-1]
     kw = w.shape[-2] if w.ndim >= 2 else w.shape[0]
     if k != kw:
-        raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
+        raise ArgumentError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
     try:
         batch = broadcast_shape(self.shape[:-2], w.shape[:-2])
     except ValueError:
-        raise ValueError(
+        raise ArgumentError(
             f"matmul: batch dims {self.shape[:-2]} and {w.shape[:-2]} of {self.shape} @ {w.shape} do not broadcast"
         ) from None
     dt = dtype_arg(dtype) or least_upper_dtype(self.dtype, w.dtype)

@@ -10,10 +10,11 @@ network (O(n log^2 n)); values stay differentiable.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tg.ir import dtypes
 from tg.tensor.args import pick
+from tg.tensor.errors import ArgumentError
 from tg.tensor.shapes import canonical_axis
 
 if TYPE_CHECKING:
@@ -91,14 +92,38 @@ def cumprod(self: Tensor, axis: int | None = None, *, dim: int | None = None) ->
     return _scan(self, _axis("cumprod", self, axis, dim), "prod")
 
 
-def cummax(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
-    """Running maximum along `axis`/`dim` (default 0); values only, as tinygrad (torch also gives indices)."""
-    return _scan(self, _axis("cummax", self, axis, dim), "max")
+class ValuesIndices(NamedTuple):
+    """(values, indices) of cummax/cummin (torch's return type; tinygrad returns the same pair)."""
+
+    values: Tensor
+    indices: Tensor
 
 
-def cummin(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
-    """Running minimum along `axis`/`dim` (default 0); values only."""
-    return _scan(self, _axis("cummin", self, axis, dim), "min")
+def _cum_extreme(self: Tensor, axis: int, op: str) -> ValuesIndices:
+    """Running max/min and, for each position, the index of the last element equal to it (torch's ties; a NaN
+    carries on with its own index)."""
+    from tg.tensor.tensor import Tensor
+
+    values = _scan(self, axis, op)
+    if self.ndim == 0:
+        return ValuesIndices(values, Tensor.zeros((), dtype=dtypes.int32, device=self.device))
+    hit = self == values  # a position where the running extreme is reached: its index carries on from there
+    if dtypes.is_float(self.dtype):
+        hit = hit | self.isnan()
+    shape = [1] * self.ndim
+    shape[axis] = self.shape[axis]
+    pos = Tensor.arange(self.shape[axis], dtype=dtypes.int32, device=self.device).reshape(shape)
+    return ValuesIndices(values, _scan(hit.where(pos, -1), axis, "max"))
+
+
+def cummax(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> ValuesIndices:
+    """Running maximum along `axis`/`dim` (default 0) and its indices: `values, indices = t.cummax(0)`."""
+    return _cum_extreme(self, _axis("cummax", self, axis, dim), "max")
+
+
+def cummin(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> ValuesIndices:
+    """Running minimum along `axis`/`dim` (default 0) and its indices."""
+    return _cum_extreme(self, _axis("cummin", self, axis, dim), "min")
 
 
 def logcumsumexp(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
@@ -108,7 +133,15 @@ def logcumsumexp(self: Tensor, axis: int | None = None, *, dim: int | None = Non
     x = self.cast(dtypes.float32) if dtypes.is_float(out) and out.itemsize < 4 else self.cast(out)  # half: in float32
     if x.ndim == 0:
         return x.cast(out)
-    m = x.detach().max(a, keepdim=True)
+    n = x.shape[a]
+    if isinstance(n, int) and n <= _BLOCK:  # each output shifted by its own prefix's max: exact at any spread
+        from tg.tensor.tensor import Tensor
+
+        moved = x.transpose(a, -1)
+        mask = Tensor.arange(n, device=x.device).reshape(1, n) <= Tensor.arange(n, device=x.device).reshape(n, 1)
+        prefixes = mask.where(moved.unsqueeze(-2), float("-inf"))  # (..., i, j): x_j for j <= i
+        return prefixes.logsumexp(-1).transpose(a, -1).cast(out)
+    m = x.detach().max(a, keepdim=True)  # long rows: one shift per row (outputs far below the max lose digits)
     m = (m.abs() == float("inf")).where(0.0, m)
     return (cumsum((x - m).exp(), a).log() + m).cast(out)
 
@@ -227,7 +260,7 @@ def topk(
     d = canonical_axis(dim, max(self.ndim, 1))
     n = self.shape[d] if self.ndim else 1
     if not 0 <= k <= n:
-        raise ValueError(f"topk: k={k} is out of range for dim {d} of size {n}")
+        raise ArgumentError(f"topk: k={k} is out of range for dim {d} of size {n}")
     values, indices = sort(self, d, descending=largest)
     bounds: list[tuple[int, int] | None] = [None] * self.ndim
     if self.ndim:

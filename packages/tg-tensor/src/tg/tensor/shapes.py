@@ -12,6 +12,7 @@ from typing import Any
 from tg.ir import DType, Ops, UOp, dtypes
 from tg.ir.uop import sint
 from tg.tensor.data import is_int
+from tg.tensor.errors import ArgumentError, ShapeTypeError
 
 
 def is_symbolic(x: Any) -> bool:
@@ -40,7 +41,7 @@ def shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
         shape = tuple(shape[0])
     for s in shape:
         if not (is_int(s) or is_symbolic(s)):
-            raise TypeError(f"shape entries must be ints (or bound Variables), got {s!r} in {shape}")
+            raise ShapeTypeError(f"shape entries must be ints (or bound Variables), got {s!r} in {shape}")
     return tuple(simplify_dim(s) for s in shape)  # type: ignore[misc]
 
 
@@ -48,6 +49,8 @@ def int_shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """`shape_arg` for functions whose result depends on the element count itself (random streams): a symbolic
     dim is a TypeError naming it."""
     shp = shape_arg(shape)
+    if any(isinstance(s, int) and s < 0 for s in shp):
+        raise ArgumentError(f"negative dimension in shape {shp}")
     if has_symbolic(shp):
         raise TypeError(f"symbolic shape {fmt_shape(shp)} is not supported here: make a tensor of the maximum size "
                         "and slice it (t[:v])")  # fmt: skip
@@ -83,8 +86,8 @@ def concrete_dim(s: sint, what: str = "dim") -> int:
     try:
         return int(s.sym_infer(bound_values(s)))
     except (KeyError, TypeError) as e:
-        raise ValueError(f"{what} {render_dim(s)} has an unbound Variable ({e}); bind it: Variable(...).bind(value)") \
-            from None  # fmt: skip
+        msg = f"{what} {render_dim(s)} has an unbound Variable ({e}); bind it: Variable(...).bind(value)"
+        raise ArgumentError(msg) from None
 
 
 def bound_values(x: UOp) -> dict[str, int]:
@@ -109,7 +112,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
             if not (isinstance(d, int) and d == 1) and not any(same_dim(d, x) for x in sizes):
                 sizes.append(d)
         if len(sizes) > 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"shapes {' and '.join(fmt_shape(s) for s in shapes)} cannot be broadcast together"
             )  # fmt: skip
         out.append(sizes[0] if sizes else 1)

@@ -25,6 +25,7 @@ from tg.tensor import transcendental as _transcendental
 from tg.tensor.aliases import DTypeShortcuts
 from tg.tensor.args import dtype_arg, pick
 from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
+from tg.tensor.errors import ArgumentError
 from tg.tensor.methods import TensorMethods
 from tg.tensor.shapes import broadcast_shape
 
@@ -42,7 +43,7 @@ def canonical_device(device: str | None) -> str:
     name = Device.canonicalize(device)
     backend = name.split(":", 1)[0]
     if backend not in Device.backends:
-        raise ValueError(f"unknown device {device!r}; available devices: {', '.join(Device.backends)}")
+        raise ArgumentError(f"unknown device {device!r}; available devices: {', '.join(Device.backends)}")
     return name
 
 
@@ -105,7 +106,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
             raw = bytes(data)
             dt = dt or dtypes.uint8
             if len(raw) % dt.itemsize:
-                raise ValueError(f"{len(raw)} bytes are not a whole number of {dt.name} elements")
+                raise ArgumentError(f"{len(raw)} bytes are not a whole number of {dt.name} elements")
             self.uop = _from_bytes(raw, (len(raw) // dt.itemsize,), dt, canonical_device(device))
         else:
             raise TypeError(f"cannot create a Tensor from {type(data).__name__}: {data!r}")
@@ -197,7 +198,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+            raise ArgumentError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
 
     # ---- Python and numpy protocols (each realizes) -----------------------------------------------------
@@ -255,7 +256,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
     def item(self) -> ConstType:
         """The single value of a one-element tensor."""
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+            raise ArgumentError(f"item() needs a tensor with one element, got shape {self.shape}")
         return unpack(_realize.host_bytes(self), self.dtype, ())
 
     def data(self) -> memoryview:
@@ -372,12 +373,12 @@ class Tensor(DTypeShortcuts, TensorMethods):
             except ValueError:
                 broadcast = False
             if not broadcast:
-                raise ValueError(f"assign shape mismatch: target {self.shape} vs value {x.shape}")
+                raise ArgumentError(f"assign shape mismatch: target {self.shape} vs value {x.shape}")
             x = x._broadcast_to(self.shape)
         if x.dtype is not self.dtype:
             raise TypeError(f"assign dtype mismatch: target {self.dtype.name} vs value {x.dtype.name}")
         if x.device != self.device:
-            raise ValueError(f"assign device mismatch: target {self.device} vs value {x.device}")
+            raise ArgumentError(f"assign device mismatch: target {self.device} vs value {x.device}")
         if self.uop is x.uop:
             return self
         _realize.separate_twins(self)  # an equal tensor made independently must not see this write
@@ -418,7 +419,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
             # then write through the view
             lazy_base = _movement.view_base(self.uop)
             if _realize.is_const_view(lazy_base):
-                raise ValueError(
+                raise ArgumentError(
                     f"assign into a view of a constant tensor ({lazy_base.dtype.name} {lazy_base.shape}) would be "
                     "lost: it has no storage. Give it storage first (`t = Tensor.zeros(...).contiguous()`), or "
                     "write with `t[index] = value`"
@@ -509,8 +510,19 @@ class Tensor(DTypeShortcuts, TensorMethods):
         """self * x (broadcasting)."""
         return self._binary(Ops.MUL, x, reverse)
 
-    def div(self, x: Any, reverse: bool = False) -> Tensor:
-        """True division; integer inputs give the default float."""
+    def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division; integer inputs give the default float. `rounding_mode="trunc"` rounds the quotient toward
+        zero, `"floor"` toward minus infinity (torch); both keep an integer dtype for integer inputs:
+        `Tensor([-7, 7]).div(2, rounding_mode="trunc")` is [-3, 3]."""
+        if rounding_mode is not None:
+            if rounding_mode == "trunc":
+                a, b = self._operands(x, reverse)
+                return a.idiv(b) if not dtypes.is_float(a.dtype) else a.div(b).trunc()
+            if rounding_mode == "floor":
+                return self.floordiv(x, reverse)
+            raise RuntimeError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}"
+            )
         a, b = self._operands(x, reverse)
         if not dtypes.is_float(a.dtype):
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
@@ -602,10 +614,9 @@ class Tensor(DTypeShortcuts, TensorMethods):
     def minimum(self, x: Any) -> Tensor:
         """Elementwise min (broadcasting); a NaN on either side gives NaN, as in PyTorch."""
         a, b = self._operands(x)
-        pick_a = a < b
-        if dtypes.is_float(a.dtype):
-            pick_a = pick_a | a.isnan()
-        return pick_a.where(a, b)
+        if dtypes.is_float(a.dtype):  # MAX propagates NaN and splits the gradient of ties, as torch's minimum
+            return -((-a).maximum(-b))
+        return (a < b).where(a, b)
 
     def isnan(self) -> Tensor:
         """True where the value is NaN (x != x)."""
@@ -627,10 +638,12 @@ class Tensor(DTypeShortcuts, TensorMethods):
             min_, max_ = (v if not isinstance(v, int) or isinstance(v, bool) else builtins.min(builtins.max(v, lo), hi)
                           for v in (min_, max_))  # fmt: skip
         x = self
-        if min_ is not None:
-            x = x.maximum(min_)
+        if min_ is not None:  # a select, not maximum: at x == min the gradient goes to x (torch's clamp)
+            a, b = x._operands(min_)
+            x = (a < b).where(b, a)
         if max_ is not None:
-            x = x.minimum(max_)
+            a, b = x._operands(max_)
+            x = (a > b).where(b, a)
         return x
 
     def _float(self) -> Tensor:
@@ -681,7 +694,10 @@ class Tensor(DTypeShortcuts, TensorMethods):
         """|x|."""
         if self.dtype is dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        return (self < 0).where(-self, self)
+        if not dtypes.is_float(self.dtype):
+            return (self < 0).where(-self, self)
+        # zeros (either sign) give +0 and a zero gradient (torch's sign(0) = 0); NaN stays NaN
+        return (self < 0).where(-self, ((self > 0) | (self != self)).where(self, 0.0))
 
     def sign(self) -> Tensor:
         """-1, 0 or 1."""
@@ -710,14 +726,17 @@ class Tensor(DTypeShortcuts, TensorMethods):
         powers use the POW op (C's pow: libm on the CPU), correctly signed for negative bases with integer
         exponents and accurate for huge results (`10.0 ** Tensor([30.0])`)."""
         small = 64 if not dtypes.is_float(self.dtype) else 2  # repeated squaring compounds float rounding
+        int_exponent = isinstance(x, int) or dtypes.is_float(self.dtype)  # int ** 2.0 is a float result (torch)
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer() \
-                and abs(x) <= small:  # fmt: skip
+                and abs(x) <= small and int_exponent:  # fmt: skip
             n, acc, base = abs(int(x)), None, self
             while n:
                 if n & 1:
                     acc = base if acc is None else acc * base
                 base, n = base * base, n >> 1
             ret = self.ones_like() if acc is None else acc
+            if x < 0 and not dtypes.is_float(self.dtype):
+                raise ArgumentError(f"integers to negative integer powers are not allowed ({self.dtype.name} ** {x})")
             return ret.reciprocal() if x < 0 else ret
         if not reverse and isinstance(x, float) and x == 0.5:
             return self.sqrt()
@@ -742,7 +761,7 @@ def _coerce(value: Scalar, dt: DType) -> ConstType:
         return bool(value)
     if dtypes.is_int(dt):
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"cannot make an {dt.name} constant from {value}")
+            raise ArgumentError(f"cannot make an {dt.name} constant from {value}")
         return int(value)
     return float(value)
 

@@ -162,16 +162,19 @@ def _tanh_series(terms: int) -> tuple[float, ...]:
 
 @_in_float32
 def tanh(self: Tensor) -> Tensor:
-    """tanh(x): its odd Taylor series below 0.55 (exact near 0), 1 - 2 / (exp(2|x|) + 1) above (no cancellation
-    there, and exp's overflow gives exactly 1), with the sign restored."""
+    """tanh(x): its odd Taylor series below 0.55 (exact near 0), (1 - e) / (1 + e) with e = exp(-2|x|) above (no
+    cancellation there, no overflow: exactly 1 far out, with a zero gradient there), with the sign restored."""
     a = self.abs()
-    x2 = self * self
+    small = a < 0.55
+    xs = small.where(self, 0.0)  # the series only sees its own range: no overflow (and no NaN gradient) elsewhere
+    x2 = xs * xs
     c = _tanh_series(11 if self.dtype is dtypes.float32 else 22)
     acc = x2 * 0.0 + c[-1]
     for ck in reversed(c[:-1]):
         acc = acc * x2 + ck
-    t = 1.0 - 2.0 / ((a * 2.0).exp() + 1.0)
-    return (a < 0.55).where(self * acc, (self < 0).where(-t, t))
+    e = (small.where(1.0, a) * -2.0).exp()  # <= 1/3 here and never overflows: finite gradients for huge |x|
+    t = (1.0 - e) / (1.0 + e)
+    return small.where(xs * acc, (self < 0).where(-t, t))
 
 
 @_in_float32
@@ -284,15 +287,15 @@ def erf(self: Tensor) -> Tensor:
     series), +-1 from 4 on. float32 is computed in float32 (vector lanes on the CPU), x**2 and the leading term
     without rounding: within 1 ulp (measured in tests/test_numerics_math.py); float64 gets about 1e-10."""
     a = self.abs()
-    small = _erf_small(self)
+    split = _ERF_SPLIT_F32 if self.dtype is dtypes.float32 else _ERF_SPLIT
+    small = _erf_small((a < split).where(self, 0.0))  # the series sees only its range (finite unused gradients)
     if self.dtype is dtypes.float32:
         decay = _exp_neg_square(a.minimum(_ERF_END), 1.0)
     else:
-        decay = (-(a * a)).exp()
+        decay = (-(a.minimum(30.0) * a.minimum(30.0))).exp()
     large = 1.0 - decay * _erfc_scaled(a)
     large = (a < _ERF_END).where(large, 1.0)
     large = (self < 0).where(-large, large)
-    split = _ERF_SPLIT_F32 if self.dtype is dtypes.float32 else _ERF_SPLIT
     return (a < split).where(small, self.isnan().where(self, large))
 
 
@@ -308,6 +311,9 @@ def gelu_erf(x: Tensor) -> Tensor:
     else:
         decay = (-(a * a)).exp()
     tail = (a < _ERF_END).where(decay * _erfc_scaled(a), 0.0) * 0.5  # erfc(|z|) / 2
-    small = 0.5 + _erf_small(z) * 0.5  # switches at 0.75: below x = -1.06, 0.5 + erf/2 cancels
-    phi = (a < _ERF_SPLIT).where(small, (x < 0).where(tail, 1.0 - tail))
+    near = a < _ERF_SPLIT
+    # switches at 0.75: below x = -1.06, 0.5 + erf/2 cancels; the series sees only its range (its powers of a large
+    # z would overflow and turn the unused branch's gradient into NaN)
+    small = 0.5 + _erf_small(near.where(z, 0.0)) * 0.5
+    phi = near.where(small, (x < 0).where(tail, 1.0 - tail))
     return x * phi

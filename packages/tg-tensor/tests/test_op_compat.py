@@ -153,6 +153,16 @@ def test_meshgrid_takes_scalars_and_arange_widens() -> None:
     assert big.dtype is dtypes.int64 and big.tolist() == [2**31, 2**31 + 1, 2**31 + 2]
 
 
+def test_arange_out_of_its_dtype_raises_before_allocating() -> None:
+    with pytest.raises(OverflowError, match="8589934591 is out of range"):
+        Tensor.arange(2**33, dtype=dtypes.int32)  # was: a 32 GiB buffer built before any check
+    with pytest.raises(OverflowError, match="128 is out of range"):
+        Tensor.arange(129, dtype=dtypes.int8)
+    with pytest.raises(OverflowError, match="-129 is out of range"):
+        Tensor.arange(127, -130, -1, dtype=dtypes.int8)
+    assert Tensor.arange(-128, 128, dtype=dtypes.int8).tolist() == list(range(-128, 128))
+
+
 def test_nonzero_and_masked_select_with_size() -> None:
     assert Tensor([1, 0, 2, 0, 3]).nonzero(size=5, fill_value=-1).tolist() == [[0], [2], [4], [-1], [-1]]
     assert Tensor([[1, 0], [0, 2]]).nonzero(size=2).tolist() == [[0, 0], [1, 1]]

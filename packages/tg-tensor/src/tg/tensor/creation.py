@@ -94,6 +94,11 @@ def arange(
     if dtype is None and all_int and n and not (dt.min <= min(start, start + (n - 1) * step) and
                                                  max(start, start + (n - 1) * step) <= dt.max):  # fmt: skip
         dt = dtypes.int64  # an int range beyond int32 (spec: int64 when out of range)
+    if n and dtypes.is_int(dt) and all_int:  # checked before anything is allocated: 2**33 int32s would be 32 GiB
+        for v in (start, start + (n - 1) * step):
+            if not dt.min <= v <= dt.max:
+                raise OverflowError(f"arange: {v} is out of range for {dt.name} ({dt.min} to {dt.max}); pass a wider "
+                                    "dtype, e.g. int64")  # fmt: skip
     if n >= DEVICE_INDEX_MIN and (t := _device_arange(start, step, n, dt, canonical_device(device))) is not None:
         return t if requires_grad is None else t.requires_grad_(requires_grad)
     values = range(int(start), int(start) + n * int(step), int(step)) if dtypes.is_int(dt) and all(

@@ -239,3 +239,14 @@ def test_isclose_of_infinities_and_logcumsumexp_spread() -> None:
     assert a.isclose(b).tolist() == [True, False, False, True]
     x = Tensor([0.0, 100.0])
     assert x.logcumsumexp().tolist() == [0.0, 100.0]  # each prefix shifted by its own max (was 0.0169)
+
+
+def test_clip_without_bounds_and_tensor_slice_bounds_raise() -> None:
+    x = Tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="give min, max or both"):
+        x.clip()
+    assert x.clip(max=1.5).tolist() == [1.0, 1.5]
+    a = Tensor.ones(4, 3)
+    with pytest.raises(TypeError, match="slice bound"):
+        a[: Tensor([3]), 1]
+    assert a[:3, 1].shape == (3,)

@@ -36,6 +36,8 @@ def _normalize(index: Any, ndim: int) -> list[Any]:
             raise TypeError(
                 f"unsupported index {it!r}: use ints, slices, None, ..., int/bool tensors or lists of ints/bools"
             )
+        if isinstance(it, slice) and any(hasattr(v, "uop") for v in (it.start, it.stop, it.step)):
+            raise TypeError(f"a Tensor cannot be a slice bound ({it!r}); use an int, or index with the tensor itself")
     if sum(it is Ellipsis for it in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(_dims_used(it) for it in items)

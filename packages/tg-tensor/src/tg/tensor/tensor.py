@@ -633,6 +633,8 @@ class Tensor(DTypeShortcuts, TensorMethods):
         """Clamp into [min_, max_] (torch's `min=`/`max=` keywords too): `t.clip(0, 1)`, `t.clip(max=6)`; NaN stays
         NaN (PyTorch)."""
         min_, max_ = pick("clip", "min_", min_, "min", min), pick("clip", "max_", max_, "max", max)
+        if min_ is None and max_ is None:
+            raise ArgumentError("clip: give min, max or both (torch raises too)")
         if dtypes.is_int(self.dtype):  # an int bound outside the dtype's range clamps nothing beyond it (torch)
             lo, hi = self.dtype.min, self.dtype.max
             min_, max_ = (v if not isinstance(v, int) or isinstance(v, bool) else builtins.min(builtins.max(v, lo), hi)

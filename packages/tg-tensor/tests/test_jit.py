@@ -567,3 +567,22 @@ def test_a_tensor_made_in_the_body_and_updated_in_place_starts_fresh_each_replay
 
     for i in range(5):
         assert f(realized([float(i), float(i)])).tolist() == [2.0 + 2 * i, 4.0 + 2 * i]
+
+
+def test_kernel_of_only_a_variable_is_replayed() -> None:
+    """A kernel that reads no input but a Variable (a causal mask from arange(p + 1), stored on its own because it
+    is broadcast) changes per replay: pruning it kept the capture's mask (wrong from the first replay)."""
+    from tg.ir import Variable
+
+    x_np = np.random.default_rng(0).standard_normal((4, 40)).astype(np.float32)
+    x = Tensor(x_np).realize()
+    pos = Variable("pos", 0, 38)
+
+    @TinyJit
+    def masked(p: object) -> Tensor:
+        s = x[:, : p + 1]  # type: ignore[operator]
+        mask = Tensor.arange(p + 1).reshape(1, -1) <= (Tensor.arange(1) + p).reshape(1, 1)  # type: ignore[operator]
+        return mask.where(s, -1.0).realize()
+
+    for p in range(5, 10):  # run, capture, then replays
+        np.testing.assert_array_equal(masked(pos.bind(p)).numpy(), x_np[:, : p + 1])

@@ -11,7 +11,7 @@ A :class:`CapturedProgram` is built from the LINEARs the engine ran while a func
 - *intermediate*: everything else: packed into one arena per device by the scheduler's memory planner.
 
 Pruning drops the calls whose result cannot change between replays: a call is kept when it touches a slot or a
-state buffer, or a buffer a kept call writes. The pruned calls ran once during the capture.
+state buffer, reads a Variable, or touches a buffer a kept call writes. The pruned calls ran once during the capture.
 
 A replay substitutes this call's slot buffers: ``instantiate_linear`` gives the LINEAR over new BUFFER uops (for
 ``run_linear``); ``replay`` runs pre-lowered ExecItems through executors (``tg.runtime.graph``: the CPU batch
@@ -100,6 +100,7 @@ class CapturedProgram:
         touches: list[set[int]] = []
         writes: list[set[int]] = []
         reads: list[set[int]] = []
+        varying: list[bool] = []  # the call reads a Variable: never pruned (its value changes per replay)
         for call in calls:
             ids = []
             for a in call.src[1:]:
@@ -110,10 +111,11 @@ class CapturedProgram:
                     bases.setdefault(buf_id, buf)
                 ids.append(buf_id)
             touches.append(set(ids))
-            written, read = _call_access(call)
+            written, read, uses_vars = _call_access(call)
             writes.append({ids[i] for i in written})
             reads.append({ids[i] for i in read})
-        keep = _kept_calls(touches, writes, set(slot_of) | state) if prune else [True] * len(calls)
+            varying.append(uses_vars)
+        keep = _kept_calls(touches, writes, set(slot_of) | state, varying) if prune else [True] * len(calls)
         self.pruned_count = keep.count(False)
         kept = [c for c, k in zip(calls, keep, strict=True) if k]
         kept_writes = set().union(*(w for w, k in zip(writes, keep, strict=True) if k))
@@ -283,21 +285,25 @@ def _base_of(arg: UOp) -> UOp:
     return arg.src[0] if arg.op is Ops.BUFFER_VIEW else arg
 
 
-def _call_access(call: UOp) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(written, read) argument indices of a CALL: a copy writes its destination; a kernel its program's outputs."""
+def _call_access(call: UOp) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
+    """(written, read) argument indices of a CALL (a copy writes its destination; a kernel its program's outputs),
+    and whether it reads a Variable (its result changes between replays even without inputs)."""
     from tg.runtime.engine import buffer_for, get_runner
 
     body = call.src[0]
     if body.op is not Ops.SINK:
-        return (0,), (1,)
+        return (0,), (1,), False
     p = get_runner(buffer_for(_base_of(call.src[1])).device, body).p  # compiled when it ran: a cache hit
-    return tuple(p.outs), tuple(p.ins)
+    return tuple(p.outs), tuple(p.ins), bool(p.vars)
 
 
-def _kept_calls(touches: list[set[int]], writes: list[set[int]], roots: set[int]) -> list[bool]:
-    """Fixed point: keep a call if it touches a root (slot or state buffer) or any buffer a kept call writes
-    (reading it, or writing into it: a skipped write there could be clobbered by a kept call between replays)."""
-    keep = [bool(t & roots) for t in touches]
+def _kept_calls(
+    touches: list[set[int]], writes: list[set[int]], roots: set[int], varying: list[bool] | None = None
+) -> list[bool]:
+    """Fixed point: keep a call if it touches a root (slot or state buffer), reads a Variable (`varying`), or touches
+    any buffer a kept call writes (reading it, or writing into it: a skipped write there could be clobbered by a
+    kept call between replays)."""
+    keep = [bool(t & roots) or bool(varying and varying[i]) for i, t in enumerate(touches)]
     changed = True
     while changed:
         changed = False

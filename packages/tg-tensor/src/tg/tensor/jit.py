@@ -292,8 +292,8 @@ class TinyJit(Generic[ReturnType]):
     ...     return (x * 2 + 1).realize()
 
     The function must return realized tensors (or None, or lists/tuples/dicts of tensors). ``prune=False`` keeps
-    kernels that do not depend on the inputs (by default they run once at capture). ``JIT=0`` turns it into a plain
-    call; ``JIT=2`` replays kernel by kernel instead of through the batch executor (for debugging).
+    kernels that depend on neither the inputs nor a Variable (by default they run once at capture). ``JIT=0`` turns
+    it into a plain call; ``JIT=2`` replays kernel by kernel instead of through the batch executor (for debugging).
     """
 
     def __init__(self, fxn: Callable[..., ReturnType] | None, prune: bool = True) -> None:

@@ -6,7 +6,9 @@ conv8-conv16-linear (64), char GPT 2 layers d=64 4 heads ctx 32 (16), a ResNet-s
 32x32x16, batch 32) and a 4-layer d=256 transformer (ctx 128, batch 8). Adam lr 1e-3, cross-entropy.
 Each (framework, model) trains in its own process for --steps steps (the first 3 are not timed); rounds rotate the
 framework order and the table shows the median steps/s of --rounds rounds, the ratios of tg's JIT to the others,
-eager/JIT, and the largest loss difference to PyTorch (1 thread) over all steps (relative to the loss).
+eager/JIT, tg JIT to PyTorch 1 thread and to tinygrad per CPU second (steps / CPU seconds of all the process's
+threads: on a loaded machine the steadier measure of work done; it does not credit threads), and the largest loss
+difference to PyTorch (1 thread) over all steps (relative to the loss).
 
 torch and tinygrad are found in this Python, else in the interpreters named by TORCH_PYTHON and TINYGRAD_PYTHON
 (e.g. a scratch venv with `pip install torch==2.13.0 tinygrad==0.14.0`); the run says which it used and skips a
@@ -171,7 +173,8 @@ def main() -> None:
                 for f in order:
                     if (res := run_one(f, model, path, args.steps, args.timeout)) is not None:
                         results[model][f].append(res)
-                        print(f"  {model:12s} {f:9s} {res['steps_per_second']:9.2f} steps/s  ({res['version']})",
+                        print(f"  {model:12s} {f:9s} {res['steps_per_second']:9.2f} steps/s "
+                              f"{res['steps_per_cpu_second']:9.2f} steps/CPU-s  ({res['version']})",
                               flush=True)  # fmt: skip
     print_table(results, models, frameworks)
     if args.json:
@@ -179,19 +182,21 @@ def main() -> None:
 
 
 def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], models: list[str], frameworks: list[str]) -> None:
-    def rate(m: str, f: str) -> float | None:
+    def rate(m: str, f: str, key: str = "steps_per_second") -> float | None:
         runs = results[m].get(f, [])
-        return statistics.median(r["steps_per_second"] for r in runs) if runs else None
+        return statistics.median(r[key] for r in runs) if runs else None
 
     def ratio(a: float | None, b: float | None) -> str:
         return f"{a / b:6.2f}x" if a is not None and b is not None else "     -"
 
     print()
     print("| model (batch) | tg JIT | tg eager | PyTorch 1 thr | PyTorch default | tinygrad JIT | JIT/torch-1 | "
-          "JIT/tinygrad | eager/JIT | loss diff vs torch |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "JIT/tinygrad | eager/JIT | JIT/torch-1 per CPU s | JIT/tinygrad per CPU s | "
+          "loss diff vs torch |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in models:
         r = {f: rate(m, f) for f in FRAMEWORKS}
+        c = {f: rate(m, f, "steps_per_cpu_second") for f in FRAMEWORKS}
         ref = (results[m].get("torch-1") or results[m].get("torch") or [None])[0]
         diffs = []
         for f in ("tg-jit", "tg-eager"):
@@ -201,7 +206,8 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], models: lis
         diff = f"{max(diffs):.1e}" if diffs else "-"
         print(f"| {TITLES[m]} ({MODELS[m][0]}) | {_fmt(r['tg-jit'])} | {_fmt(r['tg-eager'])} | {_fmt(r['torch-1'])} "
               f"| {_fmt(r['torch'])} | {_fmt(r['tinygrad'])} | {ratio(r['tg-jit'], r['torch-1'])} | "
-              f"{ratio(r['tg-jit'], r['tinygrad'])} | {ratio(r['tg-eager'], r['tg-jit'])} | {diff} |")  # fmt: skip
+              f"{ratio(r['tg-jit'], r['tinygrad'])} | {ratio(r['tg-eager'], r['tg-jit'])} | "
+              f"{ratio(c['tg-jit'], c['torch-1'])} | {ratio(c['tg-jit'], c['tinygrad'])} | {diff} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -109,3 +109,20 @@ def test_reported_1024_matmul_sum_schedules_a_tiled_matmul_and_a_small_sum() -> 
     matmul = get_program(asts[0], ren)
     kinds = {o.arg[1] for o in matmul.applied_opts if isinstance(o.arg, tuple)}
     assert {AxisType.UPCAST, AxisType.UNROLL, AxisType.THREAD} <= kinds, matmul.applied_opts
+
+
+def test_non_overlapping_max_pool_backward_has_no_remainders(rng: np.random.Generator) -> None:
+    """A 2x2 max pool of stride 2 cuts windows by reshapes: its gradient's kernels index without MOD (the repeat-based
+    windows made the backward one scalar kernel of remainders, half of the digits CNN's step)."""
+    xn = rng.permutation(2 * 3 * 6 * 8).reshape(2, 3, 6, 8).astype(np.float32)  # distinct values: one max a window
+    x = Tensor(xn, device="CPU", requires_grad=True)
+    out = x.max_pool2d(2)
+    (out * Tensor(np.arange(out.numel(), dtype=np.float32).reshape(out.shape), device="CPU")).sum().backward()
+    assert x.grad is not None
+    linear = create_schedule(UOp(Ops.SINK, src=(x.grad.uop,))).linear
+    assert not any(u.op is Ops.MOD for c in linear.src for u in c.src[0].toposort())
+    win = xn.reshape(2, 3, 3, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 3, 4, 4)
+    np.testing.assert_array_equal(out.numpy(), win.max(-1))
+    want = (win == win.max(-1, keepdims=True)) * np.arange(out.numel(), dtype=np.float32).reshape(2, 3, 3, 4, 1)
+    want = want.reshape(2, 3, 3, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 6, 8)
+    np.testing.assert_array_equal(x.grad.numpy(), want)

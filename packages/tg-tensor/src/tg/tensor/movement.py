@@ -518,6 +518,15 @@ def windows(self: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation
         if d * (k - 1) + 1 > i:
             raise ArgumentError(f"window of size {k} (dilation {d}) is larger than the input size {i}")
         outs.append((i - d * (k - 1) - 1) // s + 1)
+    nl = len(lead)
+    if all(d == 1 and k <= s for k, s, d in zip(kernel, stride, dilation, strict=True)):
+        # windows that do not overlap (a 2x2 pool of stride 2): rows of `s` elements cut to `k`, no repeat, so the
+        # indices stay affine and a gradient through them is a plain reshape (the repeat's modulo indexing made a
+        # max pool's backward one scalar kernel of divisions and remainders)
+        x = self.shrink([None] * nl + [(0, o * s) for o, s in zip(outs, stride, strict=True)])
+        x = x.reshape(*lead, *[v for o, s in zip(outs, stride, strict=True) for v in (o, s)])
+        x = x.shrink([None] * nl + [(0, v) for o, k in zip(outs, kernel, strict=True) for v in (o, k)])
+        return x.permute(*range(nl), *[nl + 2 * j for j in range(n)], *[nl + 2 * j + 1 for j in range(n)])
     rows = [
         i * max(1, math.ceil((o * s - d) / i)) + d for i, o, s, d in zip(sizes, outs, stride, dilation, strict=True)
     ]
@@ -530,7 +539,6 @@ def windows(self: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation
     x = x.reshape(*lead, *[v for k, o, s in zip(kernel, outs, stride, strict=True) for v in (k, o, s)])
     x = x.shrink([None] * len(lead) + [(0, v) for k, o in zip(kernel, outs, strict=True) for v in (k, o, 1)])
     x = x.reshape(*lead, *[v for k, o in zip(kernel, outs, strict=True) for v in (k, o)])
-    nl = len(lead)
     return x.permute(*range(nl), *[nl + 2 * j + 1 for j in range(n)], *[nl + 2 * j for j in range(n)])
 
 

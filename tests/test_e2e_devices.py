@@ -74,7 +74,7 @@ def test_debug_levels(level, shows, hides, capsys):
         lambda d: Tensor([300], dtype=dtypes.uint8, device=d),
         lambda d: Tensor(2**40, device=d),
         lambda d: Tensor.full((2,), -1, dtype=dtypes.uint32, device=d),
-        lambda d: Tensor.arange(2**31, 2**31 + 2, device=d),
+        lambda d: Tensor.arange(2**31, 2**31 + 2, dtype=dtypes.int32, device=d),
         lambda d: Tensor([1, 2], device=d) + 2**40,
     ],
     ids=["list", "list_uint8", "scalar", "full_uint32", "arange", "weak_scalar"],
@@ -87,6 +87,8 @@ def test_ints_that_do_not_fit_raise_instead_of_wrapping(make, device):
 def test_ints_that_fit_still_work(device):
     assert Tensor([2**40], dtype=dtypes.int64, device=device).tolist() == [2**40]
     assert Tensor([255, 0], dtype=dtypes.uint8, device=device).tolist() == [255, 0]
+    big = Tensor.arange(2**31, 2**31 + 2, device=device)  # no dtype given: an int range beyond int32 is int64
+    assert big.dtype is dtypes.int64 and big.tolist() == [2**31, 2**31 + 1]
     assert (~Tensor([1, 0], dtype=dtypes.uint8, device=device)).tolist() == [254, 255]
     assert (Tensor([5], dtype=dtypes.int64, device=device) + 2**40).tolist() == [2**40 + 5]
 

@@ -77,6 +77,20 @@ def test_quantized_weights_stay_in_file_format_on_the_device(tiny_models: dict[t
     np.testing.assert_array_equal(weight.data.numpy().reshape(-1), raw)
 
 
+@pytest.mark.parametrize("wtype,dtype", [("F32", dtypes.float32), ("F16", dtypes.float16), ("BF16", dtypes.bfloat16)])
+def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Path], wtype: str, dtype: object) -> None:
+    """F32/F16/BF16 matrices come from the file as stored (read through a DISK tensor of their dtype)."""
+    file = open_model_file(tiny_models[("llama", wtype)])
+    for name in ("blk.0.ffn_down.weight", "blk.1.attn_q.weight"):
+        info = file.infos[name]
+        rows, cols = int(info.shape[0]), int(info.shape[1])
+        weight = file.matrix(name, rows, cols, "CPU")
+        assert weight.data.dtype is dtype and weight.data.shape == (rows, cols)
+        raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset)
+        got = weight.data.bitcast(dtypes.uint8).numpy().reshape(-1)
+        np.testing.assert_array_equal(got, raw)
+
+
 def test_unsupported_types_are_named() -> None:
     with pytest.raises(UnsupportedWeightType, match=r"'blk.0.attn_q.weight' is stored as Q5_K"):
         check_supported("blk.0.attn_q.weight", 13)

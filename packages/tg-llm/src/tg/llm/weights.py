@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tg.ir import dtypes
+from tg.ir import DType, dtypes
 from tg.llm.quant import GGML_TYPES, NATIVE_DTYPES, Weight, check_supported
 from tg.tensor import Device, Tensor
 from tg.tensor.nn.state import FormatError, GGUFTensorInfo, gguf_index
@@ -99,13 +99,15 @@ class GGUFModelFile:
         for info in infos:
             check_supported(info.name, info.ggml_type)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        self._disk_tensor: Tensor | None = None
+        self._disk_tensors: dict[DType, Tensor] = {}
 
-    def _disk(self) -> Tensor:
-        """The whole file as a lazy uint8 DISK tensor (memory-mapped by the DISK device)."""
-        if self._disk_tensor is None:
-            self._disk_tensor = Tensor.empty(os.path.getsize(self.path), dtype=dtypes.uint8, device=f"disk:{self.path}")
-        return self._disk_tensor
+    def _disk(self, dtype: DType = dtypes.uint8) -> Tensor:
+        """The file as a lazy 1-D DISK tensor of `dtype` (memory-mapped by the DISK device; a trailing partial
+        element is left out)."""
+        if (t := self._disk_tensors.get(dtype)) is None:
+            size = os.path.getsize(self.path) // dtype.itemsize
+            t = self._disk_tensors[dtype] = Tensor.empty(size, dtype=dtype, device=f"disk:{self.path}")
+        return t
 
     def has(self, name: str) -> bool:
         """True when the file holds tensor `name`."""
@@ -134,13 +136,18 @@ class GGUFModelFile:
         info = self._info(name)
         self._check_shape(info, (rows, cols))
         _, block_elems, block_bytes = GGML_TYPES[info.ggml_type]
-        # the bytes are copied as they are (one read of the file region), then viewed: a bitcast is one flat
-        # elementwise kernel, a reshape no kernel at all (a 2-D copy kernel was ~10x slower than the read)
-        data = self._disk()[info.offset : info.offset + info.nbytes].to(device).realize()
-        if info.ggml_type in NATIVE_DTYPES:
-            data = data.bitcast(NATIVE_DTYPES[info.ggml_type]).realize().reshape(rows, cols)
+        # one copy of the file region, no kernel: F16/BF16/F32 are read through a DISK tensor of their own dtype
+        # (GGUF aligns tensor data), quantised blocks as bytes; the reshape is a view
+        native = NATIVE_DTYPES.get(info.ggml_type)
+        if native is not None and info.offset % native.itemsize == 0:
+            start = info.offset // native.itemsize
+            data = self._disk(native)[start : start + rows * cols].to(device).realize().reshape(rows, cols)
         else:
-            data = data.reshape(rows, cols // block_elems, block_bytes)
+            data = self._disk()[info.offset : info.offset + info.nbytes].to(device).realize()
+            if native is not None:
+                data = data.bitcast(native).realize().reshape(rows, cols)
+            else:
+                data = data.reshape(rows, cols // block_elems, block_bytes)
         if progress is not None:
             progress.update(info.nbytes)
         return Weight(data, info.ggml_type, rows, cols)

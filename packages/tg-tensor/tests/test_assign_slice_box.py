@@ -91,3 +91,39 @@ def test_permuted_view_still_written() -> None:
     t.T[1:3].assign(Tensor(np.ones((2, 3), dtype=np.float32) * 7))
     a.T[1:3] = 7
     np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_cached_attention_decode_under_jit_matches_numpy() -> None:
+    """tg-llm's decode step in small: write one key/value at a Variable position of a cache, then attend over the
+    cache up to it (causal mask from arange, softmax, two matmuls). Under TinyJit each replay must see the new
+    position's mask and cache rows: since the fusion cost model stores the broadcast mask on its own kernel, that
+    kernel read only the Variable and the JIT pruned it, so replays diverged from eager (and numpy)."""
+    rng = np.random.default_rng(1)
+    n_pos, hd, prompt, heads = 32, 8, 4, 4
+    base = np.zeros((2, n_pos, hd), np.float32)
+    base[:, :prompt] = rng.standard_normal((2, prompt, hd)).astype(np.float32)
+    steps = [rng.standard_normal((heads + 2, 1, hd)).astype(np.float32) for _ in range(6)]  # (q heads, k, v)
+    pos = Variable("pos", 0, n_pos - 1)
+
+    def decode(cache: Tensor, qkv: Tensor, p: object) -> Tensor:
+        q, kv = qkv[:heads].reshape(heads, hd), qkv[heads:]  # (heads, hd), (2, 1, hd): heads share the k/v
+        cache[:, p : p + 1].assign(kv)  # type: ignore[misc]
+        keys, values = cache[0, : p + 1], cache[1, : p + 1]  # type: ignore[operator]
+        scores = (q @ keys.transpose()) * (1.0 / np.sqrt(hd))
+        mask = Tensor.arange(p + 1).reshape(1, -1) <= (Tensor.arange(1) + p).reshape(1, 1)  # type: ignore[operator]
+        return (mask.where(scores, float("-inf")).softmax(-1) @ values).realize()
+
+    jit_cache, eager_cache = stored(base), stored(base)
+    jitted = TinyJit(decode)
+    for i, qkv in enumerate(steps):  # run, capture, then replays
+        p = prompt + i
+        base[:, p] = qkv[heads:, 0]
+        scores = qkv[:heads, 0] @ base[0, : p + 1].T / np.sqrt(hd)  # (heads, p + 1): the mask is broadcast on heads
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        expected = (weights / weights.sum(-1, keepdims=True)) @ base[1, : p + 1]
+        out_jit = jitted(jit_cache, stored(qkv), pos.bind(p)).numpy()
+        out_eager = decode(eager_cache, stored(qkv), pos.bind(p)).numpy()
+        np.testing.assert_allclose(out_eager, expected, rtol=1e-5, atol=1e-6, err_msg=f"eager, position {p}")
+        np.testing.assert_allclose(out_jit, expected, rtol=1e-5, atol=1e-6, err_msg=f"jit, position {p}")
+    np.testing.assert_array_equal(jit_cache.numpy(), base)
+    np.testing.assert_array_equal(eager_cache.numpy(), base)

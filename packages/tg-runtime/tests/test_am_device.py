@@ -3,8 +3,9 @@ the register-level mock AM GPU. Device strings, a kernel end to end over PCI and
 host memory refused where the GPU cannot reach it, peer-to-peer copies between two mock GPUs, and, in child processes
 (each has its own mock GPUs), an injected page fault named in the DeviceHangError, the error state sticking until
 ``recover()``, the device usable afterwards, both engines restarted after a hang, and a clean
-session end recorded for the next boot. tests/test_tiny.py and test_hcq.py run on MOCKPCI+AMD in CI's mockpci-amd
-stage (scripts/amd_check.sh)."""
+session end recorded for the next boot; ``PCI+AMD`` through ``REMOTE=`` against the real tg-pci-server serving a mock
+AM GPU (a cold boot, then a partial boot from a new process). tests/test_tiny.py and test_hcq.py run on MOCKPCI+AMD in
+CI's mockpci-amd stage (scripts/amd_check.sh)."""
 
 from __future__ import annotations
 
@@ -204,3 +205,57 @@ def test_recover_restarts_both_engines_after_a_hang() -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert "hang: DeviceHangError" in res.stdout and "recover: True" in res.stdout, res.stdout
     assert "after: True []" in res.stdout, res.stdout
+
+
+REMOTE_CHILD = """
+import hashlib
+import numpy as np
+from tg.runtime.amd.am import firmware
+from tg.runtime.amd.sim import fw_fake
+from tg.runtime.device import Device
+from tg.tensor import Tensor
+
+# the served board is a mock: it accepts the mock's fake firmware (TG_AMD_FW_DIR holds it), whose hashes tg must expect
+firmware.FIRMWARE.update({n: hashlib.sha256(b).hexdigest() for n, b in fw_fake.fake_blobs().items()})
+dev = Device["AMD"]
+print("device:", dev.iface.kind, type(dev.iface.pci).__name__, "emulated:", dev.emulated)
+print("partial boot:", dev.iface.dev.partial_boot, "host memory mapped:", dev.can_map_host)
+x = np.arange(3000, dtype=np.float32)
+print("result:", bool(((Tensor(x, device="AMD") * 2 + 1).numpy() == x * 2 + 1).all()))
+"""
+
+
+def test_remote_pci_through_the_pci_server_process(tmp_path: Path) -> None:
+    # DEV=PCI+AMD with REMOTE= drives a board another process serves: the real tg-pci-server, on a unix socket, with a
+    # mock AM GPU behind it (--mock-model). The first session boots it cold; the board stays booted in the server, so
+    # the second session (a new process, as a user's next run) boots partially on a GPU whose VRAM still holds the
+    # first session's queues and counters
+    pytest.importorskip("tg_pci_server", reason="the tg-pci-server distribution is not installed")
+    from tg.runtime.amd.sim import fw_fake
+
+    fw = tmp_path / "firmware"
+    fw.mkdir()
+    for name, blob in fw_fake.fake_blobs().items():
+        (fw / name).write_bytes(blob)
+    sock = tmp_path / "pci.sock"
+    server = subprocess.Popen([sys.executable, "-m", "tg_pci_server", "--mock-model",
+                               "tg.runtime.amd.sim.am_gpu:served_device", "--unix", str(sock)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stderr is not None
+        line = server.stdout.readline().strip()
+        assert line == f"listening on {sock}", (line, server.stderr.read() if server.poll() is not None else "")
+        for boot in ("False", "True"):
+            res = _child(REMOTE_CHILD, DEV="PCI+AMD", REMOTE=f"unix:{sock}", TG_AMD_FW_DIR=str(fw))
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert "device: PCI RemotePCIDevice emulated: False" in res.stdout, res.stdout
+            assert f"partial boot: {boot} host memory mapped: True" in res.stdout, res.stdout
+            assert "result: True" in res.stdout, res.stdout
+    finally:
+        server.terminate()
+        try:
+            _, err = server.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            _, err = server.communicate()
+    assert "stopped after 2 session(s)" in err, err

@@ -343,6 +343,7 @@ class AMDDevice(HCQDevice):
             self._state.append(self.alloc_region(4096))
         word = self._state[-1].sub(self._state_used % 4096, 8)
         self._state_used += 8
+        word.u64()[0] = 0  # AM VRAM is not cleared between sessions: a previous session's count may lie there
         return word
 
     def queue_region(self, queue: str, role: str) -> Region:

@@ -41,7 +41,7 @@ from tg.runtime.amd.regs import table
 from tg.runtime.amd.sim.am_psp import MockPSP, MockSMU
 from tg.runtime.amd.sim.decode import EmulatorError
 
-__all__ = ["GC_INFO", "IP_LAYOUT", "MockAMGPU"]
+__all__ = ["GC_INFO", "IP_LAYOUT", "MockAMGPU", "served_device"]
 
 #: IP -> (version, segment bases in dwords): Navi31's layout
 IP_LAYOUT: dict[str, tuple[tuple[int, int, int], tuple[int, ...]]] = {
@@ -430,6 +430,20 @@ class MockAMGPU:
 
     def __repr__(self) -> str:
         return f"<MockAMGPU {self.name} {self.vram_size >> 20} MiB, {len(self.queues)} queues>"
+
+
+def served_device() -> Any:
+    """Factory for ``tg-pci-server --mock-model tg.runtime.amd.sim.am_gpu:served_device``: one mock AM GPU
+    (``TG_MOCKAM_VRAM_MB`` of VRAM, kernels emulated) behind a MockPCIDevice, unlocked, its DMA memory shareable with
+    unix-socket clients. Its state lives in the server process, so a second client session finds the board booted
+    (a partial boot). ``DEV=PCI+AMD REMOTE=...`` drives it like a real board (it needs firmware with tg's hashes)."""
+    from tg.ir.helpers import TG_MOCKAM_VRAM_MB
+
+    gpu = MockAMGPU(int(TG_MOCKAM_VRAM_MB.value), name="served mock AM GPU")
+    dev = gpu.pci_device("AM", "mock:am:served", lock=False)
+    dev.shared_sysmem = True  # MAP_SYSMEM_FD: a unix-socket client maps DMA memory itself
+    dev.gpu = gpu  # the board stays alive as long as its device
+    return dev
 
 
 class GPUMemory:

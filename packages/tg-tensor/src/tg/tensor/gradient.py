@@ -138,10 +138,31 @@ pm_gradient = PatternMatcher(
 )
 
 
+# ---- gradients given by the op that built a node -------------------------------------------------------------------
+
+_CUSTOM = "_tg_custom_gradient"  # memo on a node: (inputs, rule) from set_custom_gradient
+
+CustomGradient = Callable[[UOp], tuple["UOp | None", ...]]
+
+
+def set_custom_gradient(node: UOp, inputs: tuple[UOp, ...], rule: CustomGradient) -> None:
+    """Differentiate `node` as a function of `inputs` alone: `rule(incoming gradient)` returns one gradient per input
+    (None where none flows) and the graph between `inputs` and `node` is never differentiated node by node.
+
+    For ops whose node-by-node gradient is a poor program (a convolution's sliding windows give an overlap-add of
+    an im2col-shaped product; its input gradient as a convolution of the output gradient vectorises like the forward).
+    The rule must describe the same function as the graph: any graph equal to `node` (UOps are hash-consed) gets it.
+    """
+    node.__dict__[_CUSTOM] = (inputs, rule)
+
+
 def _sources(u: UOp, origins: Mapping[UOp, UOp], targets: set[UOp]) -> tuple[UOp, ...]:
-    """The sources of `u` for differentiation: a realized buffer with a recorded forward graph stands for it."""
+    """The sources of `u` for differentiation: a realized buffer with a recorded forward graph stands for it, a node
+    with a custom gradient has its rule's inputs."""
     if u in origins and u not in targets:
         return (origins[u],)
+    if (custom := u.__dict__.get(_CUSTOM)) is not None:
+        return cast("tuple[UOp, ...]", custom[0])
     return u.src
 
 
@@ -202,6 +223,9 @@ def compute_gradient(
                 used_origins[origins[node]] = node
             local = (g,)
             srcs = (origins[node],)
+        elif (custom := node.__dict__.get(_CUSTOM)) is not None:
+            srcs, rule = custom
+            local = rule(g)
         else:
             local = cast("tuple[UOp | None, ...] | None", pm_gradient.rewrite(node, ctx=g))
             srcs = node.src

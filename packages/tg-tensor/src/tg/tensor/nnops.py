@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tg.ir import DType, dtypes
+from tg.ir import DType, UOp, dtypes
 from tg.tensor.args import dtype_arg
 from tg.tensor.errors import ArgumentError
 
@@ -100,11 +100,68 @@ def conv2d(
     wt = weight.reshape(1, groups, rcout, cin_g, *[1] * n, *kernel)
     prod = w * wt if dt is None else w.cast(dt) * wt.cast(dt)
     ret = prod.sum([3, *range(4 + n, 4 + 2 * n)], dtype=dt).reshape(bs, cout, *out_sp)
+    if dt is None and isinstance(self.device, str) and dtypes.is_float(self.dtype) and dtypes.is_float(weight.dtype):
+        _conv_gradient(self, weight, ret, groups, strides, dils, pads)
     if bias is not None:
         if bias.shape != (cout,):
             raise ArgumentError(f"conv2d: bias must have shape ({cout},), got {bias.shape}")
         ret = ret + bias.reshape(1, cout, *[1] * n)
     return ret
+
+
+def _conv_gradient(
+    x: Tensor, weight: Tensor, ret: Tensor, groups: int, strides: tuple[int, ...], dils: tuple[int, ...],
+    pads: list[tuple[int, int]],
+) -> None:  # fmt: skip
+    """Give the convolution `ret` = conv(x, weight) its gradients as convolutions (tg.tensor.gradient's custom rule).
+
+    Node by node, the sliding windows' gradient is an im2col-shaped product (the output gradient times the weight,
+    summed over output channels) followed by an overlap-add through the windows' repeat: a scalar kernel over the
+    3-wide kernel axis and a gather with remainders. The input gradient is instead the transposed convolution:
+    the output gradient, stride-dilated and padded, convolved with the flipped weight (input and output channels
+    swapped per group), one reduction over (Cout/G, *k) that vectorises like the forward. The weight gradient is the
+    windows of x times the output gradient summed over the batch and the output positions, as autograd would build.
+    """
+    from tg.tensor.gradient import set_custom_gradient
+    from tg.tensor.tensor import Tensor
+
+    x_u, w_u = x.uop, weight.uop
+    n = len(strides)
+    bs, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel, in_sp, out_sp = weight.shape[2:], x.shape[2:], ret.shape[2:]
+    cout_g = cout // groups
+
+    def rule(g_u: UOp) -> tuple[UOp | None, ...]:
+        g, xt, wt = Tensor(g_u), Tensor(x_u), Tensor(w_u)
+        # input gradient: zeros between the output gradient's elements (stride), then the full padding of the window
+        # span minus the forward's padding before; the after side makes the result exactly the input's size
+        gz = g
+        for i, s in enumerate(strides):
+            if s > 1:
+                d = 2 + i
+                size = gz.shape[d]
+                gz = gz.unsqueeze(d + 1).pad([(0, 0)] * (d + 1) + [(0, s - 1)] + [(0, 0)] * (gz.ndim - d - 1))
+                gz = gz.flatten(d, d + 1).shrink([None] * d + [(0, (size - 1) * s + 1)] + [None] * (gz.ndim - d - 2))
+        spans = [d * (k - 1) for k, d in zip(kernel, dils, strict=True)]
+        full = [
+            (span - pb, size - ((o - 1) * s + 1) + pb)
+            for span, (pb, _), size, o, s in zip(spans, pads, in_sp, out_sp, strides, strict=True)
+        ]
+        gz = gz.pad([(0, 0), (0, 0), *full]).contiguous()
+        wf = (
+            wt.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2).reshape(cin, cout_g, *kernel)
+            .flip(list(range(2, 2 + n)))
+        )  # fmt: skip
+        dx = conv2d(gz, wf, groups=groups, dilation=dils).cast(xt.dtype)
+        # weight gradient: windows of the padded input against the output gradient
+        xp = xt.pad([(0, 0), (0, 0), *pads]).contiguous() if any(p != (0, 0) for p in pads) else xt
+        win = xp._windows(kernel, strides, dils).reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
+        gw = g.reshape(bs, groups, cout_g, 1, *out_sp, *[1] * n)
+        dw = (win * gw).sum([0, *range(4, 4 + n)]).reshape(cout, cin_g, *kernel).cast(wt.dtype)
+        return dx.uop, dw.uop
+
+    set_custom_gradient(ret.uop, (x_u, w_u), rule)
 
 
 def conv_transpose2d(

@@ -108,6 +108,8 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
             for f in (4 * lanes, 2 * lanes, lanes):
                 if size >= (f if nested else 4 * f) and size % f == 0:
                     k = k.split_axis(red_r.axis_id, (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
+                    if f < 4 * lanes and nested:
+                        k = _independent_accumulators(k, loads, out_axes, 4 * lanes // f)
                     break
         elif contiguous_out is not None:
             size = const_size(contiguous_out)
@@ -127,6 +129,22 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
                 k = k.split_axis(contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                 break
     return _threads(k, work)
+
+
+def _independent_accumulators(k: OptKernel, loads: list[UOp], out_axes: list[UOp], want: int) -> OptKernel:
+    """UPCAST an output axis by up to `want` so a short contiguous reduce (a convolution's weight gradient: 8 output
+    columns per row, the rows an outer reduce loop) keeps several vector accumulators in flight instead of one FMA
+    chain waiting on its own latency; the axis is one that some load does not use, so that load is shared."""
+    for r in reversed(out_axes):
+        size = const_size(r)
+        if size < 2 or not any(r not in _ranges(ld) for ld in loads):
+            continue
+        for f in (want, want // 2):
+            if f >= 2 and size % f == 0:
+                split_k = k.split_axis(r.axis_id, (AxisType.LOOP, AxisType.GLOBAL), f, AxisType.UPCAST)
+                if split_k is not k:
+                    return split_k
+    return k
 
 
 # other register tiles BEAM starts from: (vectors per row, rows, K unroll)

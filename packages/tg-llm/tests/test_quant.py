@@ -77,18 +77,46 @@ def test_quantized_weights_stay_in_file_format_on_the_device(tiny_models: dict[t
     np.testing.assert_array_equal(weight.data.numpy().reshape(-1), raw)
 
 
-@pytest.mark.parametrize("wtype,dtype", [("F32", dtypes.float32), ("F16", dtypes.float16), ("BF16", dtypes.bfloat16)])
-def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Path], wtype: str, dtype: object) -> None:
-    """F32/F16/BF16 matrices come from the file as stored (read through a DISK tensor of their dtype)."""
+@pytest.mark.parametrize("wtype", ["F32", "F16", "BF16"])
+def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Path], wtype: str) -> None:
+    """F32/F16/BF16 matrices come from the file as stored (F32 as float32, F16/BF16 pairs as uint32 words)."""
     file = open_model_file(tiny_models[("llama", wtype)])
     for name in ("blk.0.ffn_down.weight", "blk.1.attn_q.weight"):
         info = file.infos[name]
         rows, cols = int(info.shape[0]), int(info.shape[1])
         weight = file.matrix(name, rows, cols, "CPU")
-        assert weight.data.dtype is dtype and weight.data.shape == (rows, cols)
+        shape = (rows, cols) if wtype == "F32" else (rows, cols // 2)
+        assert weight.data.dtype is (dtypes.float32 if wtype == "F32" else dtypes.uint32)
+        assert weight.data.shape == shape and weight.nbytes == info.nbytes
         raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset)
-        got = weight.data.bitcast(dtypes.uint8).numpy().reshape(-1)
-        np.testing.assert_array_equal(got, raw)
+        np.testing.assert_array_equal(weight.data.numpy().view(np.uint8).reshape(-1), raw)
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "F16", "BF16"])
+def test_packed_weights_dequantize_bit_exact(generator: ModuleType, name: str) -> None:
+    """The uint32-word layouts linear() reads (Q8_0 repacked, F16/BF16 pairs) give the reference values exactly,
+    float16 subnormals, infinities, NaN and signed zeros included."""
+    import gguf
+
+    rows, cols = 6, 64
+    if name == "Q8_0":
+        blocks = random_blocks(generator, name, rows * cols // 32).reshape(rows, -1, 34)
+        blocks[0, 0, :2] = np.array([0x0001], np.uint16).view(np.uint8)  # a subnormal scale
+        dense = gguf.quants.dequantize(blocks.reshape(rows, -1), gguf.GGMLQuantizationType.Q8_0)
+        weight = Weight(Tensor(blocks), 8, rows, cols)
+        assert weight.data.dtype is dtypes.uint32 and weight.nbytes == rows * cols // 32 * 36
+    else:
+        bits = np.random.default_rng(2).integers(0, 1 << 16, (rows, cols), dtype=np.uint16)
+        bits[0, :8] = [0x0001, 0x83FF, 0x7C00, 0xFC00, 0x7E00, 0x8000, 0x0000, 0x7BFF]
+        if name == "F16":
+            dense = bits.view(np.float16).astype(np.float32)
+        else:
+            dense = (bits.astype(np.uint32) << 16).view(np.float32)
+        weight = Weight(Tensor(bits).bitcast(dtypes.float16 if name == "F16" else dtypes.bfloat16), 1 if name == "F16"
+                        else 30, rows, cols)  # fmt: skip
+        assert weight.data.dtype is dtypes.uint32 and weight.data.shape == (rows, cols // 2)
+    ours = weight.dequantize().numpy()
+    np.testing.assert_array_equal(ours.view(np.uint32), dense.astype(np.float32).view(np.uint32))
 
 
 def test_unsupported_types_are_named() -> None:

@@ -253,3 +253,22 @@ def test_split_axis_finds_the_range_by_id_and_never_raises() -> None:
     with pytest.raises(KernelOptError):
         k.apply(split(k.ranges.index(red), 5, AxisType.UNROLL))
     assert k.try_apply(split(k.ranges.index(red), 5, AxisType.UNROLL)) is k
+
+
+def test_heuristic_vectorises_the_reduce_loop_of_a_matrix_vector_product() -> None:
+    """W (n, k) @ x (k,) with W read along k (an LLM decode step's x @ W.T): the reduce loop is vectorised
+    (GROUP_REDUCE over contiguous W and x), not a register tile of strided W rows."""
+    n, k = 64, 256
+    r0, r1 = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
+    w, x, out = UOp.param(1, f32, n * k), UOp.param(2, f32, k), UOp.param(0, f32, n)
+    ast = UOp.sink(out.index(r0).store((w.index(r0 * k + r1).load() * x.index(r1).load()).reduce(r1)).end(r0))
+    ren = cpu_renderer(2)
+    if not ren.vector_bytes:
+        pytest.skip("needs a compiler target with vectors")
+    opts = list(apply_opts(ast, ren)[1])
+    assert any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts), [str(o) for o in opts]
+    assert not any(o.arg[1] is AxisType.UPCAST for o in opts), [str(o) for o in opts]
+    rng = np.random.default_rng(0)
+    wn, xn = rng.standard_normal(n * k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    got = run(ast, "CPU", ren, opts, (f32, n), [wn, xn])
+    np.testing.assert_allclose(got, wn.reshape(n, k) @ xn, rtol=1e-5, atol=1e-5)

@@ -54,23 +54,106 @@ def check_supported(name: str, ggml_type: int) -> None:
 
 @dataclass
 class Weight:
-    """A matrix of logical shape (rows, cols) stored as `data`: native values (rows, cols) or raw blocks
-    (rows, cols // block elements, block bytes) of `ggml_type`."""
+    """A matrix of logical shape (rows, cols) whose `data` is in the layout `linear` reads (see `pack`).
+
+    Constructed from the stored format (native values (rows, cols) or raw blocks (rows, cols // block elements,
+    block bytes) of `ggml_type`); `__post_init__` brings it into the kernel layout once (`pack`)."""
 
     data: Tensor
     ggml_type: int
     rows: int
     cols: int
 
+    def __post_init__(self) -> None:
+        self.data = pack(self.data, self.ggml_type, self.rows, self.cols)
+
     @property
     def nbytes(self) -> int:
         """Bytes the weight occupies on the device (= bytes read by one matrix-vector product)."""
-        _, elems, size = GGML_TYPES[self.ggml_type]
-        return self.rows * self.cols // elems * size
+        return int(self.data.nbytes)
 
     def dequantize(self) -> Tensor:
-        """The float32 values, lazily (fuses into whatever consumes them)."""
+        """The float32 values (rows, cols), lazily (fuses into whatever consumes them)."""
+        if _is_words(self.data, self.ggml_type):  # shifts by a small tensor of powers of two, not a cat (adds 0.0)
+            if self.ggml_type == 8:
+                words, scales = _q8_0_words(self.data, self.rows, self.cols)
+                up = Tensor([1 << 24, 1 << 16, 1 << 8, 1], dtype=dtypes.uint32, device=words.device).reshape(4, 1)
+                values = ((words.unsqueeze(-2) * up).bitcast(dtypes.int32) >> 24).cast(dtypes.float32)
+                return (scales.reshape(self.rows, -1, 1, 1) * values).reshape(self.rows, self.cols)
+            down = Tensor([1, 1 << 16], dtype=dtypes.uint32, device=self.data.device)
+            halves = (self.data.unsqueeze(-1) // down) & 0xFFFF  # (rows, cols // 2, 2)
+            values = (halves << 16).bitcast(dtypes.float32) if self.ggml_type == 30 else _f16_bits_to_float(halves)
+            return values.reshape(self.rows, self.cols)
         return dequantize(self.data, self.ggml_type).reshape(self.rows, self.cols)
+
+
+# Kernel layouts (`pack`): the CPU code generator vectorises only 32/64-bit loads and arithmetic, so the matrices
+# the decode step streams are read as uint32 words and decoded with 32-bit integer operations, which it turns into
+# SIMD code (8 weights per AVX2 instruction) instead of one scalar uint8/float16 load and conversion per weight:
+# - F16/BF16: the file's bytes as is, typed uint32 (rows, cols // 2): word j holds the values 2j (low half) and
+#   2j + 1 (high half); float16 is widened exactly with integer operations (`_f16_bits_to_float`);
+# - Q8_0: repacked once at load into one uint32 buffer: the int8 values, (rows, blocks, 8) words whose byte i of
+#   word w is the value 8i + w of the block (so the 8 words of a block line up with 8 consecutive inputs for each
+#   i), followed by the block scales as float32 (rows, blocks): 36 bytes per 32 weights instead of 34;
+# - F32, Q4_K, Q6_K: as stored.
+
+
+def _is_words(data: Tensor, ggml_type: int) -> bool:
+    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8)
+
+
+def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
+    """`data` (stored format, or already packed) in the layout `linear` reads (see the table above), realized."""
+    check_supported("<weight>", ggml_type)
+    if _is_words(data, ggml_type):
+        return data
+    if ggml_type in (1, 30) and cols % 2 == 0:
+        return _pair_words(data.reshape(rows, cols))
+    if ggml_type == 8:
+        blocks = data.reshape(rows, cols // 32, 34)
+        q = blocks[..., 2:34].cast(dtypes.uint32).reshape(rows, cols // 32, 4, 8)  # value 8i + w
+        words = q[:, :, 0] | (q[:, :, 1] << 8) | (q[:, :, 2] << 16) | (q[:, :, 3] << 24)
+        scales = _f16_at(blocks, 0).bitcast(dtypes.uint32)
+        return Tensor.cat(words.reshape(-1), scales.reshape(-1)).contiguous().realize()
+    return data
+
+
+def _pair_words(values: Tensor) -> Tensor:
+    """A (rows, cols) float16/bfloat16 tensor as uint32 words (rows, cols // 2) of the same bytes."""
+    bits = values.bitcast(dtypes.uint16).cast(dtypes.uint32)
+    rows, cols = values.shape
+    pairs = bits.reshape(rows, cols // 2, 2)
+    return (pairs[..., 0] | (pairs[..., 1] << 16)).contiguous().realize()
+
+
+def _f16_bits_to_float(h: Tensor) -> Tensor:
+    """uint32 holding float16 bits (< 2**16) -> the float32 of the same value, exactly, in 32-bit integer ops:
+    the exponent and mantissa shifted into float32's places and scaled by 2**112 (the bias difference; float16
+    subnormals land on float32 subnormals, so the product is exact), infinities and NaNs kept, the sign or'ed in."""
+    magnitude = (h & 0x7FFF) << 13
+    value = magnitude.bitcast(dtypes.float32) * float(2.0**112)
+    value = ((h & 0x7C00) == 0x7C00).where((magnitude | 0x7F800000).bitcast(dtypes.float32), value)
+    return (value.bitcast(dtypes.uint32) | ((h & 0x8000) << 16)).bitcast(dtypes.float32)
+
+
+def _half_words_to_float(words: Tensor, ggml_type: int) -> tuple[Tensor, Tensor]:
+    """float32 of the low and high halves of uint32 words holding float16 (type 1) or bfloat16 (type 30) pairs."""
+    if ggml_type == 30:
+        return (words << 16).bitcast(dtypes.float32), (words & 0xFFFF0000).bitcast(dtypes.float32)
+    return _f16_bits_to_float(words & 0xFFFF), _f16_bits_to_float(words >> 16)
+
+
+def _q8_0_words(data: Tensor, rows: int, cols: int) -> tuple[Tensor, Tensor]:
+    """A packed Q8_0 buffer as (words (rows, blocks, 8) uint32, scales (rows, blocks) float32)."""
+    nb = cols // 32
+    n = rows * nb * 8
+    return data[:n].reshape(rows, nb, 8), data[n:].bitcast(dtypes.float32).reshape(rows, nb)
+
+
+def _int8_lane(words: Tensor, i: int) -> Tensor:
+    """Byte i of each uint32 word as a signed value in float32 (shifted to the top, arithmetic shift down)."""
+    top = words << (24 - 8 * i) if i < 3 else words
+    return (top.bitcast(dtypes.int32) >> 24).cast(dtypes.float32)
 
 
 def _f16_at(blocks: Tensor, offset: int) -> Tensor:
@@ -152,19 +235,34 @@ def dequantize(data: Tensor, ggml_type: int) -> Tensor:
 
 
 def linear(x: Tensor, w: Weight) -> Tensor:
-    """`x @ w.T` in float32 for x of shape (..., cols), reading the weight as stored.
+    """`x @ w.T` in float32 for x of shape (..., cols), reading the weight in its kernel layout (`pack`).
 
-    Native weights are cast inside the matmul. Quantized blocks are split into integer values, a scale and an
-    offset per group of 16 or 32 values; the dot product of x with the integers of each group is reduced first and
-    scaled once per group (`sum_g scale_g * (x . q_g) - offset_g * sum(x_g)`), so the float16 scales are decoded
-    once per group instead of once per weight. The scheduler fuses the whole expression into one kernel."""
+    F16/BF16 words: the inputs split into even and odd positions (two small kernels, shared by every matrix that
+    reads the same x), then one reduction over the words of `x_even * low + x_odd * high`. Q8_0 words: one
+    reduction over (block, word) of `scale * sum_i x_i * int8_i` (the four inputs of a word are 8 apart, so the
+    8 words of a block meet 8 consecutive inputs). Other quantized blocks are split into integer values, a scale
+    and an offset per group of 16 or 32 values; the dot product of x with the integers of each group is reduced
+    first and scaled once per group (`sum_g scale_g * (x . q_g) - offset_g * sum(x_g)`). The scheduler fuses each
+    expression into one kernel."""
     x = x.cast(dtypes.float32)
+    lead = x.shape[:-1]
+    if _is_words(w.data, w.ggml_type):
+        if w.ggml_type == 8:
+            words, scales = _q8_0_words(w.data, w.rows, w.cols)
+            nb = w.cols // 32
+            xb = x.reshape(*lead, 1, nb, 4, 8)
+            dots = xb[..., 0, :] * _int8_lane(words, 0)
+            for i in range(1, 4):
+                dots = dots + xb[..., i, :] * _int8_lane(words, i)
+            return (dots * scales.reshape(w.rows, nb, 1)).sum((-2, -1))
+        pairs = x.reshape(*lead, w.cols // 2, 2)
+        even, odd = pairs[..., 0].contiguous().unsqueeze(-2), pairs[..., 1].contiguous().unsqueeze(-2)
+        lo, hi = _half_words_to_float(w.data, w.ggml_type)
+        return (even * lo + odd * hi).sum(-1)
     if w.ggml_type in NATIVE_DTYPES:
         return x @ w.data.cast(dtypes.float32).T
-    check_supported("<weight>", w.ggml_type)
     q, scale, offset = BLOCK_PARTS[w.ggml_type](w.data)  # (N, nb, G, gs), (N, nb, G, 1)
     N, nb, G, gs = q.shape
-    lead = x.shape[:-1]
     xg = x.reshape(*lead, 1, nb, G, gs)
     dots = (xg * q).sum(-1)  # (..., N, nb, G)
     out = (dots * scale.reshape(N, nb, G)).sum((-1, -2))

@@ -139,7 +139,12 @@ class GGUFModelFile:
         # one copy of the file region, no kernel: F16/BF16/F32 are read through a DISK tensor of their own dtype
         # (GGUF aligns tensor data), quantised blocks as bytes; the reshape is a view
         native = NATIVE_DTYPES.get(info.ggml_type)
-        if native is not None and info.offset % native.itemsize == 0:
+        if native is not None and native.itemsize == 2 and cols % 2 == 0 and info.offset % 4 == 0:
+            # F16/BF16 pairs as uint32 words, the layout tg.llm.quant.linear reads (the same bytes)
+            start = info.offset // 4
+            data = self._disk(dtypes.uint32)[start : start + rows * cols // 2].to(device).realize()
+            data = data.reshape(rows, cols // 2)
+        elif native is not None and info.offset % native.itemsize == 0:
             start = info.offset // native.itemsize
             data = self._disk(native)[start : start + rows * cols].to(device).realize().reshape(rows, cols)
         else:

@@ -60,9 +60,23 @@ def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], i
     out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
     contiguous_out = next((r for r in out_axes if index_stride(store_idx, r) == 1 and const_size(r) > 1), None)
-    if contiguous_out is None or lanes < 2:
+    if contiguous_out is None or lanes < 2 or _is_matvec(reduces[0], ops, contiguous_out, out_axes):
         return None
     return reduces[0], ops, contiguous_out, out_axes, lanes, _work(k)
+
+
+def _is_matvec(red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp]) -> bool:
+    """A matrix-vector product `W @ x` with W read along the reduce axis (an LLM decode step's `x @ W.T`): one
+    output axis, every load that moves with it strided, a load contiguous in the innermost reduce loop. A register
+    tile would UPCAST the output axis over strided (gathered) matrix loads; the reduction rules vectorise the
+    contiguous reduce loop instead (GROUP_REDUCE: vector loads of W and x, vector accumulators)."""
+    if any(r is not n_axis and const_size(r) > 1 for r in out_axes):
+        return False
+    loads = [u for op in ops for u in op.toposort() if u.op is Ops.LOAD]
+    moving = [ld for ld in loads if n_axis in _ranges(ld.src[0].src[1])]
+    if not moving or any(index_stride(ld.src[0].src[1], n_axis) == 1 for ld in moving):
+        return False
+    return any(index_stride(ld.src[0].src[1], red.src[-1]) == 1 for ld in loads)
 
 
 def _lanes(k: OptKernel, topo: list[UOp], stores: list[UOp]) -> int:

@@ -124,7 +124,9 @@ def random_opts(ast: UOp, renderer: Renderer, rnd: random.Random, steps: int) ->
     return list(k.applied)
 
 
-@pytest.mark.parametrize("seed", range(6))
+# two random opt sequences per kernel by default (each kernel and its opts compiled three times: ~1 CPU-s a case),
+# six in the slow run
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(2, 6))])
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_random_opts_keep_results(name: str, seed: int) -> None:
     rnd = random.Random(f"{name}{seed}")
@@ -196,7 +198,10 @@ def test_illegal_explicit_opt_raises() -> None:
         get_program(ast, cpu_renderer(), [split(0, 5, AxisType.UPCAST)])
 
 
-@pytest.mark.parametrize("shape", [(48, 64, 16), (96, 96, 24), (24, 128, 8)])
+# one shape's tile variants by default (every variant compiled for CPU and run on PYTHON), the others in the slow run
+@pytest.mark.parametrize(
+    "shape", [(48, 64, 16), *(pytest.param(shape, marks=pytest.mark.slow) for shape in [(96, 96, 24), (24, 128, 8)])]
+)
 def test_beam_tile_variants_keep_results(shape: tuple[int, int, int]) -> None:
     from tg.codegen.opt.heuristic import matmul_tile_variants
 

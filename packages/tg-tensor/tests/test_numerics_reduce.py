@@ -39,7 +39,8 @@ def test_sum_of_ones_is_exact(device: str, n: int) -> None:
     assert Tensor.ones(n, device=device).contiguous().sum().item() == n  # stored: the split partial sums (P1)
 
 
-@pytest.mark.parametrize("n", [2**24, 2**25])
+# 2**25 runs the same split partial-sum kernels as 2**24 over twice the data: in the slow run
+@pytest.mark.parametrize("n", [2**24, pytest.param(2**25, marks=pytest.mark.slow)])
 def test_sum_and_mean_of_uniform(device: str, n: int, rng: np.random.Generator) -> None:
     a = rng.random(_big(device, n), dtype=np.float32)
     t = Tensor(a, device=device)
@@ -50,7 +51,7 @@ def test_sum_and_mean_of_uniform(device: str, n: int, rng: np.random.Generator) 
     assert abs(Tensor.rand(_big(device, 2**22), device=device).mean().item() - 0.5) < 0.01  # was 0.25 at 64M
 
 
-@pytest.mark.parametrize("n", [2**24, 2**25])
+@pytest.mark.parametrize("n", [2**24, pytest.param(2**25, marks=pytest.mark.slow)])  # 2**25: as above
 def test_sum_is_as_accurate_as_numpy(device: str, n: int, rng: np.random.Generator) -> None:
     a = rng.standard_normal(_big(device, n), dtype=np.float32) + np.float32(0.3)
     exact = np.sum(a, dtype=np.float64)

@@ -76,6 +76,7 @@ def test_sort_along_dim_0_and_argsort():
     np.testing.assert_array_equal(descending, np.argsort(-a, axis=0, kind="stable"))
 
 
+@pytest.mark.slow  # the same bitonic network as n=257 above (padded to 512), 6 stages more
 def test_sort_large_row():
     """2^14 + 3 elements (padded to 2^15): the bitonic network, not an n^2 comparison."""
     a = RNG.standard_normal(2**14 + 3).astype(np.float32)

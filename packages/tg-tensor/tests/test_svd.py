@@ -29,7 +29,10 @@ def check_svd(a: np.ndarray, full_matrices: bool = True, atol: float = 2e-5) -> 
     )
 
 
-@pytest.mark.parametrize("shape", [(4, 4), (6, 3), (3, 6), (1, 1), (7, 1), (1, 5), (17, 17)])
+# 17x17: more Jacobi sweeps of the same kernels as 4x4 (~10 CPU-s), in the slow run
+@pytest.mark.parametrize(
+    "shape", [(4, 4), (6, 3), (3, 6), (1, 1), (7, 1), (1, 5), pytest.param((17, 17), marks=pytest.mark.slow)]
+)
 def test_svd_matches_numpy(shape):
     check_svd(RNG.standard_normal(shape).astype(np.float32))
 

@@ -3,7 +3,11 @@
 From the renderer: W = lanes of its widest vector for the kernel's dtype, R = vector registers, T = threads.
 - matmul-like (a REDUCE ADD of a product of two loads, each missing a different output axis): a register tile
   of MR rows x NR columns (UPCAST on both output axes, NR a multiple of W) and the reduce axis UNROLLed by 4;
-- other reductions over a contiguous axis: GROUP_REDUCE the reduce axis by 4W (4 vector accumulators);
+- matmul-like with the reduce axis contiguous in both operands and no output axis a vector width divides (a
+  convolution's weight gradient, (Cout, Cin, 3, 3)): GROUP_REDUCE the reduce axis by W and UPCAST an output axis of
+  each operand, MR x NR independent accumulators;
+- other reductions over a contiguous axis: GROUP_REDUCE the reduce axis by 4W (4 vector accumulators; a short nested
+  reduce that allows fewer also UPCASTs an output axis some load does not use);
   over a strided axis: UPCAST the contiguous output axis by W and UNROLL the reduce by 4;
 - elementwise: UPCAST the contiguous output axis by W (2W when large);
 - THREAD last: the outermost output axis split over the T threads, only for kernels big enough to pay for it.
@@ -119,6 +123,8 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
         if any(index_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
             size = const_size(red_r)
+            if (dot := _dot_tile(k, reduces[0], out_axes, lanes)) is not None:
+                return _threads(dot, work)
             for f in (4 * lanes, 2 * lanes, lanes):
                 if size >= (f if nested else 4 * f) and size % f == 0:
                     k = k.split_axis(red_r.axis_id, (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
@@ -143,6 +149,42 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
                 k = k.split_axis(contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                 break
     return _threads(k, work)
+
+
+def _dot_tile(k: OptKernel, red: UOp, out_axes: list[UOp], lanes: int) -> OptKernel | None:
+    """A register tile of dot products for a matmul-like kernel whose reduce axis is contiguous in both operands but
+    whose output has no vector-wide contiguous axis (a convolution's weight gradient: output (Cout, Cin, 3, 3), the
+    reduce over the batch and the output positions): GROUP_REDUCE the reduce axis by one vector and UPCAST an output
+    axis of each operand (MR x NR accumulators), so each loaded vector feeds several FMAs and the FMA chains are
+    independent; None when the kernel is not of that shape."""
+    if (ops := _matmul_operands(k, red)) is None:
+        return None
+    red_r = red.src[-1]
+    a_loads, b_loads = ([u for u in op.toposort() if u.op is Ops.LOAD] for op in ops)
+    if not all(any(index_stride(ld.src[0].src[1], red_r) == 1 for ld in side) for side in (a_loads, b_loads)):
+        return None
+    if const_size(red_r) % lanes:
+        return None
+    a_ranges, b_ranges = _ranges(ops[0]), _ranges(ops[1])
+
+    def widest(own: set[UOp], other: set[UOp]) -> UOp | None:
+        axes = [r for r in out_axes if r in own and r not in other and const_size(r) % 2 == 0]
+        return max(axes, key=lambda r: (const_size(r) % 4 == 0, const_size(r)), default=None)
+
+    m_axis, n_axis = widest(a_ranges, b_ranges), widest(b_ranges, a_ranges)
+    if m_axis is None or n_axis is None:
+        return None
+    regs = max(getattr(k.renderer, "vector_registers", 16), 8)
+    m_size, n_size = const_size(m_axis), const_size(n_axis)
+    tiles = [(mr, nr) for mr in (4, 3, 2) for nr in (4, 3, 2) if m_size % mr == 0 and n_size % nr == 0
+             and mr * nr + mr + nr <= regs]  # fmt: skip
+    if not tiles:
+        return None
+    mr, nr = max(tiles, key=lambda t: (t[0] * t[1], -abs(t[0] - t[1])))
+    t = k.split_axis(red_r.axis_id, (AxisType.REDUCE,), lanes, AxisType.GROUP_REDUCE)
+    t = t.split_axis(m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
+    t = t.split_axis(n_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
+    return t if len(t.applied) == len(k.applied) + 3 else None
 
 
 def _independent_accumulators(k: OptKernel, loads: list[UOp], out_axes: list[UOp], want: int) -> OptKernel:

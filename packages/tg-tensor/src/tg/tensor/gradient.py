@@ -142,12 +142,13 @@ pm_gradient = PatternMatcher(
 
 _CUSTOM = "_tg_custom_gradient"  # memo on a node: (inputs, rule) from set_custom_gradient
 
-CustomGradient = Callable[[UOp], tuple["UOp | None", ...]]
+CustomGradient = Callable[[UOp, tuple[bool, ...]], tuple["UOp | None", ...]]
 
 
 def set_custom_gradient(node: UOp, inputs: tuple[UOp, ...], rule: CustomGradient) -> None:
-    """Differentiate `node` as a function of `inputs` alone: `rule(incoming gradient)` returns one gradient per input
-    (None where none flows) and the graph between `inputs` and `node` is never differentiated node by node.
+    """Differentiate `node` as a function of `inputs` alone: `rule(incoming gradient, needed)` returns one gradient
+    per input (None where none flows; `needed[i]` says whether input i leads to a target, so a rule may skip building
+    the others) and the graph between `inputs` and `node` is never differentiated node by node.
 
     For ops whose node-by-node gradient is a poor program (a convolution's sliding windows give an overlap-add of
     an im2col-shaped product; its input gradient as a convolution of the output gradient vectorises like the forward).
@@ -206,7 +207,9 @@ def compute_gradient(
     origins = origins or {}
     grads: dict[UOp, UOp] = {root: root_grad}
     used_origins: dict[UOp, UOp] = {}
-    for node in reversed(_target_path(root, targets, origins)):
+    path = _target_path(root, targets, origins)
+    on_path: set[UOp] | None = None  # built at the first custom rule
+    for node in reversed(path):
         if (g := grads.get(node)) is None:
             continue
         if node.op is Ops.GETTUPLE:  # an output of a function call: collected per call, differentiated at the call
@@ -225,7 +228,8 @@ def compute_gradient(
             srcs = (origins[node],)
         elif (custom := node.__dict__.get(_CUSTOM)) is not None:
             srcs, rule = custom
-            local = rule(g)
+            on_path = set(path) if on_path is None else on_path
+            local = rule(g, tuple(s in targets or s in on_path for s in srcs))
         else:
             local = cast("tuple[UOp | None, ...] | None", pm_gradient.rewrite(node, ctx=g))
             srcs = node.src

@@ -118,9 +118,10 @@ def _conv_gradient(
     Node by node, the sliding windows' gradient is an im2col-shaped product (the output gradient times the weight,
     summed over output channels) followed by an overlap-add through the windows' repeat: a scalar kernel over the
     3-wide kernel axis and a gather with remainders. The input gradient is instead the transposed convolution:
-    the output gradient, stride-dilated and padded, convolved with the flipped weight (input and output channels
-    swapped per group), one reduction over (Cout/G, *k) that vectorises like the forward. The weight gradient is the
-    windows of x times the output gradient summed over the batch and the output positions, as autograd would build.
+    the output gradient, stride-dilated and padded (stored: the convolution then loads it without gates), convolved
+    with the flipped weight (input and output channels swapped per group), one reduction over (Cout/G, *k) that
+    vectorises like the forward. The weight gradient is the windows of the padded x (stored too) times the output
+    gradient, summed over the batch and the output positions. Only the gradients that lead to a target are built.
     """
     from tg.tensor.gradient import set_custom_gradient
     from tg.tensor.tensor import Tensor
@@ -132,8 +133,13 @@ def _conv_gradient(
     kernel, in_sp, out_sp = weight.shape[2:], x.shape[2:], ret.shape[2:]
     cout_g = cout // groups
 
-    def rule(g_u: UOp) -> tuple[UOp | None, ...]:
+    def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
         g, xt, wt = Tensor(g_u), Tensor(x_u), Tensor(w_u)
+        dx = _input_gradient(g, wt).cast(xt.dtype).uop if needed[0] else None
+        dw = _weight_gradient(g, xt).cast(wt.dtype).uop if needed[1] else None
+        return dx, dw
+
+    def _input_gradient(g: Tensor, wt: Tensor) -> Tensor:
         # input gradient: zeros between the output gradient's elements (stride), then the full padding of the window
         # span minus the forward's padding before; the after side makes the result exactly the input's size
         gz = g
@@ -153,13 +159,14 @@ def _conv_gradient(
             wt.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2).reshape(cin, cout_g, *kernel)
             .flip(list(range(2, 2 + n)))
         )  # fmt: skip
-        dx = conv2d(gz, wf, groups=groups, dilation=dils).cast(xt.dtype)
-        # weight gradient: windows of the padded input against the output gradient
+        return conv2d(gz, wf, groups=groups, dilation=dils)
+
+    def _weight_gradient(g: Tensor, xt: Tensor) -> Tensor:
+        # windows of the padded input (stored: plain vector loads, no gates) against the output gradient
         xp = xt.pad([(0, 0), (0, 0), *pads]).contiguous() if any(p != (0, 0) for p in pads) else xt
         win = xp._windows(kernel, strides, dils).reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
         gw = g.reshape(bs, groups, cout_g, 1, *out_sp, *[1] * n)
-        dw = (win * gw).sum([0, *range(4, 4 + n)]).reshape(cout, cin_g, *kernel).cast(wt.dtype)
-        return dx.uop, dw.uop
+        return (win * gw).sum([0, *range(4, 4 + n)]).reshape(cout, cin_g, *kernel)
 
     set_custom_gradient(ret.uop, (x_u, w_u), rule)
 

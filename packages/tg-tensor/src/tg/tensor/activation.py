@@ -234,9 +234,8 @@ def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
 
 def copysign(self: Tensor, other: Any) -> Tensor:
     """|self| with the sign of `other` (negative zero counts as negative)."""
-    from tg.tensor.tensor import Tensor
-
-    o = other if isinstance(other, Tensor) else Tensor(other, device=self.device, dtype=_f(self).dtype)
+    cls = self._tensor_class()
+    o = other if isinstance(other, cls) else cls(other, device=self.device, dtype=_f(self).dtype)
     negative = (o < 0) | ((o == 0) & (1 / _f(o) < 0))
     a = _f(self).abs()
     return negative.where(-a, a)

@@ -92,11 +92,10 @@ def is_floating_point(self: Tensor) -> bool:
 
 def clone(self: Tensor, device: str | None = None) -> Tensor:
     """A copy with storage of its own (lazy; realized when used), optionally on another device; not a view."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     x = self if device is None else self.to(device)
     # an ASSIGN into a fresh buffer: a CONTIGUOUS of a stored value would just be that storage again
-    return Tensor(Tensor.empty(*x.shape, dtype=x.dtype, device=x.device).assign(x).uop)  # tracked like any result
+    return cls(cls.empty(*x.shape, dtype=x.dtype, device=x.device).assign(x).uop)  # tracked like any result
 
 
 def cpu(self: Tensor) -> Tensor:
@@ -173,9 +172,8 @@ def logical_xor(self: Tensor, x: Any) -> Tensor:
 
 
 def _as_bool(self: Tensor, x: Any) -> Any:
-    from tg.tensor.tensor import Tensor
-
-    return x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
+    cls = self._tensor_class()
+    return x.cast(dtypes.bool) if isinstance(x, cls) else bool(x)
 
 
 def _int_or_bool(op: str, t: Tensor) -> None:
@@ -308,24 +306,25 @@ def clamp_(self: Tensor, min_: Any = None, max_: Any = None, *, min: Any = None,
 
 def copy_(self: Tensor, src: Tensor) -> Tensor:
     """Copy `src` (broadcast, cast, moved to self's device) into self; returns self."""
-    from tg.tensor.tensor import Tensor
-
-    s = src if isinstance(src, Tensor) else Tensor(src, device=self.device)
+    cls = self._tensor_class()
+    s = src if isinstance(src, cls) else cls(src, device=self.device)
     return _inplace(self, "copy_", s.to(self.device))
 
 
 def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
     """Fill with U(a, b) in place; returns self."""
-    from tg.tensor.random import uniform
-
-    return _inplace(self, "uniform_", uniform(*self.shape, low=a, high=b, device=self.device, dtype=self.dtype))
+    return _inplace(
+        self, "uniform_", self._tensor_class().uniform(*self.shape, low=a, high=b, device=self.device, dtype=self.dtype)
+    )
 
 
 def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     """Fill with N(mean, std) in place; returns self."""
-    from tg.tensor.random import normal
-
-    return _inplace(self, "normal_", normal(*self.shape, mean=mean, std=std, device=self.device, dtype=self.dtype))
+    return _inplace(
+        self,
+        "normal_",
+        self._tensor_class().normal(*self.shape, mean=mean, std=std, device=self.device, dtype=self.dtype),
+    )
 
 
 def sequential(self: Tensor, ll: list[Callable[[Tensor], Tensor]]) -> Tensor:
@@ -373,9 +372,8 @@ def bitcast_resize(self: Tensor, dt: Any) -> Tensor:
     if new < old:
         k = old // new
         parts = [((bits >> (8 * new * i)) & ((1 << (8 * new)) - 1)).cast(_UINT_OF_SIZE[new]) for i in range(k)]
-        from tg.tensor.tensor import Tensor
-
-        out = Tensor.stack(parts, dim=-1).reshape(*self.shape[:-1], self.shape[-1] * k)
+        cls = self._tensor_class()
+        out = cls.stack(parts, dim=-1).reshape(*self.shape[:-1], self.shape[-1] * k)
     else:
         k = new // old
         wide = bits.reshape(*self.shape[:-1], self.shape[-1] // k, k).cast(_UINT_OF_SIZE[new])
@@ -401,29 +399,26 @@ def const_like(self: Tensor, b: Any, dtype: Any = None) -> Tensor:
     return self.full_like(b, dtype)
 
 
-def const(b: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+def const(cls: type[Tensor], b: Any, dtype: Any = None, device: str | None = None) -> Tensor:
     """A constant: `Tensor.const(3)` is 0-d, `Tensor.const((1, 2, 3))` 1-d (tinygrad's `const`). tg has no weak
     tensor dtypes: the dtype is `dtype`, else the value's default (bool, int32, the default float)."""
-    from tg.tensor.tensor import Tensor
-
     if isinstance(b, (tuple, list)):
-        return Tensor(list(b), dtype=dtype, device=device)
+        return cls(list(b), dtype=dtype, device=device)
     if not isinstance(b, (bool, int, float)):
         raise TypeError(f"const: needs a bool, int, float or a tuple of them, got {type(b).__name__}")
-    return Tensor.full((), b, dtype=dtype, device=device)
+    return cls.full((), b, dtype=dtype, device=device)
 
 
 def ufix(self: Tensor, x: Any) -> Tensor:
     """`x` as a tensor next to self: a tensor as it is, a Python scalar as a 0-d tensor on self's device of the
     dtype it takes in an op with self (weak scalar: self's dtype when the kind fits, `t.ufix(2)` on float16 is
     float16; `int_t.ufix(0.5)` the default float). tinygrad's `ufix`."""
-    from tg.tensor.tensor import Tensor
-
-    if isinstance(x, Tensor):
+    cls = self._tensor_class()
+    if isinstance(x, cls):
         return x
     if not isinstance(x, (bool, int, float)):
         raise TypeError(f"ufix: needs a Tensor or a bool/int/float, got {type(x).__name__}")
-    return Tensor.full((), x, dtype=weak_promote(self.dtype, x), device=self.device)
+    return cls.full((), x, dtype=weak_promote(self.dtype, x), device=self.device)
 
 
 def _terms(xs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -451,15 +446,14 @@ def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
     """The elementwise IR op `op` on self and `src`, as is (tinygrad's `alu`): no broadcasting, no promotion. The
     operands need self's shape, device and dtype (WHERE: self is the bool condition, the two values share a dtype;
     float-only unary ops need a float). Gradients follow the op's rule, as for the named methods."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     arity = 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3 if op in GroupOp.Ternary else 0
     if not arity:
         raise ArgumentError(f"alu: {op} is not an elementwise ALU op (one of GroupOp.ALU)")
     if len(src) + 1 != arity:
         raise ArgumentError(f"alu: {op} takes {arity} operands, got {len(src) + 1}")
     for t in src:
-        if not isinstance(t, Tensor):
+        if not isinstance(t, cls):
             raise TypeError(f"alu: operands must be Tensors, got {type(t).__name__} (use ufix for scalars)")
         if t.shape != self.shape or t.device != self.device:
             raise ArgumentError(f"alu: {op} operands differ: {self.shape} on {self.device} vs {t.shape} on {t.device}")
@@ -470,7 +464,7 @@ def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
         raise TypeError(f"alu: {op} operands need one dtype, got {', '.join(str(t.dtype) for t in values)}")
     if op in _FLOAT_UNARY and not dtypes.is_float(self.dtype):
         raise TypeError(f"alu: {op} needs a float operand, got {self.dtype}")
-    return Tensor(self.uop.alu(op, *[t.uop for t in src]))
+    return cls(self.uop.alu(op, *[t.uop for t in src]))
 
 
 _FLOAT_UNARY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL})

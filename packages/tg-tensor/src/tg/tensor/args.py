@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tg.ir import DType, dtypes, to_dtype
+from tg.tensor.errors import ArgumentError
 
 AxisArg = int | Sequence[int] | None
 
@@ -44,3 +45,21 @@ def dtype_arg(dtype: Any) -> DType | None:
 
         return from_numpy_dtype(np.dtype(dtype))
     raise TypeError(f"unsupported dtype {dtype!r}: pass a tg dtype, a name like 'float32', or a numpy dtype")
+
+
+Scalar = bool | int | float
+ShapeArg = int | Sequence[int]
+
+
+def canonical_device(device: str | None) -> str:
+    """The canonical name of `device` (None -> Device.DEFAULT); unknown backends list the available ones."""
+    from tg.runtime.device import Device
+
+    if isinstance(device, tuple):  # a sharded tensor's devices (constants made "like" it are replicated)
+        return tuple(canonical_device(d) for d in device)
+
+    name = Device.canonicalize(device)
+    backend = name.split(":", 1)[0]
+    if backend not in Device.backends:
+        raise ArgumentError(f"unknown device {device!r}; available devices: {', '.join(Device.backends)}")
+    return name

@@ -227,15 +227,14 @@ def keep_overwritten_reads(buf: UOp, value: Tensor) -> Tensor:
     """Before `buf` is overwritten with `value`: if gradients will flow through `value` and it reads `buf`, it reads a
     stored copy instead, so the backward still has the old values (torch saves them too: `b.mul_(w)` needs the old
     `b` for w's gradient). A grad leaf's own update needs none (it starts afresh)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = value._tensor_class()
     if not is_grad_enabled() or buf.op is not Ops.BUFFER or not reaches_grad(value.uop):
         return value
     if (_marked(buf) and buf not in _origins.origins) or buf not in value.uop.toposort():
         return value
-    old = Tensor.empty(buf.arg, dtype=buf.dtype, device=str(buf.device))
-    old.assign(Tensor(buf, requires_grad=False)).realize()
-    return Tensor(value.uop.substitute({buf: old.uop}))
+    old = cls.empty(buf.arg, dtype=buf.dtype, device=str(buf.device))
+    old.assign(cls(buf, requires_grad=False)).realize()
+    return cls(value.uop.substitute({buf: old.uop}))
 
 
 def _reads(graph: UOp, node: UOp) -> bool:
@@ -253,7 +252,7 @@ def set_requires_grad(t: Tensor, flag: bool) -> None:
             raise RuntimeError(f"only tensors of floating point dtype can require gradients, got {t.dtype.name}")
         if not t._is_leaf:
             return  # already requires grad through its inputs
-        from tg.tensor.realize import buffer_of, own_storage
+        from tg.tensor.live import buffer_of, own_storage
 
         if buffer_of(t.uop) is None:
             # a leaf needs storage of its own: equal lazy graphs (two zeros(3)) would be one node otherwise
@@ -271,8 +270,7 @@ def set_requires_grad(t: Tensor, flag: bool) -> None:
 
 
 def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
-    from tg.tensor.tensor import Tensor
-
+    cls = root._tensor_class()
     if not dtypes.is_float(root.dtype):
         raise RuntimeError(f"{what}: only a floating point tensor can be differentiated, got {root.dtype.name}")
     if gradient is None:
@@ -282,8 +280,8 @@ def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
                 "pass gradient="
             )
         return UOp.full(root.shape, 1.0, root.dtype, root.device)
-    if not isinstance(gradient, Tensor):
-        gradient = Tensor(gradient, device=root.device, dtype=root.dtype)
+    if not isinstance(gradient, cls):
+        gradient = cls(gradient, device=root.device, dtype=root.dtype)
     if gradient.shape != root.shape:
         raise RuntimeError(f"{what}: gradient has shape {gradient.shape}, the output {root.shape}")
     return gradient.cast(root.dtype).uop
@@ -291,23 +289,22 @@ def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
 
 def gradient(root: Tensor, targets: Sequence[Tensor], grad: Tensor | None = None) -> list[Tensor]:
     """d(root)/d(target) for each target (zeros where root does not depend on it), as lazy tensors."""
-    from tg.tensor.tensor import Tensor
-
+    cls = root._tensor_class()
     seed = _seed(root, grad, "gradient")
     for t in targets:
-        if not isinstance(t, Tensor):
+        if not isinstance(t, cls):
             raise TypeError(f"gradient targets must be Tensors, got {type(t).__name__}")
     resolved = _origins.ResolvedOrigins()
     grads = resolved.restore_values(
         compute_gradient(root.uop, seed, {t.uop for t in targets}, resolved, stored=resolved.stored)
     )
-    return [Tensor(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
+    return [cls(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
 
 
 def _unset_tensors_in(root: Tensor) -> list[Tensor]:
     """Live float tensors (root excluded) whose graph is a node of root's graph and whose requires_grad was never
     set, found through the realize index."""
-    from tg.tensor.realize import index
+    from tg.tensor.live import index
 
     found: dict[int, Tensor] = {}
     for node in root.uop.toposort(lambda u: u.op is not Ops.DETACH):
@@ -324,9 +321,9 @@ def backward(
 
     As in torch, a second backward from the same tensor raises unless the earlier one passed `retain_graph=True`
     (it would add the same gradients again); `create_graph=True` keeps the gradients differentiable (and retains)."""
-    from tg.tensor.realize import buffer_of
-    from tg.tensor.tensor import Tensor
+    from tg.tensor.live import buffer_of
 
+    cls = root._tensor_class()
     leaves = list(grad_leaves)
     if not root.requires_grad:
         # tinygrad's habit: nothing asked for gradients, so every float tensor of the graph whose requires_grad was
@@ -352,7 +349,7 @@ def backward(
     for t in leaves:
         if (g := grads.get(t.uop)) is None:
             continue
-        new = Tensor(g, requires_grad=None) if create_graph else Tensor(g.detach(), requires_grad=False)
+        new = cls(g, requires_grad=None) if create_graph else cls(g.detach(), requires_grad=False)
         if t.grad is None:
             t.grad = new
         elif buffer_of(t.grad.uop) is not None:

@@ -68,13 +68,13 @@ def _const_value(uop: UOp) -> Any:
 def _host_bounds(index: Tensor) -> tuple[int, int] | None:
     """(min, max) of the index values when they can be read without computing anything, else None."""
     from tg.runtime.engine import capturing
-    from tg.tensor.realize import buffer_of, to_numpy, tracing_functions
+    from tg.tensor.live import buffer_of, tracing_functions
 
     if (c := _const_value(index.uop)) is not None:
         return int(c), int(c)
     if capturing or tracing_functions or isinstance(index.uop.device, tuple) or buffer_of(index.uop) is None:
         return None
-    values = to_numpy(index)
+    values = index.numpy()
     return int(values.min()), int(values.max())
 
 
@@ -91,10 +91,8 @@ def check_now(index: Tensor, size: int, *, op: str, dim: int, negative_ok: bool)
 
 def defer(index: Tensor, size: int, *, op: str, dim: int, negative_ok: bool, selection: Tensor) -> None:
     """Check `index` when a graph containing `selection` (the one-hot built from it) is realized."""
-    from tg.tensor.tensor import Tensor
-
     flat = index.flatten()
-    bounds = Tensor.stack(flat.min(), flat.max())
+    bounds = flat.min().stack(flat.max())
     _deferred.setdefault(selection.uop, []).append(_Check(bounds, op, dim, size, negative_ok))
 
 
@@ -121,11 +119,8 @@ def add_checks(sink: UOp, nodes: list[UOp]) -> tuple[UOp, list[tuple[UOp, list[_
 def verify(found: list[tuple[UOp, list[_Check]]], becomes: dict[UOp, UOp]) -> None:
     """After the schedule ran: read each check's bounds and raise for the first index out of range; passed checks
     are dropped."""
-    from tg.tensor.realize import to_numpy
-    from tg.tensor.tensor import Tensor
-
     for node, checks in found:
         for c in checks:
-            lo, hi = (int(v) for v in to_numpy(Tensor(becomes.get(c.bounds.uop, c.bounds.uop))))
+            lo, hi = (int(v) for v in c.bounds._tensor_class()(becomes.get(c.bounds.uop, c.bounds.uop)).numpy())
             _raise_if_out(c.op, c.dim, c.size, lo, hi, c.negative_ok)
         _deferred.pop(node, None)

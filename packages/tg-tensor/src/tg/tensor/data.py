@@ -11,7 +11,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from tg.ir import DType, dtypes, to_dtype
+from tg.ir import ConstType, DType, dtypes, to_dtype
 from tg.ir.floats import from_storage_scalar, storage_fmt, to_storage_scalar
 from tg.tensor.errors import ArgumentError
 
@@ -147,3 +147,22 @@ def list_to_bytes(data: list | tuple, dtype: DType | None) -> tuple[bytes, tuple
         else:
             dtype = dtypes.default_float
     return pack(leaves, dtype), shape, dtype
+
+
+def scalar_value(value: bool | int | float, dt: DType) -> ConstType:
+    """A Python value of the right kind for a constant of `dt`."""
+    if dt is dtypes.bool:
+        return bool(value)
+    if dtypes.is_int(dt):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ArgumentError(f"cannot make an {dt.name} constant from {value}")
+        return int(value)
+    return float(value)
+
+
+def checked_scalar_value(value: bool | int | float, dt: DType) -> ConstType:
+    """`scalar_value` for values the user stores directly: an int that `dt` cannot hold is an OverflowError."""
+    v = scalar_value(value, dt)
+    if dtypes.is_int(dt) and isinstance(v, int):
+        check_int_range((v,), dt)
+    return v

@@ -15,7 +15,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import DType, UOp, dtypes
-from tg.tensor.args import dtype_arg
+from tg.tensor.args import canonical_device, dtype_arg
 from tg.tensor.shapes import int_shape_arg
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 
 def from_blob(
+    cls: type[Tensor],
     ptr: int,
     shape: Any,
     dtype: DType | str | None = None,
@@ -41,7 +42,6 @@ def from_blob(
     """
     from tg.runtime.device import Buffer, BufferSpec, Device
     from tg.runtime.engine import bind_buffer
-    from tg.tensor.tensor import Tensor, canonical_device
 
     if not isinstance(ptr, int) or isinstance(ptr, bool):
         raise TypeError(f"from_blob: ptr must be an int address, got {type(ptr).__name__}")
@@ -68,7 +68,7 @@ def from_blob(
     buf = Buffer(dev, n, dt, opaque=opaque, options=BufferSpec(nolru=True))
     uop = UOp.new_buffer(dev, n, dt)
     bind_buffer(uop, buf)
-    return Tensor(uop.reshape(shp), requires_grad=requires_grad)
+    return cls(uop.reshape(shp), requires_grad=requires_grad)
 
 
 def _download(url: str, path: pathlib.Path, gunzip: bool, progress: bool) -> None:
@@ -114,14 +114,15 @@ class _Counting:
         return bytes(data)
 
 
-def from_url(url: str, gunzip: bool = False, device: str | None = None, progress: bool = True) -> Tensor:
+def from_url(
+    cls: type[Tensor], url: str, gunzip: bool = False, device: str | None = None, progress: bool = True
+) -> Tensor:
     """The bytes at `url` as a 1-d uint8 tensor (tinygrad's `from_url`): downloaded once into tg's cache
     (`$TG_CACHE_DIR/downloads`, keyed by the URL and `gunzip`) with a tqdm progress bar, then returned as a DISK
     tensor over that file (memory-mapped: nothing is read until used), or moved to `device` when given.
     `gunzip=True` stores the gzip-decompressed content. HTTP errors and unreachable hosts raise RuntimeError naming
     the URL and the status; nothing is cached then. Reinterpret with `.bitcast(...)`/`.reshape(...)` as needed."""
     from tg.ir.helpers import cache_dir
-    from tg.tensor.tensor import Tensor
 
     if not isinstance(url, str) or "://" not in url:
         raise ValueError(f"from_url: needs a URL such as 'https://host/file', got {url!r}")
@@ -131,8 +132,8 @@ def from_url(url: str, gunzip: bool = False, device: str | None = None, progress
         _download(url, path, gunzip, progress)
     size = path.stat().st_size
     t = (
-        Tensor.empty(size, dtype=dtypes.uint8, device=f"disk:{path}")
+        cls.empty(size, dtype=dtypes.uint8, device=f"disk:{path}")
         if size
-        else Tensor.empty(0, dtype=dtypes.uint8, device=device)
+        else cls.empty(0, dtype=dtypes.uint8, device=device)
     )
     return t.to(device) if device is not None and size else t

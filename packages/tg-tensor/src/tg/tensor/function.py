@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from tg.ir import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from tg.ir import Ops, UOp, dtypes
 from tg.ir.helpers import FUNCTION_CACHE_SIZE
 from tg.tensor import autograd as _autograd
 from tg.tensor import random as _random
@@ -209,13 +209,11 @@ class Function(Generic[R]):
                 params.append(trace.placeholders[i])
                 args.append(t.uop)
         if trace.rng:  # this call's random draws: fresh counters and the current seed
-            from tg.tensor.tensor import _from_bytes
-
             start, seed = Tensor._rng_counter, Tensor._seed & 0xFFFFFFFFFFFFFFFF
             for kind, buf, offset, num in trace.rng:
                 values = array("Q", range(start + offset, start + offset + num) if kind == "counter" else [seed])
                 params.append(buf)
-                args.append(_from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device)).unreshaped)
+                args.append(_realize.from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device)).unreshaped)
             Tensor._rng_counter = start + trace.rng_advance
         returned: list[Tensor | None] = []
         if trace.body.src:
@@ -238,26 +236,6 @@ class Function(Generic[R]):
                 target.uop = next(bound)
                 _realize.repoint_views(state, target.uop, target)
         return _unflatten_return(trace.ret_structure, iter(returned))
-
-
-def _inline_output(ctx: dict[UOp, UOp], g: UOp) -> UOp:
-    """GETTUPLE(FUNCTION(body, *args), k) -> output k of the body over the call's arguments (the substituted body is
-    memoised per call, so a call's outputs share it)."""
-    fn = g.src[0]
-    if (body := ctx.get(fn)) is None:
-        body = ctx[fn] = fn.src[0].substitute(dict(zip(fn.arg[1], fn.src[1:], strict=True)))
-    return body.src[g.arg]
-
-
-# a call's outputs become its body over its arguments; graph_rewrite inlines the arguments first (sources first) and
-# rewrites each inlined body again, so calls inside bodies are inlined in the same pass
-pm_inline_calls = PatternMatcher([(UPat(Ops.GETTUPLE, src=(UPat(Ops.FUNCTION),), name="g"), _inline_output)])
-
-
-def inline_calls(roots: list[UOp]) -> list[UOp]:
-    """`roots` with every function call replaced by its body over the call's arguments (before scheduling: the call
-    boundary never blocks fusion). One memoised rewrite: linear in the graph, however many calls are chained."""
-    return list(graph_rewrite(UOp.sink(*roots), pm_inline_calls, ctx={}, name="inline calls").src)
 
 
 def _rebuild_args(value: Any, replace: dict[int, Tensor]) -> Any:

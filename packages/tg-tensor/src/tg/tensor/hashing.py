@@ -109,8 +109,7 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     capture with int indices). No gradient
     (integer result).
     """
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if isinstance(cfg, str):
         if cfg not in KECCAK_CONFIGS:
             raise ValueError(f"keccak: unknown cfg {cfg!r}; use one of {sorted(KECCAK_CONFIGS)} or (rate, dsbyte)")
@@ -127,23 +126,23 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     batch, n = data.shape[:-1], data.shape[-1]
     bs = math.prod(batch)
     if bs == 0:  # no rows: nothing to run
-        return Tensor.zeros(*batch, (200 - rate) // 2, dtype=dtypes.uint8, device=self.device)
+        return cls.zeros(*batch, (200 - rate) // 2, dtype=dtypes.uint8, device=self.device)
     data = data.reshape(bs, n)
     blocks = n // rate + 1  # pad10*1 always adds at least one byte
     # the padding: the domain byte right after the message, 0x80 in the last byte of the last block
     tail = [0] * (blocks * rate - n)
     tail[0] ^= dsbyte
     tail[-1] ^= 0x80
-    pad = Tensor(tail, dtype=dtypes.uint8, device=self.device).reshape(1, -1).expand(bs, len(tail))
-    message = Tensor.cat(data, pad, dim=-1) if n else pad
+    pad = cls(tail, dtype=dtypes.uint8, device=self.device).reshape(1, -1).expand(bs, len(tail))
+    message = cls.cat(data, pad, dim=-1) if n else pad
     words = message.reshape(bs, blocks, rate).pad(((0, 0), (0, 0), (0, 200 - rate))).contiguous()
     words = words.bitcast(dtypes.uint64)  # (bs, blocks, 25)
-    pick = Tensor([[i == s for i in range(25)] for s in RHO_PI_SOURCE], dtype=dtypes.bool, device=self.device)
-    rotation = Tensor(RHO_PI_ROTATION, dtype=dtypes.uint64, device=self.device)
-    round_constants = Tensor(
+    pick = cls([[i == s for i in range(25)] for s in RHO_PI_SOURCE], dtype=dtypes.bool, device=self.device)
+    rotation = cls(RHO_PI_ROTATION, dtype=dtypes.uint64, device=self.device)
+    round_constants = cls(
         [[c] + [0] * 24 for c in ROUND_CONSTANTS], dtype=dtypes.uint64, device=self.device
     )  # (24, 25): the constant goes into lane 0
-    state = Tensor.zeros(bs, 25, dtype=dtypes.uint64, device=self.device)
+    state = cls.zeros(bs, 25, dtype=dtypes.uint64, device=self.device)
     if blocks == 1:
         return _digest(_keccak_f(words[:, 0], pick, rotation, round_constants), rate, batch)
     # one block at a time, realized: the block index is a bound Variable, so every block's graph is the same and
@@ -179,8 +178,7 @@ def tensor_hash(self: Tensor) -> Tensor:
     zero-padded 1 MiB chunks (each chunk: shake_128 of its 256 4-KiB pieces' 16-byte digests), levels of up to
     65536 chunk digests until one chunk is left. Zero padding means tensors whose bytes differ only by trailing
     zeros within a chunk hash alike (as in tinygrad): it identifies contents of a known size, it is no MAC."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if self.dtype == dtypes.bool:
         raise ValueError("hash: hash bytes, not bool (cast to uint8 first)")
     data = self.flatten()
@@ -189,7 +187,7 @@ def tensor_hash(self: Tensor) -> Tensor:
         chunks = -(-n // HASH_CHUNK)
         data = _hash_chunks(data.pad(((0, chunks * HASH_CHUNK - n),)).reshape(chunks, HASH_CHUNK)).flatten()
     if data.shape[0] == 0:
-        data = Tensor.zeros(HASH_CHUNK, dtype=dtypes.uint8, device=self.device)
+        data = cls.zeros(HASH_CHUNK, dtype=dtypes.uint8, device=self.device)
     else:
         data = data.pad(((0, HASH_CHUNK - data.shape[0]),))
     return _hash_chunks(data.reshape(1, HASH_CHUNK)).flatten()

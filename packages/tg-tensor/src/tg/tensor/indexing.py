@@ -26,13 +26,14 @@ if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
 
-def _normalize(index: Any, ndim: int) -> list[Any]:
-    """The index as a list with Ellipsis expanded to full slices."""
+def _normalize(self: Tensor, index: Any) -> list[Any]:
+    """The index of `self` as a list with Ellipsis expanded to full slices."""
+    cls, ndim = self._tensor_class(), self.ndim
     items = list(index) if isinstance(index, tuple) else [index]
     for it in items:
-        if not (it is None or it is Ellipsis or isinstance(it, slice) or is_int(it) or _is_advanced(it)) or isinstance(
-            it, bool
-        ):
+        if not (
+            it is None or it is Ellipsis or isinstance(it, slice) or is_int(it) or _is_advanced(it, cls)
+        ) or isinstance(it, bool):
             raise TypeError(
                 f"unsupported index {it!r}: use ints, slices, None, ..., int/bool tensors or lists of ints/bools"
             )
@@ -40,7 +41,7 @@ def _normalize(index: Any, ndim: int) -> list[Any]:
             raise TypeError(f"a Tensor cannot be a slice bound ({it!r}); use an int, or index with the tensor itself")
     if sum(it is Ellipsis for it in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(_dims_used(it) for it in items)
+    used = sum(_dims_used(it, cls) for it in items)
     if used > ndim:
         raise IndexError(f"too many indices for tensor of dimension {ndim}: got {used}")
     if any(it is Ellipsis for it in items):
@@ -51,19 +52,15 @@ def _normalize(index: Any, ndim: int) -> list[Any]:
     return items
 
 
-def _is_advanced(it: Any) -> bool:
-    from tg.tensor.tensor import Tensor
-
-    return isinstance(it, (Tensor, list)) or (is_numpy(it) and getattr(it, "ndim", 0) > 0)
+def _is_advanced(it: Any, cls: type[Tensor]) -> bool:
+    return isinstance(it, (cls, list)) or (is_numpy(it) and getattr(it, "ndim", 0) > 0)
 
 
-def _dims_used(it: Any) -> int:
+def _dims_used(it: Any, cls: type[Tensor]) -> int:
     """How many dims of the indexed tensor an index item consumes (a bool mask: one per mask dim)."""
-    from tg.tensor.tensor import Tensor
-
     if it is None or it is Ellipsis:
         return 0
-    if isinstance(it, Tensor) and it.dtype is dtypes.bool:
+    if isinstance(it, cls) and it.dtype is dtypes.bool:
         return max(it.ndim, 1)
     if isinstance(it, list) and _nested_bools(it):
         return _list_ndim(it)
@@ -87,16 +84,15 @@ def _list_ndim(x: Any) -> int:
 
 def _index_tensors(self: Tensor, items: list[Any]) -> list[Any]:
     """Lists/arrays made Tensors, bool masks turned into int index tensors (one per mask dim; realizes the mask)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     out: list[Any] = []
     dim = 0
     for it in items:
-        used = _dims_used(it)
+        used = _dims_used(it, cls)
         dim += used
         if isinstance(it, list) or is_numpy(it):
-            it = Tensor(it, device=self.device)
-        if isinstance(it, Tensor):
+            it = cls(it, device=self.device)
+        if isinstance(it, cls):
             if it.dtype is dtypes.bool:
                 if it.ndim == 0:
                     raise IndexError("a 0-d bool index is not supported; use a bool mask with the tensor's shape")
@@ -124,8 +120,8 @@ def __getitem__(self: Tensor, index: Any) -> Tensor:
     [6, 3]
     """
     raw = [_as_list(it) for it in (index if isinstance(index, tuple) else (index,))]
-    if any(_is_advanced(it) for it in raw):
-        return _advanced_get(self, _index_tensors(self, _normalize(tuple(raw), self.ndim)))
+    if any(_is_advanced(it, self._tensor_class()) for it in raw):
+        return _advanced_get(self, _index_tensors(self, _normalize(self, tuple(raw))))
     return _basic_get(self, tuple(raw) if isinstance(index, tuple) else raw[0])
 
 
@@ -135,7 +131,7 @@ def _as_list(it: Any) -> Any:
 
 
 def _basic_get(self: Tensor, index: Any) -> Tensor:
-    items = _normalize(index, self.ndim)
+    items = _normalize(self, index)
     bounds: list[tuple[int, int]] = []
     flips: list[int] = []
     steps: list[int] = []
@@ -244,24 +240,24 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
     from tg.ir import Ops
     from tg.tensor.movement import assign_into_view, view_base
     from tg.tensor.realize import realize_tensors, separate_twins
-    from tg.tensor.tensor import Tensor
 
+    cls = self._tensor_class()
     if view_base(self.uop).op not in (Ops.BUFFER, Ops.ASSIGN):
         self.realize()  # the write needs a buffer to go to
     separate_twins(self)  # an equal tensor made independently must not see this write
-    v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+    v = value if isinstance(value, cls) else cls(value, device=self.device, dtype=self.dtype)
     if v.device != self.device:
         raise ArgumentError(f"setitem device mismatch: target {self.device} vs value {v.device}")
     raw = list(index) if isinstance(index, tuple) else [index]
-    if any(_is_advanced(it) for it in raw):
-        mask = raw[0] if len(raw) == 1 and isinstance(raw[0], Tensor) and raw[0].dtype is dtypes.bool else None
+    if any(_is_advanced(it, cls) for it in raw):
+        mask = raw[0] if len(raw) == 1 and isinstance(raw[0], cls) and raw[0].dtype is dtypes.bool else None
         if mask is not None and mask.shape == self.shape[: mask.ndim] and v.numel() == 1:
             # x[mask] = scalar: a where over the whole tensor, no need to count the mask
             view = self
             m = mask.reshape(*mask.shape, *[1] * (self.ndim - mask.ndim))
             v = m.where(v.cast(self.dtype).reshape(()), self)
         else:
-            view, v = _advanced_set(self, _index_tensors(self, _normalize(tuple(raw), self.ndim)), v)
+            view, v = _advanced_set(self, _index_tensors(self, _normalize(self, tuple(raw))), v)
     else:
         view = self[index]
         v = v.cast(self.dtype)
@@ -271,7 +267,7 @@ def __setitem__(self: Tensor, index: Any, value: Any) -> None:
     written = view_base(assign_into_view(view.uop, v.uop))
     # self reads through the write (it is the tensor being written, not an earlier read of the buffer)
     self.uop = self.uop.substitute({view_base(self.uop): written})
-    realize_tensors([Tensor(written)])
+    realize_tensors([cls(written)])
 
 
 # ---- advanced indexing ---------------------------------------------------------------------------------------
@@ -284,15 +280,14 @@ def _plan(self: Tensor, items: list[Any], op: str) -> tuple[Tensor, list[int], l
     """Apply the basic part of an index and describe the advanced part: (view, advanced dims of the view, their
     index tensors broadcast together and wrapped, their position in the result, the range checks that must wait
     for the selection: see `tg.tensor.bounds`)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     # with any tensor index, ints are 0-d index tensors too (numpy's rule; it matters for the placement)
-    items = [Tensor(int(it), device=self.device, dtype=dtypes.int32) if is_int(it) else it for it in items]
-    basic = [slice(None) if isinstance(it, Tensor) else it for it in items]
+    items = [cls(int(it), device=self.device, dtype=dtypes.int32) if is_int(it) else it for it in items]
+    basic = [slice(None) if isinstance(it, cls) else it for it in items]
     view = _basic_get(self, tuple(basic))
     adv_dims, adv_items, positions, self_dims, out_dim = [], [], [], [], 0
     for pos, it in enumerate(items):
-        if isinstance(it, Tensor):
+        if isinstance(it, cls):
             adv_dims.append(out_dim)
             adv_items.append(it)
             positions.append(pos)
@@ -319,13 +314,12 @@ def _plan(self: Tensor, items: list[Any], op: str) -> tuple[Tensor, list[int], l
 def _selection(view: Tensor, adv_dims: list[int], idx: list[Tensor], pending: _Pending, op: str) -> Tensor:
     """bool (B..., n1, ..., nk): True where broadcast index position b selects element (i1, ..., ik); index
     range checks in `pending` run when it is realized."""
-    from tg.tensor.tensor import Tensor
-
+    cls = view._tensor_class()
     k, nb = len(adv_dims), idx[0].ndim
     mask = None
     for j, (d, t) in enumerate(zip(adv_dims, idx, strict=True)):
         n = view.shape[d]
-        onehot = t.unsqueeze(-1) == Tensor.arange(n, device=view.device, dtype=t.dtype)
+        onehot = t.unsqueeze(-1) == cls.arange(n, device=view.device, dtype=t.dtype)
         onehot = onehot.reshape(*t.shape, *[n if i == j else 1 for i in range(k)])
         mask = onehot if mask is None else mask & onehot
     assert mask is not None and mask.ndim == nb + k
@@ -355,8 +349,7 @@ def _advanced_get(self: Tensor, items: list[Any]) -> Tensor:
 
 def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor, Tensor]:
     """(basic view, its new contents) for `self[items] = value`; with repeated indices the last write wins."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     view, adv_dims, idx, at, pending = _plan(self, items, "setitem")
     rest = [d for d in range(view.ndim) if d not in adv_dims]
     k, shape_b = len(adv_dims), idx[0].shape
@@ -372,7 +365,7 @@ def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor
     v = v.permute(*range(at), *range(at + nb, nr + nb), *range(at, at + nb))  # (R..., B...)
     mask = _selection(view, adv_dims, idx, pending, "setitem")  # (B..., n1..nk)
     # which broadcast position writes each element: the last one that selects it (1-based, 0 = untouched)
-    order = Tensor.arange(1, math.prod(shape_b) + 1, device=self.device, dtype=dtypes.int32).reshape(*shape_b, *[1] * k)
+    order = cls.arange(1, math.prod(shape_b) + 1, device=self.device, dtype=dtypes.int32).reshape(*shape_b, *[1] * k)
     last = mask.where(order, 0).max(tuple(range(nb))) if nb else mask.cast(dtypes.int32)  # (n1..nk)
     chosen = mask & (order == last.reshape(*[1] * nb, *last.shape))
     v = v.reshape(*v.shape, *[1] * k)
@@ -394,12 +387,11 @@ def _advanced_set(self: Tensor, items: list[Any], value: Tensor) -> tuple[Tensor
 def _first_hits(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
     """For a flat bool `mask` (n,): the (size, n) one-hot of the first `size` True positions in order, and which of
     the `size` rows found one (lazy: the count is never read)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = mask._tensor_class()
     if not isinstance(size, int) or size < 0:
         raise ArgumentError(f"size must be a non-negative int, got {size!r}")
     rank = mask.cast(dtypes.int32).cumsum(0) - 1 if mask.shape[0] else mask.cast(dtypes.int32)
-    rows = Tensor.arange(size, dtype=dtypes.int32, device=mask.device).reshape(size, 1)
+    rows = cls.arange(size, dtype=dtypes.int32, device=mask.device).reshape(size, 1)
     sel = (rank.reshape(1, -1) == rows) & mask.reshape(1, -1)
     return sel, sel.any(1)
 
@@ -408,21 +400,20 @@ def nonzero(self: Tensor, size: int | None = None, fill_value: int = 0) -> Tenso
     """Coordinates of the nonzero elements, shape (count, ndim) int32, in row-major order (realizes self). With
     `size=` the shape is (size, ndim) without reading any data: the first `size` hits, rows past the count
     `fill_value` (torch, tinygrad)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if size is not None:
         mask = self.cast(dtypes.bool).flatten()
         n = mask.shape[0]
         sel, valid = _first_hits(mask, size)
-        index = sel.where(Tensor.arange(n, dtype=dtypes.int32, device=self.device).reshape(1, -1), 0).sum(1)
+        index = sel.where(cls.arange(n, dtype=dtypes.int32, device=self.device).reshape(1, -1), 0).sum(1)
         parts: list[Tensor] = []
         rest = index
         for s in reversed(self.shape):
             parts.append(rest % s if s else rest)
             rest = rest // s if s else rest
         if not parts:
-            return Tensor.zeros(size, 0, dtype=dtypes.int32, device=self.device)
-        out = Tensor.stack(*parts[::-1], dim=1).cast(dtypes.int32)
+            return cls.zeros(size, 0, dtype=dtypes.int32, device=self.device)
+        out = cls.stack(*parts[::-1], dim=1).cast(dtypes.int32)
         return valid.reshape(size, 1).where(out, int(fill_value)).cast(dtypes.int32)
 
     flat = self.cast(dtypes.bool).flatten().tolist() if self.ndim else [bool(self.item())]
@@ -435,8 +426,8 @@ def nonzero(self: Tensor, size: int | None = None, fill_value: int = 0) -> Tenso
                 rem //= s
             coords.append(c[::-1])
     if not coords:
-        return Tensor.zeros(0, self.ndim, dtype=dtypes.int32, device=self.device)
-    return Tensor(coords, dtype=dtypes.int32, device=self.device)
+        return cls.zeros(0, self.ndim, dtype=dtypes.int32, device=self.device)
+    return cls(coords, dtype=dtypes.int32, device=self.device)
 
 
 def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
@@ -458,9 +449,8 @@ def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_valu
 
 def _fill_of(like: Tensor, value: Any) -> Tensor:
     """`value` as a 0-d tensor of `like`'s dtype and device (a fill value never promotes the result)."""
-    from tg.tensor.tensor import Tensor
-
-    return Tensor(value, dtype=like.dtype, device=like.device) if not isinstance(value, Tensor) else value
+    cls = like._tensor_class()
+    return cls(value, dtype=like.dtype, device=like.device) if not isinstance(value, cls) else value
 
 
 # ---- gather / scatter along one dim ------------------------------------------------------------------------------
@@ -468,8 +458,7 @@ def _fill_of(like: Tensor, value: Any) -> Tensor:
 
 def _onehot_along(self: Tensor, dim: int, index: Tensor, op: str) -> tuple[int, Tensor, Tensor]:
     """(dim, self with dim moved last and cut to index's other sizes, one-hot (..., m, n) of index along dim)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     d = canonical_axis(dim, self.ndim)
     if index.ndim != self.ndim:
         raise ArgumentError(f"{op}: index {index.shape} needs as many dims as the input {self.shape}")
@@ -482,7 +471,7 @@ def _onehot_along(self: Tensor, dim: int, index: Tensor, op: str) -> tuple[int, 
     ix = index.transpose(d, -1)
     x = x.shrink([(0, s) for s in ix.shape[:-1]] + [None])
     n = self.shape[d]
-    onehot = ix.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=ix.dtype)
+    onehot = ix.unsqueeze(-1) == cls.arange(n, device=self.device, dtype=ix.dtype)
     bounds.check_index(index, n, op=op, dim=d, negative_ok=False, selection=onehot)
     return d, x, onehot
 
@@ -498,11 +487,10 @@ def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
 
 def _scatter_parts(self: Tensor, dim: int, index: Tensor, src: Any, op: str) -> tuple[int, Tensor, Tensor, Tensor]:
     """(dim, self with dim last, one-hot (..., m, n) padded to self's other sizes, src as (..., m, 1))."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     d, _, onehot = _onehot_along(self, dim, index, op)
-    s = src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
-    if isinstance(src, Tensor):
+    s = src if isinstance(src, cls) else cls.full(index.shape, src, dtype=self.dtype, device=self.device)
+    if isinstance(src, cls):
         if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape, strict=True)):
             raise ArgumentError(f"{op}: src {src.shape} must be at least as large as index {index.shape} in every dim")
         s = src.shrink([(0, n) for n in index.shape]).cast(self.dtype)
@@ -528,10 +516,9 @@ def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None 
 
 
 def _scatter_last(x: Tensor, onehot: Tensor, s: Tensor) -> Tensor:
-    from tg.tensor.tensor import Tensor
-
+    cls = x._tensor_class()
     m = onehot.shape[-2]
-    order = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape(m, 1)
+    order = cls.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape(m, 1)
     last = onehot.where(order, 0).max(-2, keepdim=True)  # (..., 1, n)
     chosen = onehot & (order == last)
     zero = False if x.dtype is dtypes.bool else 0

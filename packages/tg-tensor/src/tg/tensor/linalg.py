@@ -123,8 +123,7 @@ def interpolate(
 ) -> Tensor:
     """Resample the last len(size) dims to `size` (or by `scale_factor`): mode 'linear' (also 'bilinear',
     'trilinear'), 'nearest' or 'nearest-exact', with torch's align_corners semantics."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if mode in ("bilinear", "trilinear"):
         mode = "linear"
     if mode not in ("linear", "nearest", "nearest-exact"):
@@ -145,7 +144,7 @@ def interpolate(
         n_in = x.shape[d]
         if n_in == n_out and mode != "linear":
             continue
-        w = Tensor(_weights(n_in, n_out, mode, align_corners), dtype=x.dtype, device=x.device)
+        w = cls(_weights(n_in, n_out, mode, align_corners), dtype=x.dtype, device=x.device)
         x = (x.transpose(d, -1) @ w).transpose(d, -1)
         if not dtypes.is_float(self.dtype) and mode == "linear":
             x = x.round()  # integer images are rounded after each pass (torch's separable uint8 kernels)

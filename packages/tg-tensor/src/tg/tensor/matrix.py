@@ -25,16 +25,15 @@ def qr(self: Tensor, mode: str = "complete") -> tuple[Tensor, Tensor]:
     `mode='complete'` (tinygrad's result) gives Q (..., m, m) and R (..., m, n); `'reduced'` (torch.linalg.qr's
     default) Q (..., m, k) and R (..., k, n) with k = min(m, n); `'r'` gives (empty Q, R) like torch.
     """
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if mode not in ("complete", "reduced", "r"):
         raise ArgumentError(f"qr: mode must be 'complete', 'reduced' or 'r', got {mode!r}")
     if self.ndim < 2:
         raise ArgumentError(f"qr: needs a matrix (or a batch of them), got shape {self.shape}")
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
     batch, m, n = x.shape[:-2], x.shape[-2], x.shape[-1]
-    r, q = x, Tensor.eye(m, dtype=x.dtype, device=x.device).expand(*batch, m, m)
-    rows = Tensor.arange(m, device=x.device)
+    r, q = x, cls.eye(m, dtype=x.dtype, device=x.device).expand(*batch, m, m)
+    rows = cls.arange(m, device=x.device)
     for i in range(min(m, n)):
         # the reflector H = I - tau v v^T (v[i] = 1, zero above i) that maps column i below the diagonal to
         # beta e_i with beta = -sign(x0) |x| (no cancellation in x0 - beta)
@@ -52,13 +51,13 @@ def qr(self: Tensor, mode: str = "complete") -> tuple[Tensor, Tensor]:
         r = r - (tau.unsqueeze(-1) * v) @ (v.transpose(-2, -1) @ r)
         q = q - (q @ v) @ (tau.unsqueeze(-1) * v).transpose(-2, -1)
     # below the diagonal R holds rounding noise of size eps*|x|: clear it (torch's R is exactly triangular)
-    r = (rows.reshape(m, 1) <= Tensor.arange(n, device=x.device).reshape(1, n)).where(r, 0.0)
+    r = (rows.reshape(m, 1) <= cls.arange(n, device=x.device).reshape(1, n)).where(r, 0.0)
     if mode == "complete":
         return q, r
     k = min(m, n)
     reduced_r = r[..., :k, :]
     if mode == "r":
-        return Tensor.zeros(0, dtype=x.dtype, device=x.device), reduced_r
+        return cls.zeros(0, dtype=x.dtype, device=x.device), reduced_r
     return q[..., :, :k], reduced_r
 
 
@@ -100,20 +99,18 @@ def _next_pairing(z: Tensor) -> Tensor:
     """The round-robin (circle) schedule over z's columns, seen as a top row (the first half) paired with a bottom
     row: column 0 stays, the others move one seat, so every pair meets once in n - 1 rounds, and after n - 1 rounds
     every column is back in its place."""
-    from tg.tensor.tensor import Tensor
-
+    cls = z._tensor_class()
     h = z.shape[-1] // 2
     if h == 1:
         return z
     runs = [(0, 1), (h, h + 1), (1, h - 1), (h + 1, 2 * h), (h - 1, h)]  # new top row, then new bottom row
-    return Tensor.cat(*[z[..., a:b] for a, b in runs if b > a], dim=-1)
+    return cls.cat(*[z[..., a:b] for a, b in runs if b > a], dim=-1)
 
 
 def _jacobi_sweep(z: Tensor, n: int) -> Tensor:
     """One sweep over the (X; V) state z (2n rows, an even number of columns): every column pair of X rotated once
     to make the pair orthogonal, the same rotation applied to V; the columns end in their starting places."""
-    from tg.tensor.tensor import Tensor
-
+    cls = z._tensor_class()
     h = z.shape[-1] // 2
     for _ in range(2 * h - 1):
         top, bot = z[..., :h], z[..., h:]
@@ -127,7 +124,7 @@ def _jacobi_sweep(z: Tensor, n: int) -> Tensor:
         t = rotate.where(t, 0.0)  # zeta^2 overflows to inf for tiny gamma: t = 0 then, as it should be
         c = (1 + t.square()).rsqrt()
         s = c * t
-        z = _next_pairing(Tensor.cat(c * top - s * bot, s * top + c * bot, dim=-1))
+        z = _next_pairing(cls.cat(c * top - s * bot, s * top + c * bot, dim=-1))
         z = z.contiguous()  # a fusion boundary per round keeps every kernel small (the rounds form a chain)
     return z
 
@@ -148,10 +145,10 @@ def _one_sided_jacobi(x: Tensor) -> tuple[Tensor, Tensor]:
     bodies, so the schedule of a sweep is made once and reused by the others.
     """
     from tg.tensor import realize as _realize
-    from tg.tensor.tensor import Tensor
 
+    cls = x._tensor_class()
     n = x.shape[-1]
-    z = Tensor.cat(x, Tensor.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape), dim=-2)
+    z = cls.cat(x, cls.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape), dim=-2)
     if n % 2:  # odd n: a zero column pairs with the spare one each round (gamma = 0: never rotated)
         z = z.pad(((0, 0),) * (z.ndim - 1) + ((0, 1),))
     sweep = _sweep_function()
@@ -176,8 +173,7 @@ def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tenso
     batched and JIT-able; each sweep is realized, except inside a @function body where all stays lazy); integers
     compute in the default float, float16/bfloat16 in float32. Differentiable (through the iterations).
     """
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if self.ndim < 2:
         raise ArgumentError(f"svd: needs a matrix (or a batch of them), got shape {self.shape}")
     if not dtypes.is_float(self.dtype):
@@ -202,7 +198,7 @@ def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tenso
     right = right * sign
     # left vectors: Q @ V for the first k columns, Q's other columns as they are (full_matrices)
     if full_matrices and p > k:
-        tail = (Tensor.arange(p, device=v.device) >= k).where(Tensor.eye(p, dtype=v.dtype, device=v.device), 0.0)
+        tail = (cls.arange(p, device=v.device) >= k).where(cls.eye(p, dtype=v.dtype, device=v.device), 0.0)
         v = v.pad(((0, 0),) * (v.ndim - 2) + ((0, p - k), (0, p - k))) + tail
     left = q @ v
     u, vh = (right, left.transpose(-2, -1)) if wide else (left, right.transpose(-2, -1))

@@ -7,6 +7,10 @@ autograd state, realization).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import MethodType
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+
 from tg.tensor import activation as _act
 from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
@@ -23,22 +27,40 @@ from tg.tensor import random as _random
 from tg.tensor import reduce as _reduce_ops
 from tg.tensor import scan as _scan
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _on_tensor_class(Generic[P, R]):
+    """A class method whose `cls` is always the Tensor class itself, also when reached through a subclass or an
+    instance: `nn.Parameter.zeros(3)` builds a Tensor (Parameter's constructor takes a tensor), and the random
+    stream's seed and counter stay on Tensor."""
+
+    __slots__ = ("__func__",)
+
+    def __init__(self, func: Callable[Concatenate[Any, P], R]) -> None:
+        self.__func__ = func
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Callable[P, R]:
+        cls: Any = owner if owner is not None else type(obj)
+        return MethodType(self.__func__, cls._tensor_class())
+
 
 class TensorMethods:
     """The topic modules' functions as methods (see the module docstring)."""
 
     __slots__ = ()
 
-    # creation (creation.py)
-    full = staticmethod(_creation.full)
-    zeros = staticmethod(_creation.zeros)
-    ones = staticmethod(_creation.ones)
-    empty = staticmethod(_creation.empty)
-    arange = staticmethod(_creation.arange)
-    linspace = staticmethod(_creation.linspace)
-    eye = staticmethod(_creation.eye)
-    from_blob = staticmethod(_external.from_blob)
-    from_url = staticmethod(_external.from_url)
+    # creation (creation.py; the functions that take no tensor get the Tensor class as `cls`)
+    full = _on_tensor_class(_creation.full)
+    zeros = _on_tensor_class(_creation.zeros)
+    ones = _on_tensor_class(_creation.ones)
+    empty = _on_tensor_class(_creation.empty)
+    arange = _on_tensor_class(_creation.arange)
+    linspace = _on_tensor_class(_creation.linspace)
+    eye = _on_tensor_class(_creation.eye)
+    from_blob = _on_tensor_class(_external.from_blob)
+    from_url = _on_tensor_class(_external.from_url)
     full_like = _creation.full_like
     zeros_like = _creation.zeros_like
     ones_like = _creation.ones_like
@@ -166,7 +188,7 @@ class TensorMethods:
     sequential = _aliases.sequential
     round = _aliases.round
     const_like = _aliases.const_like
-    const = staticmethod(_aliases.const)
+    const = _on_tensor_class(_aliases.const)
     ufix = _aliases.ufix
     alu = _aliases.alu
     usum = _aliases.usum
@@ -286,17 +308,17 @@ class TensorMethods:
     nonzero = _indexing.nonzero
 
     # random numbers and initialisers (random.py)
-    manual_seed = staticmethod(_random.manual_seed)
-    rand = staticmethod(_random.rand)
-    randn = staticmethod(_random.randn)
-    randint = staticmethod(_random.randint)
-    uniform = staticmethod(_random.uniform)
-    normal = staticmethod(_random.normal)
-    randperm = staticmethod(_random.randperm)
+    manual_seed = _on_tensor_class(_random.manual_seed)
+    rand = _on_tensor_class(_random.rand)
+    randn = _on_tensor_class(_random.randn)
+    randint = _on_tensor_class(_random.randint)
+    uniform = _on_tensor_class(_random.uniform)
+    normal = _on_tensor_class(_random.normal)
+    randperm = _on_tensor_class(_random.randperm)
     multinomial = _random.multinomial
     threefry = _random.threefry
-    random_bits = staticmethod(_random.random_bits)
-    scaled_uniform = staticmethod(_random.scaled_uniform)
-    glorot_uniform = staticmethod(_random.glorot_uniform)
-    kaiming_uniform = staticmethod(_random.kaiming_uniform)
-    kaiming_normal = staticmethod(_random.kaiming_normal)
+    random_bits = _on_tensor_class(_random.random_bits)
+    scaled_uniform = _on_tensor_class(_random.scaled_uniform)
+    glorot_uniform = _on_tensor_class(_random.glorot_uniform)
+    kaiming_uniform = _on_tensor_class(_random.kaiming_uniform)
+    kaiming_normal = _on_tensor_class(_random.kaiming_normal)

@@ -31,10 +31,9 @@ if TYPE_CHECKING:
     from tg.tensor.tensor import Scalar, Tensor
 
 
-def _new(uop: UOp) -> Tensor:
-    from tg.tensor.tensor import Tensor
-
-    return Tensor(uop)
+def _new(like: Tensor, uop: UOp) -> Tensor:
+    """A Tensor of `uop` (of `like`'s Tensor class)."""
+    return like._tensor_class()(uop)
 
 
 def reshape(self: Tensor, *shape: Any) -> Tensor:
@@ -66,7 +65,7 @@ def reshape(self: Tensor, *shape: Any) -> Tensor:
         raise ArgumentError(
             f"cannot reshape tensor of shape {fmt_shape(self.shape)} into shape {fmt_shape(tuple(new))}"
         )
-    return self if same_shape(tuple(new), self.shape) else _new(self.uop.reshape(tuple(new)))
+    return self if same_shape(tuple(new), self.shape) else _new(self, self.uop.reshape(tuple(new)))
 
 
 def view(self: Tensor, *shape: Any) -> Tensor:
@@ -85,7 +84,7 @@ def permute(self: Tensor, *order: Any) -> Tensor:
     perm = [canonical_axis(a, self.ndim) for a in shape_arg(order)] if order else []
     if sorted(perm) != list(range(self.ndim)):
         raise ArgumentError(f"permute: {tuple(order)} is not a permutation of the {self.ndim} dims of {self.shape}")
-    return self if perm == list(range(self.ndim)) else _new(self.uop.permute(tuple(perm)))
+    return self if perm == list(range(self.ndim)) else _new(self, self.uop.permute(tuple(perm)))
 
 
 def expand(self: Tensor, *shape: Any) -> Tensor:
@@ -99,7 +98,7 @@ def expand(self: Tensor, *shape: Any) -> Tensor:
         if not same_dim(o, n) and not same_dim(o, 1):
             raise ArgumentError(f"expand: cannot expand shape {fmt_shape(self.shape)} to {fmt_shape(new)}")
     x = self.reshape(old) if len(old) != self.ndim else self
-    return x if same_shape(target, x.shape) else _new(x.uop.expand(target))
+    return x if same_shape(target, x.shape) else _new(x, x.uop.expand(target))
 
 
 def broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -164,10 +163,10 @@ def _resolved(x: Any) -> Any:
 
 
 def _pad_constant(x: Tensor, pads: list[tuple[Any, Any]], value: Scalar) -> Tensor:
-    padded = _new(x.uop.pad(tuple(pads)))
+    padded = _new(x, x.uop.pad(tuple(pads)))
     if value == 0:
         return padded
-    mask = _new(UOp.full(x.shape, True, dtypes.bool, x.device).pad(tuple(pads)))
+    mask = _new(x, UOp.full(x.shape, True, dtypes.bool, x.device).pad(tuple(pads)))
     return mask.where(padded, value)
 
 
@@ -213,7 +212,7 @@ def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
             raise ArgumentError(f"shrink: bounds {_fmt_bounds(bounds)} out of range for shape {fmt_shape(self.shape)}")
     if all(same_dim(b, 0) and same_dim(e, s) for (b, e), s in zip(bounds, self.shape, strict=True)):
         return self
-    return _new(self.uop.shrink(bounds))
+    return _new(self, self.uop.shrink(bounds))
 
 
 def _in_order(*xs: Any) -> bool:
@@ -240,7 +239,7 @@ def flip(self: Tensor, axis: int | Sequence[int]) -> Tensor:
         raise ArgumentError(f"flip: dim {axis} repeats a dim of a {self.ndim}-d tensor")
     if not axes:
         return self
-    return _new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+    return _new(self, self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
 
 def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -280,8 +279,6 @@ def unsqueeze(self: Tensor, dim: int) -> Tensor:
 
 def _tensor_list(op: str, first: Any, rest: tuple[Any, ...]) -> list[Tensor]:
     """The tensors of `cat`/`stack` from any of: a.cat(b, c), Tensor.cat(a, b), Tensor.cat([a, b]), a.cat([b, c])."""
-    from tg.tensor.tensor import Tensor
-
     items: list[Any] = []
     given = (first, *rest)
     for i, x in enumerate(given):
@@ -290,8 +287,10 @@ def _tensor_list(op: str, first: Any, rest: tuple[Any, ...]) -> list[Tensor]:
         items.extend(x if isinstance(x, (list, tuple)) else [x])
     if not items:
         raise ArgumentError(f"{op} needs at least one tensor")
+    tensors = [x for x in items if hasattr(x, "_tensor_class")]
+    cls = tensors[0]._tensor_class() if tensors else None
     for x in items:
-        if not isinstance(x, Tensor):
+        if cls is None or not isinstance(x, cls):
             raise TypeError(f"{op} needs Tensors, got {type(x).__name__}")
     return items
 
@@ -560,13 +559,12 @@ def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
 
 
 def _triangle(self: Tensor, diagonal: int, lower: bool) -> Tensor:
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if self.ndim < 2:
         raise ArgumentError(f"{'tril' if lower else 'triu'} needs at least 2 dims, got shape {self.shape}")
     r, c = self.shape[-2:]
-    rows = Tensor.arange(r, device=self.device).reshape(r, 1)
-    cols = Tensor.arange(c, device=self.device).reshape(1, c)
+    rows = cls.arange(r, device=self.device).reshape(r, 1)
+    cols = cls.arange(c, device=self.device).reshape(1, c)
     keep = (cols <= rows + diagonal) if lower else (cols >= rows + diagonal)
     return keep.where(self, self.zeros_like() if self.dtype is not dtypes.bool else False)
 
@@ -602,14 +600,13 @@ def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Ten
 
 def diag(self: Tensor, diagonal: int = 0) -> Tensor:
     """1-D: a square matrix with self on `diagonal`; 2-D: the diagonal (torch.diag)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if self.ndim == 2:
         return self.diagonal(diagonal)
     if self.ndim != 1:
         raise ArgumentError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
     n = self.shape[0] + abs(diagonal)
-    eye = Tensor.eye(self.shape[0], dtype=dtypes.bool, device=self.device)
+    eye = cls.eye(self.shape[0], dtype=dtypes.bool, device=self.device)
     m = eye.where(self.reshape(1, -1), self.zeros_like().reshape(1, -1))
     return m.pad(((max(0, -diagonal), max(0, diagonal)), (max(0, diagonal), max(0, -diagonal))))[:n, :n]
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def _check_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
-    from tg.tensor.tensor import canonical_device
+    from tg.tensor.args import canonical_device
 
     if not isinstance(devices, (tuple, list)) or not devices:
         raise ValueError(f"shard needs a tuple of devices, got {devices!r}")
@@ -37,8 +37,8 @@ def shard(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Te
     10.0
     """
     from tg.tensor.shapes import canonical_axis
-    from tg.tensor.tensor import Tensor
 
+    cls = self._tensor_class()
     devs = _check_devices(tuple(devices))
     if len(devs) == 1:
         return self.to(devs[0])
@@ -47,7 +47,7 @@ def shard(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Te
     else:
         src = self
     if axis is None:
-        return Tensor(UOp(Ops.MULTI, self.dtype, tuple(src.to(d).uop for d in devs), None))
+        return cls(UOp(Ops.MULTI, self.dtype, tuple(src.to(d).uop for d in devs), None))
     ax = canonical_axis(axis, self.ndim)
     size, n = int(self.shape[ax]), len(devs)
     chunk = -(-size // n)  # uneven: ceil-size chunks, the last ones padded (the padding is never shown)
@@ -57,7 +57,7 @@ def shard(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Te
     for i, d in enumerate(devs):
         arg = tuple((i * chunk, (i + 1) * chunk) if j == ax else (0, int(s)) for j, s in enumerate(src.shape))
         pieces.append(src.shrink(arg).to(d).uop)  # only device i's part is copied
-    out = Tensor(UOp(Ops.MULTI, self.dtype, tuple(pieces), ax))
+    out = cls(UOp(Ops.MULTI, self.dtype, tuple(pieces), ax))
     return out if chunk * n == size else out.shrink(tuple((0, size) if j == ax else None for j in range(self.ndim)))
 
 

@@ -124,8 +124,8 @@ def _conv_gradient(
     gradient, summed over the batch and the output positions. Only the gradients that lead to a target are built.
     """
     from tg.tensor.gradient import set_custom_gradient
-    from tg.tensor.tensor import Tensor
 
+    cls = x._tensor_class()
     x_u, w_u = x.uop, weight.uop
     n = len(strides)
     bs, cin = x.shape[:2]
@@ -134,7 +134,7 @@ def _conv_gradient(
     cout_g = cout // groups
 
     def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
-        g, xt, wt = Tensor(g_u), Tensor(x_u), Tensor(w_u)
+        g, xt, wt = cls(g_u), cls(x_u), cls(w_u)
         dx = _input_gradient(g, wt).cast(xt.dtype).uop if needed[0] else None
         dw = _weight_gradient(g, xt).cast(wt.dtype).uop if needed[1] else None
         return dx, dw
@@ -292,13 +292,12 @@ def max_pool2d(
     if not return_indices:
         return values
     # flat spatial index of the first maximum of every window (padding never wins: its index is -1)
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     sizes = self.shape[-n:]
-    flat = Tensor.arange(math.prod(sizes), device=self.device).reshape(*sizes)
+    flat = cls.arange(math.prod(sizes), device=self.device).reshape(*sizes)
     idx_w = plan.windows(flat, -1).reshape(*[1] * (self.ndim - n), *values.shape[-n:], -1)
     first = w.reshape(*w.shape[:-n], -1).argmax(-1, keepdim=True)
-    picked = (first == Tensor.arange(idx_w.shape[-1], device=self.device)).where(idx_w, 0).sum(-1)
+    picked = (first == cls.arange(idx_w.shape[-1], device=self.device)).where(idx_w, 0).sum(-1)
     return values, picked
 
 
@@ -313,15 +312,14 @@ def avg_pool2d(
 ) -> Tensor:
     """Mean over windows of the last len(kernel_size) dims; padded zeros count when `count_include_pad` (torch),
     the extra padding of `ceil_mode` never does."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     plan = _pool_setup("avg_pool2d", self, kernel_size, stride, dilation, padding, ceil_mode)
     n = len(plan.kernel)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
     total = plan.windows(x, 0.0).sum(tuple(range(self.ndim, self.ndim + n)))
     if not any(plan.extra) and (count_include_pad or not any(p != (0, 0) for p in plan.pads)):
         return total / math.prod(plan.kernel)
-    ones = Tensor.ones(*self.shape[-n:], dtype=x.dtype, device=self.device)
+    ones = cls.ones(*self.shape[-n:], dtype=x.dtype, device=self.device)
     counted = ones.pad(plan.pads, value=1.0) if count_include_pad else ones.pad(plan.pads)
     counts = counted.pad([(0, e) for e in plan.extra])._windows(plan.kernel, plan.strides, plan.dils)
     return total / counts.sum(tuple(range(n, 2 * n)))
@@ -337,8 +335,7 @@ def max_unpool2d(
     output_size: Sequence[int] | None = None,
 ) -> Tensor:
     """The inverse of max_pool2d(return_indices=True): each value goes to its flat spatial index, zeros elsewhere."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     n = 2 if isinstance(kernel_size, int) else len(kernel_size)
     kernel = _tuple("max_unpool2d", "kernel_size", kernel_size, n)
     strides = kernel if stride is None else _tuple("max_unpool2d", "stride", stride, n)
@@ -352,7 +349,7 @@ def max_unpool2d(
     lead = self.shape[:-n]
     total = math.prod(out)
     flat_vals = self.reshape(*lead, -1)
-    base = Tensor.zeros(*lead, total, dtype=self.dtype, device=self.device)
+    base = cls.zeros(*lead, total, dtype=self.dtype, device=self.device)
     return base.scatter(-1, indices.reshape(*lead, -1), flat_vals).reshape(*lead, *out)
 
 
@@ -405,27 +402,25 @@ def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) ->
 def dropout(self: Tensor, p: float = 0.5) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p), in training mode only
     (`with Tensor.train():`); identity otherwise."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if not 0.0 <= p <= 1.0:
         raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
-    if not Tensor.training or p == 0:
+    if not cls.training or p == 0:
         return self
     if p == 1:
         return self.zeros_like()
-    keep = Tensor.rand(*self.shape, device=self.device) >= p
+    keep = cls.rand(*self.shape, device=self.device) >= p
     return keep.where(self, 0) * (1.0 / (1.0 - p))
 
 
 def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
     """int32 one-hot vectors along a new last dim (`num_classes=-1` uses max + 1, which realizes)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if dtypes.is_float(self.dtype) or self.dtype is dtypes.bool:
         raise TypeError(f"one_hot needs an integer tensor, got {self.dtype.name}")
     if num_classes == -1:
         num_classes = int(self.max().item()) + 1 if self.numel() else 0
-    classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
+    classes = cls.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
 
 
@@ -466,11 +461,10 @@ def _pick_class(values: Tensor, labels: Tensor, keep: Tensor, op: str, dim: int)
     outside [0, classes) raises IndexOutOfRange (as torch does) when the labels are known, else when the result is
     realized: without the check that row would silently count for nothing."""
     from tg.tensor import bounds
-    from tg.tensor.tensor import Tensor
 
     if dtypes.is_float(labels.dtype) or labels.dtype is dtypes.bool:
         raise TypeError(f"{op}: class labels must be an integer tensor, got {labels.dtype.name}")
-    classes = Tensor.arange(values.shape[-1], device=values.device, dtype=labels.dtype)
+    classes = values.arange(values.shape[-1], device=values.device, dtype=labels.dtype)
     hit = (labels.unsqueeze(-1) == classes) & keep.unsqueeze(-1)
     checked = keep.where(labels, 0)
     bounds.check_index(checked, values.shape[-1], op=op, dim=dim, negative_ok=False, selection=hit)
@@ -566,8 +560,7 @@ def scaled_dot_product_attention(
 ) -> Tensor:
     """softmax(q k^T * scale + mask) v with q = self; a bool mask marks positions that attend (True), a float mask
     is added; `is_causal` masks the upper triangle; `enable_gqa` repeats key/value heads to the query's."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     if self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
         raise ArgumentError(
             f"scaled_dot_product_attention: query {self.shape}, key {key.shape} and value {value.shape} do not fit "
@@ -584,10 +577,10 @@ def scaled_dot_product_attention(
         raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal=True, not both (torch)")
     if is_causal:
         L, S = logits.shape[-2:]
-        attn_mask = Tensor.ones(L, S, dtype=dtypes.bool, device=self.device).tril()
+        attn_mask = cls.ones(L, S, dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
         logits = attn_mask.where(logits, float("-inf")) if attn_mask.dtype is dtypes.bool else logits + attn_mask
     weights = logits.softmax(-1).cast(self.dtype)
-    if dropout_p > 0 and Tensor.training:
+    if dropout_p > 0 and cls.training:
         weights = weights.dropout(dropout_p)
     return weights @ value

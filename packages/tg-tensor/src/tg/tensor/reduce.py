@@ -40,17 +40,16 @@ def _axes(t: Tensor, axis: AxisArg) -> tuple[int, ...]:
 
 def _reduce(self: Tensor, op: Ops, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
     """REDUCE_AXIS `op` over `axis` (all dims if None)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     axes = _axes(self, axis)
     if any(self.shape[a] == 0 for a in axes):  # nothing to reduce: the op's identity (as tinygrad, numpy's sum)
         identity = {Ops.ADD: 0, Ops.MUL: 1}.get(op, self.dtype.min)
-        ret = Tensor.full(
+        ret = cls.full(
             tuple(1 if i in axes else s for i, s in enumerate(self.shape)), identity, dtype=self.dtype,
             device=self.device,
         )  # fmt: skip
     else:
-        ret = Tensor(self.uop.r(op, axes)) if axes else self
+        ret = cls(self.uop.r(op, axes)) if axes else self
     if keepdim:
         return ret
     return ret.reshape(tuple(s for i, s in enumerate(ret.shape) if i not in axes))
@@ -182,9 +181,8 @@ def var(
     squares = (x - mean(x, axis, keepdim=True)).square()
     n = _count(self, axis)
     if isinstance(n, UOp):  # symbolic: n - corr <= 0 divides 0 by <= 0 at run time (nan or inf, no error)
-        from tg.tensor.tensor import Tensor
-
-        return sum(squares, axis, kd).div(Tensor(n, device=x.device).cast(x.dtype) - corr)
+        cls = self._tensor_class()
+        return sum(squares, axis, kd).div(cls(n, device=x.device).cast(x.dtype) - corr)
     return sum(squares, axis, kd).div(builtins.max(n - corr, 0))  # torch: <= 0 degrees of freedom divide by 0
 
 
@@ -260,8 +258,7 @@ def all_(
 
 def _arg_extreme(self: Tensor, extreme: Tensor, a: int, keepdim: bool) -> Tensor:
     """Index of the first element equal to `extreme` (or the first NaN) along axis `a`."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     n = self.shape[a]
     hit = self == extreme
     if dtypes.is_float(self.dtype):
@@ -269,7 +266,7 @@ def _arg_extreme(self: Tensor, extreme: Tensor, a: int, keepdim: bool) -> Tensor
     # count down from n so the first hit wins the max-reduction
     shape = [1] * self.ndim
     shape[a] = n
-    idx = Tensor.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape(shape)
+    idx = cls.arange(n, 0, -1, dtype=dtypes.int32, device=self.device).reshape(shape)
     found = max(hit.where(idx, 0), a, keepdim)
     return found.sub(n, reverse=True).cast(dtypes.int32)  # n - found (n may be a symbolic int)
 
@@ -278,8 +275,8 @@ def _arg(
     op: str, self: Tensor, axis: int | None, dim: int | None, keepdim: bool | None, keepdims: bool | None
 ) -> Tensor:
     from tg.tensor.shapes import canonical_axis as _canon_axis
-    from tg.tensor.tensor import Tensor
 
+    cls = self._tensor_class()
     ax = pick(op, "axis", axis, "dim", dim)
     kd = bool(pick(op, "keepdim", keepdim, "keepdims", keepdims, False))
     if ax is None:
@@ -289,7 +286,7 @@ def _arg(
         raise TypeError(f"{op} takes one axis, got {ax!r}")
     a = _canon_axis(ax, self.ndim)
     if self.ndim == 0:
-        return Tensor.zeros((), dtype=dtypes.int32, device=self.device)
+        return cls.zeros((), dtype=dtypes.int32, device=self.device)
     if self.shape[a] == 0:
         raise ArgumentError(f"{op} of an empty dim (shape {self.shape}, dim {a})")
     extreme = max(self, a, keepdim=True) if op == "argmax" else min(self, a, keepdim=True)
@@ -375,9 +372,9 @@ def softmin(
 def matmul(self: Tensor, w: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
     """Matrix product with numpy's rules for 1-D and batched operands: `a @ b` (`dtype=` accumulates in it)."""
     from tg.tensor.shapes import broadcast_shape
-    from tg.tensor.tensor import Tensor
 
-    if not isinstance(w, Tensor):
+    cls = self._tensor_class()
+    if not isinstance(w, cls):
         raise TypeError(f"matmul needs a Tensor, got {type(w).__name__}")
     if reverse:
         return matmul(w, self, dtype=dtype)
@@ -401,7 +398,7 @@ def matmul(self: Tensor, w: Tensor, reverse: bool = False, dtype: DType | str | 
         return matmul(self.reshape(rows, k), w, dtype=dt).reshape(*self.shape[:-1], w.shape[1])
     x, w = self.cast(dt), w.cast(dt)
     if (fast := _matmul_uop(x.uop, w.uop, batch)) is not None:
-        return Tensor(fast)
+        return cls(fast)
     if w.ndim == 1:
         return sum(x * w, -1)
     if x.ndim == 1:

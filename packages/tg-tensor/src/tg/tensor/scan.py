@@ -29,13 +29,12 @@ def _axis(op: str, self: Tensor, axis: int | None, dim: int | None, default: int
 
 def _scan_last(x: Tensor, op: str) -> Tensor:
     """Inclusive scan of `op` ('sum', 'prod', 'max', 'min') along the last dim."""
-    from tg.tensor.tensor import Tensor
-
+    cls = x._tensor_class()
     n = x.shape[-1]
     if n > _BLOCK:
         return _scan_blocked(x, op)
-    rows = Tensor.arange(n, device=x.device).reshape(n, 1)
-    cols = Tensor.arange(n, device=x.device).reshape(1, n)
+    rows = cls.arange(n, device=x.device).reshape(n, 1)
+    cols = cls.arange(n, device=x.device).reshape(1, n)
     mask = cols <= rows  # (n, n): output i sees inputs j <= i
     identity = {
         "sum": 0,
@@ -102,17 +101,16 @@ class ValuesIndices(NamedTuple):
 def _cum_extreme(self: Tensor, axis: int, op: str) -> ValuesIndices:
     """Running max/min and, for each position, the index of the last element equal to it (torch's ties; a NaN
     carries on with its own index)."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     values = _scan(self, axis, op)
     if self.ndim == 0:
-        return ValuesIndices(values, Tensor.zeros((), dtype=dtypes.int32, device=self.device))
+        return ValuesIndices(values, cls.zeros((), dtype=dtypes.int32, device=self.device))
     hit = self == values  # a position where the running extreme is reached: its index carries on from there
     if dtypes.is_float(self.dtype):
         hit = hit | self.isnan()
     shape = [1] * self.ndim
     shape[axis] = self.shape[axis]
-    pos = Tensor.arange(self.shape[axis], dtype=dtypes.int32, device=self.device).reshape(shape)
+    pos = cls.arange(self.shape[axis], dtype=dtypes.int32, device=self.device).reshape(shape)
     return ValuesIndices(values, _scan(hit.where(pos, -1), axis, "max"))
 
 
@@ -135,10 +133,9 @@ def logcumsumexp(self: Tensor, axis: int | None = None, *, dim: int | None = Non
         return x.cast(out)
     n = x.shape[a]
     if isinstance(n, int) and n <= _BLOCK:  # each output shifted by its own prefix's max: exact at any spread
-        from tg.tensor.tensor import Tensor
-
+        cls = self._tensor_class()
         moved = x.transpose(a, -1)
-        mask = Tensor.arange(n, device=x.device).reshape(1, n) <= Tensor.arange(n, device=x.device).reshape(n, 1)
+        mask = cls.arange(n, device=x.device).reshape(1, n) <= cls.arange(n, device=x.device).reshape(n, 1)
         prefixes = mask.where(moved.unsqueeze(-2), float("-inf"))  # (..., i, j): x_j for j <= i
         return prefixes.logsumexp(-1).transpose(a, -1).cast(out)
     m = x.detach().max(a, keepdim=True)  # long rows: one shift per row (outputs far below the max lose digits)
@@ -169,10 +166,9 @@ def _sort_keys(x: Tensor, descending: bool) -> Tensor:
 
 def _sort_all_pairs(x: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     """Rank each element by counting the ones before it (ties by position), place it with a one-hot select."""
-    from tg.tensor.tensor import Tensor
-
+    cls = x._tensor_class()
     n = x.shape[-1]
-    idx = Tensor.arange(n, device=x.device, dtype=dtypes.int32)
+    idx = cls.arange(n, device=x.device, dtype=dtypes.int32)
     a, b = key.unsqueeze(-1), key.unsqueeze(-2)  # a: element i (rows), b: element j (cols)
     before = (b < a) | ((b == a) & (idx.reshape(1, n) < idx.reshape(n, 1)))
     rank = before.sum(-1, dtype=dtypes.int32)  # (..., n): where element i goes
@@ -189,12 +185,11 @@ def _sort_bitonic(x: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     view) and keeps the smaller or the larger of the two.
     Elements carry (key, position), all distinct, so ties keep their order; padding sorts last. The values ride
     along through `where`s, so their gradient flows back to where each value came from."""
-    from tg.tensor.tensor import Tensor
-
+    cls = x._tensor_class()
     n, batch = x.shape[-1], x.shape[:-1]
     size = 1 << (n - 1).bit_length()
     pad = [(0, 0)] * len(batch) + [(0, size - n)]
-    pos = Tensor.arange(size, device=x.device, dtype=dtypes.int64)
+    pos = cls.arange(size, device=x.device, dtype=dtypes.int64)
     key = key.pad(pad, value=key.dtype.max)
     # keys of 64 bits (or uint32): (key, position) as two lanes, else one int64 packing key above position
     wide = key.dtype.itemsize > 4 or (key.dtype.itemsize == 4 and dtypes.is_unsigned(key.dtype))
@@ -216,7 +211,7 @@ def _sort_bitonic(x: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     while block <= size:
         # block k sorts ascending where bit k of the position is clear, descending elsewhere; k is read from a
         # buffer, so the pass for partner distance j is one kernel shared by every stage (log2(P) kernels)
-        k = Tensor([block], device=x.device, dtype=dtypes.int64).reshape(())
+        k = cls([block], device=x.device, dtype=dtypes.int64).reshape(())
         ascending = (pos & k) == 0
         step = block // 2
         while step >= 1:  # element i against i ^ step
@@ -234,15 +229,14 @@ def sort(
     """(values, indices) sorted along `dim`, as torch's `sort(stable=True)`: ties keep their order, NaNs go last
     (first when descending), -0 equals 0. Indices are int32. Rows longer than 64 run a bitonic sorting network
     (O(n log^2 n) work, log^2 n passes); the values are differentiable."""
-    from tg.tensor.tensor import Tensor
-
+    cls = self._tensor_class()
     d = canonical_axis(pick("sort", "dim", None if dim == -1 and axis is not None else dim, "axis", axis, -1),
                        max(self.ndim, 1))  # fmt: skip
     if self.ndim == 0:
-        return self, Tensor.zeros((), dtype=dtypes.int32, device=self.device)
+        return self, cls.zeros((), dtype=dtypes.int32, device=self.device)
     x = self.transpose(d, -1)
     if x.shape[-1] <= 1:
-        return self, Tensor.zeros(self.shape, dtype=dtypes.int32, device=self.device)
+        return self, cls.zeros(self.shape, dtype=dtypes.int32, device=self.device)
     key = _sort_keys(x, descending)
     values, indices = (_sort_all_pairs if x.shape[-1] <= _SORT_ALL_PAIRS_MAX else _sort_bitonic)(x, key)
     return values.transpose(d, -1), indices.transpose(d, -1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, sint, to_dtype, weak_promote
@@ -23,28 +23,20 @@ from tg.tensor import realize as _realize
 from tg.tensor import shapes as _shapes
 from tg.tensor import transcendental as _transcendental
 from tg.tensor.aliases import DTypeShortcuts
-from tg.tensor.args import dtype_arg, pick
-from tg.tensor.data import check_int_range, from_numpy_dtype, is_numpy, list_to_bytes, pack, to_numpy_dtype, unpack
+from tg.tensor.args import Scalar, canonical_device, dtype_arg, pick
+from tg.tensor.data import (
+    checked_scalar_value,
+    from_numpy_dtype,
+    is_numpy,
+    list_to_bytes,
+    pack,
+    scalar_value,
+    to_numpy_dtype,
+    unpack,
+)
 from tg.tensor.errors import ArgumentError
 from tg.tensor.methods import TensorMethods
 from tg.tensor.shapes import broadcast_shape
-
-Scalar = bool | int | float
-ShapeArg = int | Sequence[int]
-
-
-def canonical_device(device: str | None) -> str:
-    """The canonical name of `device` (None -> Device.DEFAULT); unknown backends list the available ones."""
-    from tg.runtime.device import Device
-
-    if isinstance(device, tuple):  # a sharded tensor's devices (constants made "like" it are replicated)
-        return tuple(canonical_device(d) for d in device)
-
-    name = Device.canonicalize(device)
-    backend = name.split(":", 1)[0]
-    if backend not in Device.backends:
-        raise ArgumentError(f"unknown device {device!r}; available devices: {', '.join(Device.backends)}")
-    return name
 
 
 def _to_dtype(dtype: DType | str | None) -> DType | None:
@@ -87,27 +79,27 @@ class Tensor(DTypeShortcuts, TensorMethods):
             self.uop = data.uop if dt is None else data.uop.cast(dt)
         elif isinstance(data, (bool, int, float)):
             dt = dt or dtypes.from_py(data)
-            self.uop = UOp.full((), _fill_value(data, dt), dt, canonical_device(device))
+            self.uop = UOp.full((), checked_scalar_value(data, dt), dt, canonical_device(device))
         elif isinstance(data, (list, tuple)):
             raw, shape, dt = list_to_bytes(data, dt)
-            self.uop = _from_bytes(raw, shape, dt, canonical_device(device))
+            self.uop = _realize.from_bytes(raw, shape, dt, canonical_device(device))
         elif is_numpy(data) and hasattr(data, "dtype"):
             if data.ndim == 0 and type(data).__name__ != "ndarray":  # a numpy scalar
                 dt = dt or from_numpy_dtype(data.dtype)
-                self.uop = UOp.full((), _fill_value(data.item(), dt), dt, canonical_device(device))
+                self.uop = UOp.full((), checked_scalar_value(data.item(), dt), dt, canonical_device(device))
             else:
                 dt = dt or from_numpy_dtype(data.dtype)
                 if dt is dtypes.bfloat16 or dt in dtypes.fp8s:  # no numpy dtype: round each value in Python
                     raw = pack(data.astype("float64").ravel().tolist(), dt)
                 else:
                     raw = data.astype(to_numpy_dtype(dt), copy=False).reshape(data.shape).tobytes(order="C")
-                self.uop = _from_bytes(raw, tuple(int(x) for x in data.shape), dt, canonical_device(device))
+                self.uop = _realize.from_bytes(raw, tuple(int(x) for x in data.shape), dt, canonical_device(device))
         elif isinstance(data, (bytes, bytearray, memoryview)):
             raw = bytes(data)
             dt = dt or dtypes.uint8
             if len(raw) % dt.itemsize:
                 raise ArgumentError(f"{len(raw)} bytes are not a whole number of {dt.name} elements")
-            self.uop = _from_bytes(raw, (len(raw) // dt.itemsize,), dt, canonical_device(device))
+            self.uop = _realize.from_bytes(raw, (len(raw) // dt.itemsize,), dt, canonical_device(device))
         else:
             raise TypeError(f"cannot create a Tensor from {type(data).__name__}: {data!r}")
         if requires_grad is not None:
@@ -239,6 +231,13 @@ class Tensor(DTypeShortcuts, TensorMethods):
         return _unpickle, (bytes(_realize.host_bytes(self)), shape, self.dtype, self.device, self.requires_grad)
 
     # ---- realization and data out -----------------------------------------------------------------------
+
+    @classmethod
+    def _tensor_class(cls) -> type[Tensor]:
+        """The Tensor class itself (never a subclass such as `nn.Parameter`, whose constructor differs): the topic
+        modules build their results with it (`cls = self._tensor_class()`, `cls(uop)`), so only this module
+        composes them and none of them imports it."""
+        return Tensor
 
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and `lst`) now, in one schedule: `Tensor.realize(a, b)` or `a.realize(b)`."""
@@ -474,7 +473,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
             # fast path: a weak scalar becomes a constant of x's final shape directly
             dt = weak_promote(self.dtype, other)
             x = self.cast(dt)
-            c = Tensor(_scalar_view(dt, _fill_value(other, dt), self.device, x.uop.shape))
+            c = Tensor(_scalar_view(dt, checked_scalar_value(other, dt), self.device, x.uop.shape))
             return (c, x) if reverse else (x, c)
         elif _shapes.is_symbolic(other):  # a bound Variable: a weak int like a Python int, its value a kernel argument
             dt = weak_promote(self.dtype, 1)
@@ -492,7 +491,7 @@ class Tensor(DTypeShortcuts, TensorMethods):
     def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
         if other.__class__ in (int, float, bool) and (dt := weak_promote(self.dtype, other)) is self.dtype:
             # the eager fast path (`x + 1`): a weak scalar of self's dtype, no operand tensors
-            c = _scalar_view(dt, _fill_value(other, dt), self.device, self.uop.shape)
+            c = _scalar_view(dt, checked_scalar_value(other, dt), self.device, self.uop.shape)
             return Tensor(c.alu(op, self.uop) if reverse else self.uop.alu(op, c))
         x, y = self._operands(other, reverse)
         return Tensor(x.uop.alu(op, y.uop))
@@ -565,7 +564,9 @@ class Tensor(DTypeShortcuts, TensorMethods):
     def __neg__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
-        return Tensor(self.uop.alu(Ops.MUL, UOp.full(self.shape, _coerce(-1, self.dtype), self.dtype, self.device)))
+        return Tensor(
+            self.uop.alu(Ops.MUL, UOp.full(self.shape, scalar_value(-1, self.dtype), self.dtype, self.device))
+        )
 
     def neg(self) -> Tensor:
         """-self."""
@@ -757,17 +758,6 @@ class Tensor(DTypeShortcuts, TensorMethods):
     erf = _transcendental.erf
 
 
-def _coerce(value: Scalar, dt: DType) -> ConstType:
-    """A Python value of the right kind for a constant of `dt`."""
-    if dt is dtypes.bool:
-        return bool(value)
-    if dtypes.is_int(dt):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ArgumentError(f"cannot make an {dt.name} constant from {value}")
-        return int(value)
-    return float(value)
-
-
 def _scalar_view(dt: DType, value: ConstType, device: str | tuple[str, ...], shape: tuple[sint, ...]) -> UOp:
     """The constant `value` of `dt` on `device` viewed as `shape` (a weak scalar operand)."""
     sign = math.copysign(1.0, value) if value.__class__ is float else 1.0  # -0.0 and 0.0 are one key otherwise
@@ -783,17 +773,9 @@ def _cached_scalar_view(
     return UOp.const(dt, value, device, shape)
 
 
-def _fill_value(value: Scalar, dt: DType) -> ConstType:
-    """`_coerce` for values the user stores directly: an int that `dt` cannot hold is an OverflowError."""
-    v = _coerce(value, dt)
-    if dtypes.is_int(dt) and isinstance(v, int):
-        check_int_range((v,), dt)
-    return v
-
-
 def _unpickle(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None) -> Tensor:
     """Inverse of `Tensor.__reduce__`: a tensor with its own buffer holding `raw`."""
-    return Tensor(_from_bytes(raw, shape, dtype, canonical_device(device)), requires_grad=requires_grad)
+    return Tensor(_realize.from_bytes(raw, shape, dtype, canonical_device(device)), requires_grad=requires_grad)
 
 
 def _unpickle_sharded(
@@ -805,15 +787,8 @@ def _unpickle_sharded(
     requires_grad: bool | None,
 ) -> Tensor:
     """Inverse of `Tensor.__reduce__` for a sharded tensor: sharded again over the same devices and axis."""
-    whole = Tensor(_from_bytes(raw, shape, dtype, canonical_device(devices[0])))
+    whole = Tensor(_realize.from_bytes(raw, shape, dtype, canonical_device(devices[0])))
     ret = whole.shard(devices, axis).realize()
     if requires_grad is not None:
         ret.requires_grad = requires_grad
     return ret
-
-
-def _from_bytes(raw: bytes, shape: tuple[int, ...], dt: DType, device: str) -> UOp:
-    """A realized BUFFER holding `raw` (the row-major bytes of a `dt` array), reshaped to `shape`."""
-    buf = UOp.new_buffer(device, math.prod(shape), dt)
-    _realize.upload(raw, buf)
-    return buf.reshape(shape)

@@ -211,9 +211,8 @@ def tan(self: Tensor) -> Tensor:
 @_in_float32
 def pow_(self: Tensor, exponent: Tensor) -> Tensor:
     """x ** y elementwise on floats (the POW op: C's pow semantics, libm's powf on the CPU)."""
-    from tg.tensor.tensor import Tensor
-
-    return Tensor(self.uop.alu(Ops.POW, exponent.cast(self.dtype).uop))
+    cls = self._tensor_class()
+    return cls(self.uop.alu(Ops.POW, exponent.cast(self.dtype).uop))
 
 
 # erf: Taylor series of x*P(x^2) below 0.75; above, 1 - exp(-x^2) * g(x) with g = erfc(x)*exp(x^2) as a Chebyshev

@@ -26,27 +26,22 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 
 # package -> the cycles it still has; a package not listed must have none (tg.codegen, tg.drivers, tg.llm and the
 # tools have none: renderers hold the target data that lowering and the optimiser read, tensor cores and CORE_ID;
-# PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs)
+# PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs; the AM driver's IP
+# blocks log through their device; the RDNA3 generators build on amd.sim.blockgen, not the translator; CPU:LLVM's
+# program subclasses backends.cpu_program's, not the CPU device module's; a Module loads a state dict through
+# nn.module.load_into, which nn.state's loader also calls)
 KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
     # UOp.simplify runs the symbolic rules, which are UPats over UOps (the movement mixin builds nodes of its own
     # class and imports no uop)
     "tg.ir": [_cycle("tg.ir", "pattern symbolic uop")],
     "tg.runtime": [
-        # the CPU device picks its LLVM program lazily (CPU:LLVM); that program subclasses the CPU device's program
-        _cycle("tg.runtime", "backends._cpu_llvm backends.cpu"),
         # the engine hands schedules to tg.runtime.hcq.run, which gets its runners from the engine; replay uses both
         _cycle("tg.runtime", "engine hcq.device hcq.exec hcq.link hcq.profile hcq.run replay"),
-        # the AM driver's device builds its IP blocks, which take the device (AMDev) and its logger from its module
-        _cycle("tg.runtime.amd.am", "device gfx gmc ih psp sdma smu"),
-        # the RDNA3 translator dispatches to the per-class generators, which build on its BlockGen
-        _cycle("tg.runtime.amd.sim", "gen_memory gen_scalar gen_valu translate"),
     ],
     "tg.tensor": [
         # keccak and svd run their step as a traced @function; function.py (and jit.py, whose argument flattening
         # it shares) recognise and build Tensors by importing tensor.py, which composes the topic modules
         _cycle("tg.tensor", "function hashing jit matrix methods tensor"),
-        # Module.load_state_dict calls nn.state's loader, which walks Modules
-        _cycle("tg.tensor.nn", "module state"),
     ],
 }
 

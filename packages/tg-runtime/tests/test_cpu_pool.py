@@ -17,7 +17,7 @@ from tg.codegen.render.cstyle import ClangRenderer
 from tg.ir.dtype import dtypes
 from tg.ir.ops import AxisType
 from tg.ir.uop import UOp
-from tg.runtime.backends.cpu import c_thread_pool
+from tg.runtime.backends.cpu_program import c_thread_pool
 from tg.runtime.device import Buffer, Device
 from tg.runtime.engine import CompiledRunner
 

@@ -11,7 +11,7 @@ import ctypes
 from typing import TYPE_CHECKING, Any
 
 from tg.ir.target import Target, TargetError
-from tg.runtime.backends.cpu import CPUProgram, cpu_count
+from tg.runtime.backends.cpu_program import CPUProgram, cpu_count
 from tg.runtime.cpu_arch import X86_64, CPUArch, cpu_arch, host_machine
 from tg.runtime.device import DeviceUnavailable, Program
 from tg.runtime.elf import ElfObject, load_executable

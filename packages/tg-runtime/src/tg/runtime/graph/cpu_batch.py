@@ -62,7 +62,7 @@ def _trampoline(kind: int, nbufs: int, nvars: int) -> str:
 @functools.cache
 def _library(signatures: tuple[tuple[int, int], ...]) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
     """The batch runner compiled for these (nbufs, nvars) kernel signatures (entry kind k = signatures[k])."""
-    from tg.runtime.backends.cpu import load_shared_object
+    from tg.runtime.backends.cpu_program import load_shared_object
 
     cases = "\n".join(_trampoline(k, nb, nv) for k, (nb, nv) in enumerate(signatures))
     src = f"""#include <stdint.h>

@@ -22,15 +22,8 @@ from typing import Any
 from tg.ir import Ops, PatternMatcher, QOp, UOp, UPat, dtypes
 from tg.ir.helpers import DEBUG, HCQ_RUNTIME_DEV, PROFILE
 from tg.ir.target import Target
-from tg.runtime.backends.cpu import (
-    CPUDevice,
-    alloc_host_memory,
-    c_thread_pool,
-    check_runs_here,
-    clang_renderer,
-    cpu_count,
-    load_shared_object,
-)
+from tg.runtime.backends.cpu import CPUDevice, alloc_host_memory, check_runs_here, clang_renderer
+from tg.runtime.backends.cpu_program import c_thread_pool, cpu_count, load_shared_object
 from tg.runtime.c_compiler import CCompiler
 from tg.runtime.cpu_arch import cpu_arch
 from tg.runtime.device import BufferSpec, Program, check_device_index, instance_target

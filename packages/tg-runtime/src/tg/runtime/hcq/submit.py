@@ -190,7 +190,7 @@ def _program(ast: UOp, runtime: str) -> Any:
 
         p = get_program(ast, PythonRenderer(0, 1), ())
         return PythonProgram(p.name, p.src.encode()), p
-    from tg.runtime.backends.cpu import load_shared_object
+    from tg.runtime.backends.cpu_program import load_shared_object
 
     p = get_program(ast, _submitter_renderer(), ())
     lib = load_shared_object(p.name, _compiler().compile_cached(p.src))

@@ -328,11 +328,9 @@ class Module:
     def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True, assign: bool = False) -> Any:
         """Copy `state_dict`'s tensors into this module's (keys, shapes checked; values cast and moved to each
         tensor's dtype and device); returns `(missing_keys, unexpected_keys)` like torch."""
-        from tg.tensor.nn.state import load_state_dict
-
         if assign:
             raise NotImplementedError("load_state_dict(assign=True) is not supported: values are always copied")
-        missing, unexpected = load_state_dict(self, dict(state_dict), strict=strict, verbose=False)
+        missing, unexpected = load_into(self.state_dict(), dict(state_dict), strict=strict, verbose=False)
         return _IncompatibleKeys(missing, unexpected)
 
     # ---- modes and gradients ----------------------------------------------------------------------------------
@@ -665,3 +663,62 @@ class ParameterDict(Module):
     def items(self) -> Iterable[tuple[str, Tensor]]:
         """(key, parameter) pairs."""
         return self._parameters.items()  # type: ignore[return-value]
+
+
+class StateDictError(ValueError):
+    """A state dict does not fit the model: lists the missing, unexpected and mismatched keys."""
+
+
+def _shapes_match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return a == b or (a in ((), (1,)) and b in ((), (1,)))
+
+
+def load_into(
+    model_sd: dict[str, Tensor],
+    state_dict: dict[str, Tensor],
+    strict: bool = True,
+    verbose: bool = True,
+    consume: bool = False,
+    realize: bool = True,
+) -> tuple[list[str], list[str]]:
+    """`nn.state.load_state_dict` given the model's own `{name: tensor}` (`model_sd`); see there."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"load_state_dict needs a dict of name -> Tensor, got {type(state_dict).__name__}")
+    missing = [k for k in model_sd if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in model_sd]
+    mismatched = [
+        f"size mismatch for {k}: file {tuple(v.shape)}, model {model_sd[k].shape}"
+        for k, v in state_dict.items()
+        if k in model_sd and isinstance(v, Tensor) and not _shapes_match(tuple(v.shape), model_sd[k].shape)
+    ]
+    not_tensors = [k for k, v in state_dict.items() if k in model_sd and not isinstance(v, Tensor)]
+    problems = [f"{k} is a {type(state_dict[k]).__name__}, not a Tensor" for k in not_tensors] + mismatched
+    if strict:
+        problems = (
+            [f"missing keys: {missing}"] * bool(missing)
+            + [f"unexpected keys: {unexpected}"] * bool(unexpected)
+            + problems
+        )
+    if problems:
+        raise StateDictError("error loading state dict:\n  " + "\n  ".join(problems))
+    keys = [k for k in model_sd if k in state_dict]
+    progress: Any = keys
+    if verbose and len(keys) > 50:
+        from tqdm import tqdm
+
+        progress = tqdm(keys, desc="loading weights", unit="tensor")
+    for key in progress:
+        target, value = model_sd[key], state_dict[key]
+        value = value.to(target.device).cast(target.dtype).reshape(target.shape)
+        _replace(target, value)
+        if realize:
+            target.realize()
+        if consume:
+            del state_dict[key]
+    return missing, unexpected
+
+
+def _replace(target: Tensor, value: Tensor) -> None:
+    """Give `target` the value `value` in place (its buffer when it has one), outside autograd."""
+    with no_grad():
+        target.assign(value)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.tensor.autograd import no_grad
 from tg.tensor.nn.formats.errors import FormatError
 from tg.tensor.nn.formats.gguf import GGUFTensorInfo, gguf_index, gguf_load
 from tg.tensor.nn.formats.safetensors import safe_load, safe_load_metadata, safe_metadata, safe_save
 from tg.tensor.nn.formats.torch import torch_load
-from tg.tensor.nn.module import Module
+from tg.tensor.nn.module import Module, StateDictError, load_into
 from tg.tensor.tensor import Tensor
 
 __all__ = [
@@ -32,10 +31,6 @@ __all__ = [
     "safe_save",
     "torch_load",
 ]
-
-
-class StateDictError(ValueError):
-    """A state dict does not fit the model: lists the missing, unexpected and mismatched keys."""
 
 
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
@@ -85,10 +80,6 @@ def get_parameters(obj: Any) -> list[Tensor]:
     return list(unique.values())
 
 
-def _shapes_match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return a == b or (a in ((), (1,)) and b in ((), (1,)))
-
-
 def load_state_dict(
     model: Any,
     state_dict: dict[str, Tensor],
@@ -105,44 +96,4 @@ def load_state_dict(
     progress when `verbose` and there are many), so a large lazily loaded file never sits in memory twice;
     `consume=True` deletes each entry from `state_dict` once loaded.
     """
-    if not isinstance(state_dict, dict):
-        raise TypeError(f"load_state_dict needs a dict of name -> Tensor, got {type(state_dict).__name__}")
-    model_sd = get_state_dict(model)
-    missing = [k for k in model_sd if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in model_sd]
-    mismatched = [
-        f"size mismatch for {k}: file {tuple(v.shape)}, model {model_sd[k].shape}"
-        for k, v in state_dict.items()
-        if k in model_sd and isinstance(v, Tensor) and not _shapes_match(tuple(v.shape), model_sd[k].shape)
-    ]
-    not_tensors = [k for k, v in state_dict.items() if k in model_sd and not isinstance(v, Tensor)]
-    problems = [f"{k} is a {type(state_dict[k]).__name__}, not a Tensor" for k in not_tensors] + mismatched
-    if strict:
-        problems = (
-            [f"missing keys: {missing}"] * bool(missing)
-            + [f"unexpected keys: {unexpected}"] * bool(unexpected)
-            + problems
-        )
-    if problems:
-        raise StateDictError("error loading state dict:\n  " + "\n  ".join(problems))
-    keys = [k for k in model_sd if k in state_dict]
-    progress: Any = keys
-    if verbose and len(keys) > 50:
-        from tqdm import tqdm
-
-        progress = tqdm(keys, desc="loading weights", unit="tensor")
-    for key in progress:
-        target, value = model_sd[key], state_dict[key]
-        value = value.to(target.device).cast(target.dtype).reshape(target.shape)
-        _replace(target, value)
-        if realize:
-            target.realize()
-        if consume:
-            del state_dict[key]
-    return missing, unexpected
-
-
-def _replace(target: Tensor, value: Tensor) -> None:
-    """Give `target` the value `value` in place (its buffer when it has one), outside autograd."""
-    with no_grad():
-        target.assign(value)
+    return load_into(get_state_dict(model), state_dict, strict, verbose, consume, realize)

@@ -34,7 +34,7 @@ from tg.runtime.amd.am.firmware import Firmware, FirmwareFiles
 from tg.runtime.amd.am.memory import MemoryManager
 from tg.runtime.amd.regs import RegSpec, table
 
-__all__ = ["AM_TAG", "AMDev", "Reg", "log"]
+__all__ = ["AM_TAG", "AMDev", "Reg"]
 
 AM_TAG = 0xA0000008  # SCRATCH_REG7 after an AM boot
 RCC_CONFIG_MEMSIZE = 0xDE3  # dword, readable before the IP bases are known: VRAM size in MiB
@@ -42,14 +42,6 @@ MM_INDEX, MM_DATA, MM_INDEX_HI = 0x0, 0x1, 0x6
 PCI_COMMAND, PCI_COMMAND_MASTER = 0x04, 0x4
 #: IP -> table name used for its registers (MP0 and MP1 share MP's header)
 IP_TABLES = ("GC", "MMHUB", "NBIO", "MP0", "MP1", "OSSSYS", "HDP")
-
-
-def log(dev: AMDev, msg: str) -> None:
-    """Bring-up progress at DEBUG>=2."""
-    from tg.ir.helpers import DEBUG
-
-    if DEBUG.value >= 2:
-        print(f"am {dev.name}: {msg}")
 
 
 def _critical() -> AbstractContextManager[Any]:
@@ -119,9 +111,9 @@ class AMDev:
         reset = bool(int(AM_RESET.value)) if reset is None else reset
         self.partial_boot = self.reg("SCRATCH_REG7").read() == AM_TAG and not reset
         if self.partial_boot and (self.reg("SCRATCH_REG6").read() != 0 or self.gmc.fault_pending()):
-            log(self, "the previous session did not finish cleanly (SCRATCH_REG6) or a fault is pending: full boot")
+            self.log("the previous session did not finish cleanly (SCRATCH_REG6) or a fault is pending: full boot")
             self.partial_boot = False
-        log(self, f"{'partial' if self.partial_boot else 'full'} boot, VRAM {self.vram_size >> 20} MiB, "
+        self.log(f"{'partial' if self.partial_boot else 'full'} boot, VRAM {self.vram_size >> 20} MiB, "
                   f"GC {'.'.join(map(str, self.ip_versions['GC']))}")  # fmt: skip
         self.reg("SCRATCH_REG6").write(1)  # in progress: a crash from here on makes the next session boot fully
         if not self.partial_boot:
@@ -144,10 +136,18 @@ class AMDev:
         self._clock_gating()
         self.reg("SCRATCH_REG7").write(AM_TAG)
         self.reg("SCRATCH_REG6").write(1)
-        log(self, "boot done")
+        self.log("boot done")
 
     # ---- registers -------------------------------------------------------------------------------------------------
 
+
+    def log(self, msg: str) -> None:
+        """Bring-up progress at DEBUG>=2 (the IP blocks report through their device, so they never import this
+        module)."""
+        from tg.ir.helpers import DEBUG
+
+        if DEBUG.value >= 2:
+            print(f"am {self.name}: {msg}")
     def _discover(self) -> None:
         self.vram_size = self.rreg(RCC_CONFIG_MEMSIZE) << 20
         if self.vram_size == 0:
@@ -161,7 +161,7 @@ class AMDev:
         )
         self.disc = discovery.parse(blob)
         self.ip_versions = dict(self.disc.versions)
-        log(self, "discovery: " + ", ".join(f"{ip} {'.'.join(map(str, v))}" for ip, v in self.ip_versions.items()))
+        self.log("discovery: " + ", ".join(f"{ip} {'.'.join(map(str, v))}" for ip, v in self.ip_versions.items()))
 
     def _bind_registers(self) -> None:
         self.regs: dict[str, Reg] = {}
@@ -250,7 +250,7 @@ class AMDev:
         self.pci_dev.read_config(PCI_COMMAND, 2)  # flush the posted write
 
     def _mode1_reset(self) -> None:
-        log(self, "sOS and SMU are running (a previous driver): mode-1 reset")
+        self.log("sOS and SMU are running (a previous driver): mode-1 reset")
         with _critical():
             self._set_bus_master(False)
             self.smu.mode1_reset()
@@ -259,7 +259,7 @@ class AMDev:
     def _init_soc(self) -> None:
         self.reg("RCC_DEV0_EPF2_STRAP2").update(strap_no_soft_reset_dev0_f2=0)
         self.reg("RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN").write(1)
-        log(self, "SOC initialized")
+        self.log("SOC initialized")
 
     def doorbell_enable(self, port: int, awid: int, awaddr_31_28: int, offset: int = 0, size: int = 0) -> None:
         """Route a doorbell range to an engine (S2A doorbell entry ``port``)."""
@@ -275,7 +275,7 @@ class AMDev:
 
     def fini(self) -> None:
         """Stop the engines and record how this session ended (SCRATCH_REG6 = 0 when clean)."""
-        log(self, "finalizing")
+        self.log("finalizing")
         with _critical():
             self.sdma.fini_hw()
             self.gfx.fini_hw()
@@ -288,7 +288,7 @@ class AMDev:
         ring). Whether anything was done."""
         if not force and not self.is_err_state:
             return False
-        log(self, "recovering: drain interrupts, reset the MEC")
+        self.log("recovering: drain interrupts, reset the MEC")
         with _critical():
             self.ih.handle()
             self.gfx.reset_mec()

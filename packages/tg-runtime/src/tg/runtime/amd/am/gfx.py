@@ -47,8 +47,6 @@ class GFX:
         self.dev.reg("GRBM_GFX_CNTL").write(meid=me, pipeid=pipe, vmid=vmid, queueid=queue)
 
     def init_hw(self) -> None:
-        from tg.runtime.amd.am.device import log
-
         d = self.dev
         d.wait(
             lambda: int(
@@ -61,7 +59,7 @@ class GFX:
         d.gmc.init_hub("GC")
         if d.partial_boot:
             self.reset_mec()
-            log(d, "GFX: MEC reset (partial boot)")
+            d.log("GFX: MEC reset (partial boot)")
             return
         self._config_mec()
         d.reg("TCP_CNTL").write(d.reg("TCP_CNTL").read() | 0x20000000)  # the kernel's golden setting for gfx11
@@ -80,7 +78,7 @@ class GFX:
         d.reg("CP_MEC_DOORBELL_RANGE_LOWER").write(0)
         d.reg("CP_MEC_DOORBELL_RANGE_UPPER").write(0xF8)
         self._enable_mec()
-        log(d, "GFX initialized (MEC running)")
+        d.log("GFX initialized (MEC running)")
 
     def _config_mec(self) -> None:
         d = self.dev

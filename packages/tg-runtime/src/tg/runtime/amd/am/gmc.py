@@ -36,9 +36,7 @@ class GMC:
 
     def init_hw(self) -> None:
         self.init_hub("MM")
-        from tg.runtime.amd.am.device import log
-
-        log(self.dev, "GMC initialized (MM hub)")
+        self.dev.log("GMC initialized (MM hub)")
 
     def init_hub(self, hub: str) -> None:
         """Apertures, caches and VM context 0 of ``hub`` (``MM`` or ``GC``)."""

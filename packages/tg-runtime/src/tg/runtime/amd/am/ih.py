@@ -76,9 +76,7 @@ class IH:
         d.reg("IH_MSI_STORM_CTRL").update(delay=3)
         for _, _, suf in self.rings:
             d.reg(f"IH_RB_CNTL{suf}").update(rb_enable=1, **({"enable_intr": 1} if not suf else {}))
-        from tg.runtime.amd.am.device import log
-
-        log(d, "IH initialized")
+        d.log("IH initialized")
 
     def entries(self) -> list[IHEntry]:
         """The entries written since the last read; the read pointer (bytes, like the write pointer) moves past them."""

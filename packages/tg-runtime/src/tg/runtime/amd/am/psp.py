@@ -66,8 +66,6 @@ class PSP:
         return self.c2pmsg(81) != 0
 
     def init_hw(self) -> None:
-        from tg.runtime.amd.am.device import log
-
         d, fw = self.dev, self.dev.fw
         if not self.is_sos_alive():
             for comp, cmd in SOS_COMPONENTS:
@@ -98,7 +96,7 @@ class PSP:
         for types, image in fw.ip:
             self._load_ip_fw(types, image)
         self._submit(defs.GFX_CMD_ID_AUTOLOAD_RLC)
-        log(d, "PSP initialized: firmware loaded, RLC autoload started")
+        d.log("PSP initialized: firmware loaded, RLC autoload started")
 
     # ---- bootloader ------------------------------------------------------------------------------------------------
 
@@ -106,11 +104,9 @@ class PSP:
         self.dev.wait(lambda: self.c2pmsg(35), 0x80000000, 0x80000000, "PSP bootloader ready (C2PMSG_35 bit 31)")
 
     def _bootloader_load(self, comp: int, cmd: int) -> None:
-        from tg.runtime.amd.am.device import log
-
         self._wait_bootloader()
         name = next((k for k, v in vars(defs).items() if k.startswith("PSP_FW_TYPE_PSP_") and v == comp), str(comp))
-        log(self.dev, f"PSP bootloader: loading sOS component {name.removeprefix('PSP_FW_TYPE_PSP_')}")
+        self.dev.log(f"PSP bootloader: loading sOS component {name.removeprefix('PSP_FW_TYPE_PSP_')}")
         self._write_msg(self.dev.fw.sos[comp])
         self.set_c2pmsg(36, self.dev.mc_addr(self.msg1) >> 20)
         self.set_c2pmsg(35, cmd)
@@ -173,11 +169,9 @@ class PSP:
         return resp
 
     def _load_ip_fw(self, types: list[int], image: bytes) -> None:
-        from tg.runtime.amd.am.device import log
-
         self._write_msg(image)
         msg = self.dev.mc_addr(self.msg1)
         for t in types:
-            log(self.dev, f"PSP: loading firmware {FW_NAMES.get(t, t)} ({len(image)} bytes)")
+            self.dev.log(f"PSP: loading firmware {FW_NAMES.get(t, t)} ({len(image)} bytes)")
             self._submit(defs.GFX_CMD_ID_LOAD_IP_FW, "cmd_load_ip_fw", fw_phy_addr_lo=msg & 0xFFFFFFFF,
                          fw_phy_addr_hi=msg >> 32, fw_size=len(image), fw_type=t)  # fmt: skip

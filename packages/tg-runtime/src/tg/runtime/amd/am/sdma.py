@@ -29,8 +29,6 @@ class SDMA:
         self.ring: tuple[int, int, int, int] | None = None
 
     def init_hw(self) -> None:
-        from tg.runtime.amd.am.device import log
-
         d = self.dev
         d.reg("SDMA0_WATCHDOG_CNTL").update(queue_hang_count=100)  # 10 s in 100 ms units
         d.reg("SDMA0_UTCL1_CNTL").update(resp_mode=3, redo_delay=9)
@@ -38,7 +36,7 @@ class SDMA:
         d.reg("SDMA0_F32_CNTL").update(halt=0, th1_reset=0)
         d.reg("SDMA0_CNTL").update(trap_enable=1)
         d.doorbell_enable(port=2, awid=0xE, awaddr_31_28=0x3, offset=self.doorbell_index * 2, size=4)
-        log(d, "SDMA initialized")
+        d.log("SDMA initialized")
 
     def setup_ring(self, ring: int, ring_bytes: int, rptr_addr: int, wptr_addr: int) -> int:
         """Start queue 0 on a ring (GPU addresses); its doorbell index (u64 doorbells)."""

@@ -30,13 +30,11 @@ class SMU:
         self._levels: dict[int, list[int]] | None = None
 
     def init_hw(self) -> None:
-        from tg.runtime.amd.am.device import log
-
         table = self.dev.mc_addr(self.driver_table)
         self.send(defs.PPSMC_MSG_SetDriverDramAddrHigh, table >> 32)
         self.send(defs.PPSMC_MSG_SetDriverDramAddrLow, table & 0xFFFFFFFF)
         self.send(defs.PPSMC_MSG_EnableAllSmuFeatures, 0)
-        log(self.dev, "SMU initialized")
+        self.dev.log("SMU initialized")
 
     def send(self, msg: int, arg: int, *, timeout_ms: int = 10000, debug: bool = False) -> int:
         """Send a message, wait for its response; the value the SMU returns in the argument register."""
@@ -86,7 +84,5 @@ class SMU:
 
     def set_power_limit(self, watts: float) -> None:
         """The board's power limit (AM_POWER_LIMIT)."""
-        from tg.runtime.amd.am.device import log
-
         self.send(defs.PPSMC_MSG_SetPptLimit, max(round(watts), 1))
-        log(self.dev, f"power limit {max(round(watts), 1)} W")
+        self.dev.log(f"power limit {max(round(watts), 1)} W")

@@ -13,8 +13,9 @@ import struct
 from collections.abc import Sequence
 
 from tg.runtime.amd.program import CodeObject
+from tg.runtime.amd.sim.blockgen import ENDPGM
 from tg.runtime.amd.sim.decode import EmulatorError, Program, decode, decode_one
-from tg.runtime.amd.sim.translate import ENDPGM, Translation
+from tg.runtime.amd.sim.translate import Translation
 from tg.runtime.amd.sim.wave import Ctx, GPUMemory, Wave
 from tg.runtime.device import CompileError
 

@@ -15,8 +15,8 @@ import struct
 from collections.abc import Sequence
 from itertools import chain
 
+from tg.runtime.amd.sim.blockgen import BlockGen, unsupported
 from tg.runtime.amd.sim.decode import EmulatorError, Instruction
-from tg.runtime.amd.sim.translate import BlockGen, unsupported
 from tg.runtime.amd.sim.wave import FULL, ZEROS, Wave, fault, lane_bits, lanes_of
 
 SHARED_BASE, PRIVATE_BASE, APERTURE = 0x1000_0000_0000_0000, 0x2000_0000_0000_0000, 1 << 32

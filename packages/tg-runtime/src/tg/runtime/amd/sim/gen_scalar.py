@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 
+from tg.runtime.amd.sim.blockgen import ENDPGM, BlockGen, branch_target, unsupported
 from tg.runtime.amd.sim.decode import EmulatorError, Instruction
 from tg.runtime.amd.sim.ops.numerics import sext
 from tg.runtime.amd.sim.ops.salu import (
@@ -22,7 +23,6 @@ from tg.runtime.amd.sim.ops.salu import (
     SOPK_NOPS,
     SOPP_NOPS,
 )
-from tg.runtime.amd.sim.translate import ENDPGM, BlockGen, branch_target, unsupported
 from tg.runtime.amd.sim.wave import EXEC, LITERAL, NULL, SCC_SRC, VCC, Wave
 
 SCALAR_ENCODINGS = frozenset({"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM"})

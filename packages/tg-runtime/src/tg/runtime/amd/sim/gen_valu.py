@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from tg.runtime.amd.sim.blockgen import BlockGen, unsupported
 from tg.runtime.amd.sim.decode import VOP3SD_NAMES, EmulatorError, Instruction, half_operands
 from tg.runtime.amd.sim.gen_scalar import constant, scalar_read
 from tg.runtime.amd.sim.ops import numerics as N
 from tg.runtime.amd.sim.ops.valu import VALU, compare_spec
-from tg.runtime.amd.sim.translate import BlockGen, unsupported
 from tg.runtime.amd.sim.wave import EXEC, M0, VCC
 
 Writer = Callable[[], None]

@@ -18,9 +18,9 @@ from tg.codegen.render.llvmir import AMDLLVMRenderer
 from tg.ir.uop import UOp, sym_infer
 from tg.runtime.amd.program import CodeObject
 from tg.runtime.amd.sim import emu
+from tg.runtime.amd.sim.blockgen import branch_target
 from tg.runtime.amd.sim.decode import Program, decode
 from tg.runtime.amd.sim.ops.valu import APPROXIMATE
-from tg.runtime.amd.sim.translate import branch_target
 from tg.runtime.llvm import AMDGPU_TRIPLE, LLVMCompiler
 
 _compilers: dict[str, LLVMCompiler] = {}

@@ -59,6 +59,28 @@ def test_pci_and_usb_without_a_gpu_say_so(monkeypatch: pytest.MonkeyPatch) -> No
         Device["AMD"]
 
 
+def test_plain_amd_never_drives_a_pci_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # amd.md 1: only PCI+AMD / USB+AMD boot a GPU with the AM driver. With an AMD GPU on the PCI bus (here a mock AM GPU
+    # a REMOTE= server offers, so discovery finds it), DEV=AMD and the default device still use KFD alone, and the
+    # board is never touched
+    if os.path.exists("/dev/kfd"):
+        pytest.skip("this machine has KFD: DEV=AMD opens its GPUs")
+    from tg.drivers.mock import RemoteServerThread
+    from tg.drivers.pci.discovery import list_devices
+    from tg.runtime.amd.am.iface import AMD_GPU_IDS
+    from tg.runtime.amd.sim.am_gpu import MockAMGPU
+
+    gpu = MockAMGPU(256, name="bystander")
+    board = gpu.pci_device("AM", "mock:am:bystander", lock=False)
+    with RemoteServerThread(device=board, unix_path=str(tmp_path / "pci.sock")) as srv:
+        monkeypatch.setenv("REMOTE", srv.address)
+        assert len(list_devices(0x1002, ((0xFFFF, AMD_GPU_IDS),))) == 1  # what PCI+AMD would open
+        with Context(DEV="AMD"), pytest.raises(DeviceUnavailable, match="AMD: no AMD GPU here"):
+            Device["AMD"]
+        assert Device.DEFAULT != "AMD"
+    assert gpu.events == [] and gpu.reg_value("SCRATCH_REG7") == 0 and gpu.queues == {}
+
+
 @pytest.mark.parametrize("iface", ["MOCKPCI", "MOCKUSB"])
 def test_a_kernel_end_to_end(iface: str) -> None:
     from tg.tensor import Tensor

@@ -5,8 +5,11 @@ after); `replay(records)` renders each recorded kernel for gfx1100 (`EmulatedKer
 the recorded inputs and compares its buffers with the PYTHON device's: the recorded outputs when the calls ran on
 PYTHON, else the kernel run again on PYTHON from the same inputs. Integers and floats must match bit for bit (any NaN
 equals any NaN), except in kernels using instructions that hardware computes approximately (v_exp_f32, v_rcp_f32...;
-amd.md 4.5) or transcendentals that the two devices evaluate differently (tg's polynomials against Python's double
-math), compared within `APPROX_ULPS` (or REORDER_EPS of the value's magnitude), and float reductions: the GPU
+amd.md 4.5), compared within `APPROX_ULPS` (or REORDER_EPS of the value's magnitude). Kernels with transcendentals
+(EXP2, LOG2, SIN, POW) are compared first with the PYTHON device computing them by tg's polynomials
+(TRANSCENDENTAL=2), as the AMD renderer does where the GPU has no instruction (float64, POW): bit for bit, or within
+the tolerance above when hardware approximations are used too; failing that (float32 hardware instructions against
+polynomials), with the PYTHON device's own math within the tolerance. Float reductions: the GPU
 optimisations (locals, group reduces) add in another order than the PYTHON device's heuristics, so those are compared
 within a reduction-order tolerance, and once more with no optimisations on either side, bit for bit. Each kernel's
 decoder listing is also compared with LLVM's own assembly of it, instruction for instruction.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.ir.dtype import DType, PtrDType, dtypes
+from tg.ir.helpers import TRANSCENDENTAL as TRANSCENDENTAL_LEVEL
 from tg.ir.ops import Ops
 from tg.ir.uop import UOp
 from tg.runtime.amd.sim.decode import EmulatorError
@@ -96,20 +100,26 @@ def float_reduce(ast: UOp) -> bool:
     return any(u.op is Ops.REDUCE and dtypes.is_float(u.dtype.scalar()) for u in ast.toposort())
 
 
-TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
+TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 
 
 def transcendental(ast: UOp) -> bool:
-    """Whether the kernel computes EXP2/LOG2/SIN: the PYTHON device evaluates them with Python's double math, the AMD
-    renderer with tg's polynomials (within 2 ulp, DESIGN.md), so their results are approximations of each other."""
+    """Whether the kernel computes EXP2/LOG2/SIN/POW: the PYTHON device evaluates them with Python's double math, the
+    AMD renderer with tg's polynomials (or, in float32, hardware instructions), so their results are approximations of
+    each other; the PYTHON device made to use the same polynomials (TRANSCENDENTAL=2) is the exact reference."""
     return any(u.op in TRANSCENDENTAL for u in ast.toposort())
 
 
-def python_run(rec: CallRecord, opts: Sequence[Any] | None = None) -> list[bytes]:
-    """The recorded kernel run on the PYTHON device from the recorded inputs: its buffers' bytes afterwards."""
+def python_run(rec: CallRecord, opts: Sequence[Any] | None = None, polynomials: bool = False) -> list[bytes]:
+    """The recorded kernel run on the PYTHON device from the recorded inputs: its buffers' bytes afterwards. With
+    `polynomials`, transcendentals are computed by tg's polynomial decompositions (TRANSCENDENTAL=2), as the AMD
+    renderer does where the GPU has no instruction for them (float64, POW)."""
     from tg.codegen.program import get_program
+    from tg.ir.helpers import Context
 
-    runner = CompiledRunner(get_program(rec.ast, Device["PYTHON"].renderer, opts), "PYTHON")
+    with Context(TRANSCENDENTAL=2 if polynomials else int(TRANSCENDENTAL_LEVEL.value)):
+        spec = get_program(rec.ast, Device["PYTHON"].renderer, opts)
+    runner = CompiledRunner(spec, "PYTHON")
     kinds = slot_dtypes(rec.ast)
     bufs = []
     for slot, data in zip(rec.slots, rec.before, strict=True):
@@ -126,7 +136,8 @@ _FLOAT_FORMATS = {dtypes.float16: ("e", "h"), dtypes.float32: ("f", "i"), dtypes
 
 def compare(got: bytes, want: bytes, dt: DType, mode: str = "exact") -> str | None:
     """None when the buffers agree, else what differs: bit for bit (NaNs equal) in mode 'exact'; within
-    APPROX_ULPS in 'approximate'; within REORDER_EPS of the output's magnitude in 'reordered'."""
+    APPROX_ULPS in 'approximate'; within REORDER_EPS of the output's magnitude in 'reordered'; either of the two in
+    'approximate, reordered' (a float reduction using hardware-approximate instructions)."""
     if got == want:
         return None
     if len(got) != len(want):
@@ -148,11 +159,12 @@ def compare(got: bytes, want: bytes, dt: DType, mode: str = "exact") -> str | No
         a, b = g[k], w[k]
         if gi[k] == wi[k] or (a != a and b != b):
             return True
-        if mode == "approximate":  # a few ulps apart, or a few more in magnitude after later arithmetic
+        if "approximate" in mode:  # a few ulps apart, or a few more in magnitude after later arithmetic
             if (a >= 0) == (b >= 0) and abs(gi[k] - wi[k]) <= APPROX_ULPS:
                 return True
-            return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= REORDER_EPS * eps * abs(b)
-        if mode == "reordered":
+            if math.isfinite(a) and math.isfinite(b) and abs(a - b) <= REORDER_EPS * eps * abs(b):
+                return True
+        if "reordered" in mode:
             return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= REORDER_EPS * eps * (abs(b) + scale)
         return False
 
@@ -200,9 +212,16 @@ def replay(records: Sequence[CallRecord], listings: bool = True) -> tuple[list[s
                 failures.append(f"{label}: {type(e).__name__}: {e}")
                 break
             kernel = kernels[key]
+            order = "reordered" if reordered and opts is None else ""
+            mode = ", ".join(m for m in ("approximate" if kernel.approximate else "", order) if m) or "exact"
+            if transcendental(rec.ast):  # first against the same polynomials, in the kernel's own mode
+                poly = python_run(rec, opts, polynomials=True)
+                if all(compare(bytes(got[s]), w, kinds.get(s, dtypes.uint8), mode) is None
+                       for s, w in zip(rec.slots, poly, strict=True)):  # fmt: skip
+                    counts[f"{mode} (tg's polynomials)"] += 1
+                    continue
+                mode = ", ".join(m for m in ("approximate", order) if m)  # hardware instructions vs Python's math
             want = rec.after if opts is None and rec.device.startswith("PYTHON") else python_run(rec, opts)
-            approximate = kernel.approximate or transcendental(rec.ast)
-            mode = "approximate" if approximate else "reordered" if reordered and opts is None else "exact"
             for slot, w in zip(rec.slots, want, strict=True):
                 if (msg := compare(bytes(got[slot]), w, kinds.get(slot, dtypes.uint8), mode)) is not None:
                     failures.append(f"{label} buffer {slot} ({mode}): {msg}")

@@ -144,6 +144,9 @@ def normalise_llvm_assembly(text: str, align: bool = False) -> dict[str, list[st
                 labels[cur][m.group(1)] = sum(1 for x in kernels[cur] if not x.startswith("."))
             continue
         ins = re.sub(r"\s+", " ", line.strip())
+        # an SMEM load with an SGPR offset and immediate offset 0: LLVM prints `offset:0x0` when it chose the
+        # SGPR+immediate opcode, whose encoding is the SGPR-only one's; the decoder spells both as the latter
+        ins = re.sub(r"^(s_(?:buffer_)?load_\w+ [^ ]+, [^ ]+, s\d+) offset:0x0\b", r"\1", ins)
         if cur is None or (ins.startswith(".") and not (align and ins.startswith(".p2align "))):
             continue
         kernels[cur].append(ins)

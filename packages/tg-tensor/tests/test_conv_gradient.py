@@ -154,3 +154,22 @@ def test_weight_gradient_is_a_register_tile_of_dot_products(shape: tuple[int, ..
     ren = ClangRenderer(32, 1, True)  # AVX2-sized lanes, one thread
     kinds = [o.arg[1] for o in get_program(ast, ren).applied_opts if isinstance(o.arg, tuple)]
     assert kinds.count(AxisType.GROUP_REDUCE) == 1 and kinds.count(AxisType.UPCAST) == 2, kinds
+
+
+def test_padded_input_is_stored_once_for_the_forward_and_the_weight_gradient() -> None:
+    """A padded convolution stores its input padded (one copy kernel), so neither the forward's reduction nor the
+    weight gradient's gates its loads with the padding (no comparisons in their indices), and both read the same
+    copy: the training step has exactly one padded buffer of x."""
+    x = Tensor.rand(32, 16, 32, 32, device="NULL", requires_grad=True)
+    w = Tensor.rand(16, 16, 3, 3, device="NULL", requires_grad=True)
+    out = x.conv2d(w, padding=1)
+    (out * Tensor.rand(*out.shape, device="NULL")).sum().backward()
+    assert w.grad is not None
+    linear = create_schedule(UOp(Ops.SINK, src=(out.uop, w.grad.uop))).linear
+    asts = [c.src[0] for c in linear.src if c.src[0].op is Ops.SINK]
+    reductions = [a for a in asts if any(u.op is Ops.REDUCE for u in a.toposort())]
+    assert len(reductions) == 2  # the forward and the weight gradient
+    for ast in reductions:
+        assert not any(u.op is Ops.CMPLT for u in ast.toposort())
+    padded = [b for c in linear.src for b in c.src[1:] if b.op is Ops.BUFFER and b.arg == 32 * 16 * 34 * 34]
+    assert len(set(padded)) == 1

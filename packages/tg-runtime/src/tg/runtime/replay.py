@@ -13,8 +13,9 @@ the scheduler. A :class:`Replay` holds
   addresses and variables) when a call touches an HCQ device, else the ExecItem launcher (lowered runners called one
   by one).
 
-`tg.runtime.hcq.run` keeps one per slotted eager schedule; `HCQGraphExecutor` wraps one per JIT batch. Realize plans
-(tg.tensor.plans) and the schedule cache describe the same (structure -> slots) idea and can move onto it.
+`HCQGraphExecutor` wraps one per JIT batch and a realize plan (tg.tensor.plans) one per graph structure of an eager
+realize (every buffer given: the graph's inputs and the buffers the run makes); `tg.runtime.hcq.run` runs eager HCQ
+schedules on the same HCQ launcher.
 """
 
 from __future__ import annotations
@@ -89,32 +90,36 @@ def _launcher(r: Replay) -> Any:
 
 
 class ExecItemLauncher:
-    """Runs a slotted schedule call by call: each call lowered once (compiled runner or copy), its buffers the slot
-    buffers of the run (views rebuilt at their byte offsets)."""
+    """Runs a slotted schedule call by call (compiled runner or copy), its buffers the slot buffers of the run (views
+    rebuilt at their byte offsets). A kernel's runner is looked up in `method_cache` at every run, under the settings
+    of that run (TRANSCENDENTAL, a cleared cache): the replay runs what a fresh schedule would."""
 
     def __init__(self, slotted: UOp) -> None:
-        from tg.runtime.engine import BufferCopy, get_runner
+        from tg.runtime.engine import BufferCopy
         from tg.runtime.hcq.ir import base_of, device_of, nbytes_of, view_byte_offset
 
-        self.steps: list[tuple[Any, list[tuple[int, int, int, Any]]]] = []
+        self.steps: list[_Step] = []
         for call in slotted.src:
             body, args = call.src[0], [a for a in call.src[1:] if a.op in (Ops.PARAM, Ops.BUFFER_VIEW)]
             refs = [(int(base_of(a).arg[0]), view_byte_offset(a), nbytes_of(a), a) for a in args]
-            runner: Any
             if body.op is Ops.SINK:
-                runner = get_runner(device_of(args[0]), body)
-                refs = [refs[g] for g in runner.p.globals]
+                self.steps.append(_Step(refs, device=device_of(args[0]), ast=body))
             elif body.op is Ops.COPY:
-                runner = BufferCopy(nbytes_of(args[0]), device_of(args[0]), device_of(args[1]))
+                copy = BufferCopy(nbytes_of(args[0]), device_of(args[0]), device_of(args[1]))
+                self.steps.append(_Step(refs, bound=(copy, refs)))
             else:
                 raise NotImplementedError(f"cannot replay a CALL of {body.op}")
-            self.steps.append((runner, refs))
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
-        from tg.runtime.engine import launch
+        from tg.runtime.engine import get_runner, launch
 
         total = 0.0
-        for runner, refs in self.steps:
+        for step in self.steps:
+            bound = step.bound
+            if step.ast is not None and bound[0] is not (runner := get_runner(step.device, step.ast)):
+                # another runner than last time (first run, cleared cache, other settings): its argument order
+                bound = step.bound = (runner, [step.refs[g] for g in runner.p.globals])
+            runner, refs = bound
             args = []
             for slot, offset, nbytes, a in refs:
                 base = bufs[slot]
@@ -122,6 +127,18 @@ class ExecItemLauncher:
                 args.append(base if whole else base.view(nbytes // a.dtype.itemsize, a.dtype, offset))
             total += launch(runner, args, var_vals, wait) or 0.0
         return total if wait else None
+
+
+class _Step:
+    """One call of an ExecItemLauncher: a kernel (`ast` on `device`) or a copy, over argument `refs` (slot, byte
+    offset, bytes, argument uop). `bound` is (runner, refs in the runner's argument order), replaced as one value
+    when the runner changes, so a concurrent reader never pairs the two wrongly."""
+
+    __slots__ = ("ast", "bound", "device", "refs")
+
+    def __init__(self, refs: list[tuple[int, int, int, UOp]], device: str = "", ast: UOp | None = None,
+                 bound: tuple[Any, list[tuple[int, int, int, UOp]]] = (None, [])) -> None:  # fmt: skip
+        self.refs, self.device, self.ast, self.bound = refs, device, ast, bound
 
 
 def slot_param_like(buf: Buffer, k: int) -> UOp:

@@ -2,11 +2,13 @@
 
 An eager loop (`x = (x + 1).realize()`) builds a new graph of one structure each time. The schedule cache
 (tg.codegen.schedule.cache) skips the scheduling phases for it, but every realize still normalises the graph,
-instantiates the template, plans memory and lowers each CALL to a runner. A :class:`Plan` records the outcome of
-one full realize with the buffers as *slots*: the graph's input BUFFERs (numbered by first appearance in toposort
-order), the buffers the scheduler made (fresh for every realize, as an instantiated template's are) and views of
-either (memory-planner arenas). A later realize of the same structure runs the plan: new buffers, the same
-runners (from `method_cache`), the same storage expressions, and no scheduler, normaliser or memory planner.
+instantiates the template, plans memory and lowers each CALL to a runner. A :class:`RealizePlan` records the outcome
+of one full realize with the buffers as *slots*: the graph's input BUFFERs (numbered by first appearance in toposort
+order) and the buffers the scheduler made (fresh for every realize, as an instantiated template's are; views of
+either, memory-planner arenas, stay views of their slot). Its schedule is a `tg.runtime.replay.Replay` with every
+buffer given per run (the runtime's one captured-program object, also behind the JIT): a later realize of the same
+structure makes new buffers and runs the replay (the runners of `method_cache`, or the HCQ launcher), then builds the
+same storage expressions, with no scheduler, normaliser or memory planner.
 
 The structure key lists the graph in toposort order, each node as (op, dtype, arg, tag, positions of its
 sources); a UNIQUE node is just `UNIQUE` (its position identifies it, so distinct buffers stay distinct and a
@@ -171,45 +173,29 @@ def _rebind_arg(arg: tuple[Any, ...], binds: dict[UOp, UOp]) -> tuple[Any, ...]:
 
 
 @dataclass
-class _Step:
-    """One CALL of the plan: a kernel (`device` set) or a copy (`copy` set) over buffer slots (CALL order)."""
-
-    ast: UOp
-    slots: tuple[int, ...]
-    device: str = ""
-    copy: Any = None  # a tg.runtime BufferCopy
-    # (runner, slots in that runner's argument order), replaced as one value when method_cache hands out another
-    # runner (a cleared cache, another TRANSCENDENTAL setting), so a concurrent reader never pairs the two wrongly
-    bound: tuple[Any, tuple[int, ...]] = (None, ())
-
-
-@dataclass
 class _Fresh:
-    """A buffer every run makes: a new one (`base` None; `named`: it also needs a BUFFER uop, because a tensor will
-    hold it) or a view of another slot."""
+    """A buffer every run makes (`named`: it also needs a BUFFER uop, because a tensor will hold it)."""
 
     device: str
     size: int
     dtype: DType
-    base: int | None = None
-    offset: int = 0  # bytes into the base
     named: bool = False
-    device_uop: UOp | None = None  # the DEVICE node of a new buffer's BUFFER uop
+    device_uop: UOp | None = None  # the DEVICE node of the buffer's BUFFER uop
 
 
 @dataclass
-class Plan:
+class RealizePlan:
     """What a realize of one structure does, buffers given as slots: inputs first, then `fresh` in order."""
 
     n_inputs: int
     fresh: list[_Fresh] = field(default_factory=list)
-    steps: list[_Step] = field(default_factory=list)
+    replay: Any = None  # the tg.runtime.replay.Replay of the schedule, every buffer a given slot
     # (node position, chain, slot): the storage expression of a node is its slot's BUFFER under the chain's
     # single-source movement ops, kept as (op, dtype, arg, tag) so that a plan never pins the buffers of the
     # realize it was made from
     becomes: list[tuple[int, tuple[tuple[Any, ...], ...], int]] = field(default_factory=list)
     symbolic: bool = False  # a storage expression has a symbolic shape (bound again at every run)
-    used_inputs: tuple[int, ...] = ()  # input slots a step reads or writes (they need a device Buffer)
+    used_inputs: tuple[int, ...] = ()  # input slots the schedule reads or writes (they need a device Buffer)
 
 
 @functools.cache
@@ -217,16 +203,18 @@ def _rt() -> SimpleNamespace:
     """The scheduler and runtime, imported on the first realize (so that `import tg.tensor` stays free of work)."""
     from tg.codegen import schedule
     from tg.codegen.schedule import cache, callify, memory
-    from tg.runtime import device, engine
+    from tg.runtime import device, engine, replay
+    from tg.runtime.hcq.ir import slot_param
 
-    return SimpleNamespace(schedule=schedule, cache=cache, callify=callify, memory=memory, engine=engine, device=device)
+    return SimpleNamespace(schedule=schedule, cache=cache, callify=callify, memory=memory, engine=engine, device=device,
+                           replay=replay, slot_param=slot_param)  # fmt: skip
 
 
 class _NoPlan(Exception):
     """The schedule has something a plan cannot express."""
 
 
-_plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
+_plans: OrderedDict[tuple[Any, ...], RealizePlan | None] = OrderedDict()
 _generation = -1  # the schedule cache's generation these plans were made in
 
 
@@ -270,44 +258,45 @@ def realize(sink: UOp, st: Structure) -> dict[UOp, UOp]:
     return becomes
 
 
-def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: dict[UOp, UOp]) -> Plan:
+def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: dict[UOp, UOp]) -> RealizePlan:
     """The plan of a realize that just ran `linear` (its buffers are still alive)."""
     rt = _rt()
-    Device, BufferCopy, buffer_for = rt.device.Device, rt.engine.BufferCopy, rt.engine.buffer_for
+    Device = rt.device.Device
     if var_vals != st.var_vals:  # the walk must see exactly the Variables the schedule takes
         raise _NoPlan(Ops.BIND)
-    plan = Plan(len(st.inputs))
+    plan = RealizePlan(len(st.inputs))
     used: set[int] = set()  # input slots that need their device Buffer
     slot: dict[UOp, int] = {b: i for i, b in enumerate(st.inputs)}
+    params: dict[UOp, UOp] = {}  # BUFFER -> the PARAM of its slot
 
     def slot_of(b: UOp) -> int:
         if (s := slot.get(b)) is not None:
             return s
-        if b.op is Ops.BUFFER and isinstance(dev := b.src[1].arg, str):
-            fresh = _Fresh(Device.canonicalize(dev), int(b.arg), b.dtype, device_uop=b.src[1])
-        elif b.op is Ops.BUFFER_VIEW and b.src[0].op is Ops.BUFFER:  # arg: (size, offset in source elements)
-            base = slot_of(b.src[0])
-            if base < plan.n_inputs:
-                used.add(base)
-            size, offset = (int(a) for a in b.arg)
-            fresh = _Fresh("", size, b.dtype, base, offset * b.src[0].dtype.itemsize)
-        else:
+        if b.op is not Ops.BUFFER or not isinstance(dev := b.src[1].arg, str):
             raise _NoPlan(b.op)
-        plan.fresh.append(fresh)
+        plan.fresh.append(_Fresh(Device.canonicalize(dev), int(b.arg), b.dtype, device_uop=b.src[1]))
         s = slot[b] = plan.n_inputs + len(plan.fresh) - 1
         return s
 
+    def given(a: UOp) -> UOp:
+        """The CALL argument `a` with its buffer the PARAM of its slot (a view of a BUFFER stays that view)."""
+        if a.op is Ops.BUFFER_VIEW and a.src[0].op is Ops.BUFFER:
+            return a.replace(src=(given(a.src[0]),))
+        if a.op is not Ops.BUFFER:
+            raise _NoPlan(a.op)
+        if (p := params.get(a)) is None:
+            if (s := slot_of(a)) < plan.n_inputs:
+                used.add(s)
+            p = params[a] = rt.slot_param(s, Device.canonicalize(str(a.src[1].arg)), a.dtype, int(a.arg))
+        return p
+
+    calls = []
     for call in linear.src:
         body, args = call.src[0], call.src[1:]
-        slots = tuple(slot_of(a) for a in args)
-        used.update(s for s in slots if s < plan.n_inputs)
-        bufs = [buffer_for(a) for a in args]
-        if body.op is Ops.SINK:
-            plan.steps.append(_Step(body, slots, device=bufs[0].device))
-        elif body.op is Ops.COPY and len(bufs) == 2:
-            plan.steps.append(_Step(body, slots, copy=BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device)))
-        else:
+        if not (body.op is Ops.SINK or (body.op is Ops.COPY and len(args) == 2)):
             raise _NoPlan(body.op)
+        calls.append(call.replace(src=(body, *(given(a) for a in args))))
+    plan.replay = rt.replay.Replay(linear.replace(src=tuple(calls)))
     pos = {u: i for i, u in enumerate(st.order)}
     for node, expr in becomes.items():
         if (p := pos.get(node)) is None:
@@ -329,10 +318,10 @@ def _make_plan(st: Structure, linear: UOp, var_vals: dict[str, int], becomes: di
     return plan
 
 
-def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
+def _run(plan: RealizePlan, st: Structure) -> dict[UOp, UOp]:
     """Run a plan for the walked graph `st`; returns the storage of each observable node."""
-    engine = _rt().engine
-    buffer_for, launch, method_cache = engine.buffer_for, engine.launch, engine.method_cache
+    rt = _rt()
+    buffer_for = rt.engine.buffer_for
     inputs = st.inputs
     bufs: list[Any] = [None] * plan.n_inputs
     uops: list[UOp | None] = list(inputs)
@@ -340,27 +329,16 @@ def _run(plan: Plan, st: Structure) -> dict[UOp, UOp]:
         bufs[i] = buffer_for(inputs[i])
     for f in plan.fresh:
         u = None
-        if f.base is not None:
-            b = bufs[f.base].view(f.size, f.dtype, f.offset)
-        elif f.named:
+        if f.named:
             assert f.device_uop is not None
             u = UOp(Ops.BUFFER, f.dtype, (UOp.unique(), f.device_uop), f.size)
             b = buffer_for(u)
         else:
-            b = _rt().device.Buffer(f.device, f.size, f.dtype)
+            b = rt.device.Buffer(f.device, f.size, f.dtype)
         bufs.append(b)
         uops.append(u)
-    var_vals = st.var_vals
-    assert var_vals is not None  # a walk with conflicting binds has no plan
-    for step in plan.steps:
-        if step.copy is not None:
-            launch(step.copy, [bufs[s] for s in step.slots], var_vals)
-            continue
-        if (runner := method_cache.get(engine._runner_key(step.device, step.ast))) is None:
-            runner = engine.get_runner(step.device, step.ast)
-        if (bound := step.bound)[0] is not runner:
-            bound = step.bound = (runner, tuple(step.slots[g] for g in runner.p.globals))
-        launch(runner, [bufs[s] for s in bound[1]], var_vals)
+    assert st.var_vals is not None  # a walk with conflicting binds has no plan
+    plan.replay(bufs, st.var_vals)
     becomes: dict[UOp, UOp] = {}
     order, binds = st.order, st.binds
     for p, chain, s in plan.becomes:

@@ -534,8 +534,11 @@ def diskcache_put(cachekey: str, src: str, lib: bytes) -> None:
 # **************** Programs and devices ****************
 
 
+Dims = tuple[int, ...] | None  # a launch grid: groups (global size) or the work-group (local size); None: (1,)
+
+
 class Program:
-    """A loaded kernel. Backends subclass it; ``__call__`` runs it and returns seconds elapsed when ``wait``."""
+    """A loaded kernel. Backends subclass it and implement ``launch``; calling it runs it once."""
 
     def __init__(self, name: str, lib: bytes) -> None:
         self.name, self.lib = name, lib
@@ -543,11 +546,19 @@ class Program:
     def __call__(
         self,
         *bufs: Any,
-        global_size: tuple[int, ...] | None = None,
-        local_size: tuple[int, ...] | None = None,
+        global_size: Dims = None,
+        local_size: Dims = None,
         vals: tuple[int, ...] = (),
         wait: bool = False,
+        threads: int = 1,
     ) -> float | None:
+        """Run the kernel once on ``bufs`` (the backend's buffer handles) with the variable values ``vals``: over
+        ``global_size`` groups of ``local_size`` (GPUs), or on ``threads`` thread ids (a CPU-like kernel with a THREAD
+        axis; others take 1). Returns the seconds it took when ``wait``, else None."""
+        return self.launch(bufs, global_size, local_size, vals, wait, threads)
+
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
+        """The backend's launch (see ``__call__``: the same arguments, positionally)."""
         raise NotImplementedError(f"{type(self).__name__} cannot run")
 
 

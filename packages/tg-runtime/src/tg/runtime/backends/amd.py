@@ -38,7 +38,7 @@ from tg.ir.helpers import AMD_DISABLE_SDMA, round_up
 from tg.ir.target import Target, TargetError
 from tg.runtime.amd import pm4, sdma
 from tg.runtime.amd.kfd import KFD, Allocation, DeviceFault, KFDIface, OSFileLayer, QueueDesc
-from tg.runtime.device import BufferSpec, DeviceUnavailable, Program, check_device_index, instance_target
+from tg.runtime.device import BufferSpec, DeviceUnavailable, Dims, Program, check_device_index, instance_target
 from tg.runtime.hcq.alloc import HCQAllocator, HCQBuffer
 from tg.runtime.hcq.device import HCQDevice, Region, Signal
 from tg.runtime.hcq.encode import QueueSpec
@@ -128,13 +128,11 @@ class AMDProgram(Program):
             raise RuntimeError(f"kernel {self.name}: entry {entry:#x} is not 256-byte aligned (COMPUTE_PGM_LO)")
         return entry
 
-    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
-                 local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
-                 wait: bool = False) -> float | None:  # fmt: skip
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         from tg.runtime.hcq.exec import execute
         from tg.runtime.hcq.run import one_call_program, profiling, runtime_name
 
-        gs, ls = tuple(global_size or (1,)), tuple(local_size or (1,))
+        gs, ls = tuple(gs or (1,)), tuple(ls or (1,))
         key = (len(bufs), len(vals), 1, profiling() or wait, runtime_name(), gs, ls)
         if (lb := self._linked.get(key)) is None:
             lb = self._linked[key] = one_call_program(self.dev, self, key[:4], gs, ls)

@@ -19,6 +19,7 @@ from tg.runtime.device import (
     CompileError,
     Compiler,
     DeviceUnavailable,
+    Dims,
     LRUAllocator,
     Program,
     check_device_index,
@@ -140,22 +141,15 @@ class CLProgram(Program):
         except cl.CLError as e:
             raise RuntimeError(f"compiled OpenCL program has no kernel named {name!r}: {e}") from e
 
-    def __call__(
-        self,
-        *bufs: Any,
-        global_size: tuple[int, ...] | None = None,
-        local_size: tuple[int, ...] | None = None,
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-    ) -> float | None:
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         for i, b in enumerate(bufs):
             mem = ctypes.c_void_p(b.mem)
             cl.call("clSetKernelArg", self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem))
         for i, v in enumerate(vals, start=len(bufs)):
             val = ctypes.c_int32(v)
             cl.call("clSetKernelArg", self.kernel, i, 4, ctypes.byref(val))
-        groups = tuple(global_size or (1,))
-        local = tuple(local_size or (1,) * len(groups))
+        groups = tuple(gs or (1,))
+        local = tuple(ls or (1,) * len(groups))
         if len(groups) != len(local) or not 1 <= len(groups) <= 3:
             raise ValueError(f"{self.name}: launch needs 1-3 dims of groups and local size, got {groups} / {local}")
         dims = len(groups)

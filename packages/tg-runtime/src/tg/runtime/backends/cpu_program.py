@@ -17,7 +17,7 @@ from typing import Any
 
 from tg.ir.helpers import CPU_COUNT, DEBUG, cache_dir
 from tg.runtime.c_compiler import CCompiler
-from tg.runtime.device import Program
+from tg.runtime.device import Dims, Program
 
 
 def load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
@@ -174,15 +174,7 @@ class CPUProgram(Program):
         entry = getattr(self._dll, f"{name}_entry", None)  # kernels with a THREAD axis have an entry wrapper
         self._entry: int | None = None if entry is None else ctypes.cast(entry, ctypes.c_void_p).value
 
-    def __call__(
-        self,
-        *bufs: Any,
-        global_size: tuple[int, ...] | None = None,
-        local_size: tuple[int, ...] | None = None,
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-        threads: int = 1,
-    ) -> float | None:
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         if self._nargs != (nargs := (len(bufs), len(vals) + (threads > 1))):
             self.fxn.argtypes = [ctypes.c_void_p] * nargs[0] + [ctypes.c_int] * nargs[1]
             self._nargs = nargs

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tg.runtime.backends._cuda import (
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
@@ -28,6 +28,7 @@ from tg.runtime.device import (
     BufferSpec,
     Compiled,
     DeviceUnavailable,
+    Dims,
     LRUAllocator,
     Program,
     check_device_index,
@@ -99,16 +100,9 @@ class CUDAProgram(Program):
         cu("cuModuleLoadData", ctypes.byref(self.module), lib)
         cu("cuModuleGetFunction", ctypes.byref(self.fxn), self.module, name.encode())
 
-    def __call__(
-        self,
-        *bufs: Any,
-        global_size: tuple[int, ...] | None = None,
-        local_size: tuple[int, ...] | None = None,
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-    ) -> float | None:
-        grid = (*(global_size or ()), 1, 1, 1)[:3]
-        block = (*(local_size or ()), 1, 1, 1)[:3]
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
+        grid = (*(gs or ()), 1, 1, 1)[:3]
+        block = (*(ls or ()), 1, 1, 1)[:3]
         args = [ctypes.c_uint64(b.ptr) for b in bufs] + [ctypes.c_int32(v) for v in vals]
         params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
         self.dev.make_current()

@@ -22,6 +22,7 @@ from tg.runtime.device import (
     BufferSpec,
     Compiled,
     Compiler,
+    Dims,
     Program,
     RendererSource,
     check_device_index,
@@ -48,15 +49,7 @@ class NullAllocator(Allocator["NULLDevice"]):
 class NullProgram(Program):
     """Does nothing; reports zero run time."""
 
-    def __call__(
-        self,
-        *bufs: Any,
-        global_size: tuple[int, ...] | None = None,
-        local_size: tuple[int, ...] | None = None,
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-        threads: int = 1,  # a CPU-like renderer's thread count (NULL:CLANG kernels split into threads)
-    ) -> float | None:
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         return 0.0 if wait else None
 
 

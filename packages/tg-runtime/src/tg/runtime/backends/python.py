@@ -33,7 +33,7 @@ from tg.ir.floats import (
 )
 from tg.ir.ops import GroupOp, Ops
 from tg.ir.target import Target
-from tg.runtime.device import BufferSpec, Compiled, Compiler, LRUAllocator, Program, check_device_index
+from tg.runtime.device import BufferSpec, Compiled, Compiler, Dims, LRUAllocator, Program, check_device_index
 
 
 class PythonAllocator(LRUAllocator["PYTHONDevice"]):
@@ -353,15 +353,7 @@ class PythonProgram(Program):
                              f"(and no thread id), got {len(memories)} and {len(vals)}")  # fmt: skip
         self._fxn(memories, tuple(vals))
 
-    def __call__(
-        self,
-        *bufs: Any,
-        global_size: tuple[int, ...] | None = None,
-        local_size: tuple[int, ...] | None = None,
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-        threads: int = 1,
-    ) -> float | None:
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         """Run the kernel; a threaded kernel runs once per thread id, in reverse order (so a kernel whose threads
         depend on each other's results gives wrong answers here instead of by luck)."""
         if len(bufs) != len(self.params):

@@ -26,7 +26,7 @@ from tg.runtime.backends.cpu import CPUDevice, alloc_host_memory, check_runs_her
 from tg.runtime.backends.cpu_program import c_thread_pool, cpu_count, load_shared_object
 from tg.runtime.c_compiler import CCompiler
 from tg.runtime.cpu_arch import cpu_arch
-from tg.runtime.device import BufferSpec, Program, check_device_index, instance_target
+from tg.runtime.device import BufferSpec, Dims, Program, check_device_index, instance_target
 from tg.runtime.hcq import ir
 from tg.runtime.hcq.alloc import HCQAllocator, HCQBuffer
 from tg.runtime.hcq.device import HCQDevice, Region, Signal
@@ -183,9 +183,7 @@ class HCQCPUProgram(Program):
         self.entry: int = ctypes.cast(entry, ctypes.c_void_p).value or 0
         self._linked: dict[tuple[Any, ...], Any] = {}
 
-    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
-                 local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (), wait: bool = False,
-                 threads: int = 1) -> float | None:  # fmt: skip
+    def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         # timed calls (wait: BEAM, DEBUG=2) get the program with timestamps: the device's own time is returned
         key = (len(bufs), len(vals), threads, wait or PROFILE.value or DEBUG.value >= 2, HCQ_RUNTIME_DEV.value)
         if (lb := self._linked.get(key)) is None:

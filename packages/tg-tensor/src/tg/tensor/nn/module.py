@@ -330,7 +330,7 @@ class Module:
         tensor's dtype and device); returns `(missing_keys, unexpected_keys)` like torch."""
         if assign:
             raise NotImplementedError("load_state_dict(assign=True) is not supported: values are always copied")
-        missing, unexpected = load_into(self.state_dict(), dict(state_dict), strict=strict, verbose=False)
+        missing, unexpected = load_state_dict(self, dict(state_dict), strict=strict, verbose=False)
         return _IncompatibleKeys(missing, unexpected)
 
     # ---- modes and gradients ----------------------------------------------------------------------------------
@@ -673,17 +673,72 @@ def _shapes_match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return a == b or (a in ((), (1,)) and b in ((), (1,)))
 
 
-def load_into(
-    model_sd: dict[str, Tensor],
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+    """`{attribute path: Tensor}` for every tensor reachable from `obj` through attributes, lists/tuples (by
+    index), dicts (by key) and namedtuples; `None` and other values are skipped. An `nn.Module` contributes its
+    `state_dict()` (parameters and persistent buffers, torch's keys).
+
+    >>> class Net:
+    ...     def __init__(self):
+    ...         self.fc = Linear(2, 3)
+    >>> sorted(get_state_dict(Net()))  # doctest: +SKIP
+    ['fc.bias', 'fc.weight']
+    """
+    out: dict[str, Tensor] = {}
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [(prefix.rstrip("."), obj)]
+    while stack:  # iterative depth-first walk, children in attribute order
+        name, value = stack.pop()
+        if isinstance(value, tensor_type):
+            out.setdefault(name, value)  # type: ignore[arg-type]
+            continue
+        if id(value) in seen:
+            continue
+        children: list[tuple[str, Any]]
+        if isinstance(value, Module):
+            children = list(value.state_dict().items())
+        elif isinstance(value, tuple) and hasattr(value, "_asdict"):
+            children = list(value._asdict().items())
+        elif isinstance(value, (list, tuple)):
+            children = [(str(i), v) for i, v in enumerate(value)]
+        elif isinstance(value, dict):
+            children = [(str(k), v) for k, v in value.items()]
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            children = list(vars(value).items())
+        else:
+            continue
+        seen.add(id(value))
+        stack.extend((f"{name}.{key}" if name else key, child) for key, child in reversed(children))
+    return out
+
+
+def get_parameters(obj: Any) -> list[Tensor]:
+    """Every tensor reachable from `obj` (parameters and buffers), each once, in state-dict order."""
+    unique: dict[int, Tensor] = {}
+    for t in get_state_dict(obj).values():
+        unique.setdefault(id(t), t)
+    return list(unique.values())
+
+
+def load_state_dict(
+    model: Any,
     state_dict: dict[str, Tensor],
     strict: bool = True,
     verbose: bool = True,
     consume: bool = False,
     realize: bool = True,
 ) -> tuple[list[str], list[str]]:
-    """`nn.state.load_state_dict` given the model's own `{name: tensor}` (`model_sd`); see there."""
+    """Copy `state_dict`'s tensors into `model`'s tensors of the same name; returns `(missing, unexpected)`.
+
+    With `strict=True` (default) any missing or unexpected key raises StateDictError; shape mismatches always do
+    (the message lists every problem with both shapes). Values are cast to the model tensor's dtype and moved to
+    its device; `requires_grad` of the model tensor is kept. Tensors are realized one at a time (a tqdm bar shows
+    progress when `verbose` and there are many), so a large lazily loaded file never sits in memory twice;
+    `consume=True` deletes each entry from `state_dict` once loaded.
+    """
     if not isinstance(state_dict, dict):
         raise TypeError(f"load_state_dict needs a dict of name -> Tensor, got {type(state_dict).__name__}")
+    model_sd = get_state_dict(model)
     missing = [k for k in model_sd if k not in state_dict]
     unexpected = [k for k in state_dict if k not in model_sd]
     mismatched = [

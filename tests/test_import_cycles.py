@@ -28,8 +28,8 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 # tools have none: renderers hold the target data that lowering and the optimiser read, tensor cores and CORE_ID;
 # PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs; the AM driver's IP
 # blocks log through their device; the RDNA3 generators build on amd.sim.blockgen, not the translator; CPU:LLVM's
-# program subclasses backends.cpu_program's, not the CPU device module's; a Module loads a state dict through
-# nn.module.load_into, which nn.state's loader also calls)
+# program subclasses backends.cpu_program's, not the CPU device module's; the state-dict walk and loader live in
+# nn.module beside Module, and nn.state re-exports them with the file formats)
 KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
     # UOp.simplify runs the symbolic rules, which are UPats over UOps (the movement mixin builds nodes of its own
     # class and imports no uop)

@@ -107,6 +107,16 @@ def probe_vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
     return 0
 
 
+def c_source(path: Path) -> str:
+    """The text of one of tg.runtime's C files with each ``#include "tg_*.h"`` line replaced by that header of
+    tg.runtime's directory (the compilers here take source text, not paths, so the preprocessor cannot find it)."""
+    lines = []
+    for line in path.read_text().splitlines(keepends=True):
+        name = line.split('"')[1] if line.startswith('#include "tg_') else None
+        lines.append((Path(__file__).parent / name).read_text() if name else line)
+    return "".join(lines)
+
+
 class CCompiler(Compiler):
     """Compiles C source into a shared object with the host C compiler (gcc or clang).
 

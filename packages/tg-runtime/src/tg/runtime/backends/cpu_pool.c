@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include "tg_spin.h" /* cpu_relax, now_ns */
 
 #define TG_MAX_WORKERS 255
 #define TG_SPIN_NS 1000000LL /* how long an idle worker spins before it sleeps */
@@ -42,20 +43,6 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time, whoever launches it */
 static int atfork_installed;
 static unsigned start_generation[TG_MAX_WORKERS + 1]; /* the generation before a worker's first job */
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static inline unsigned current_generation(void) { return ST_GEN(__atomic_load_n(&state, __ATOMIC_ACQUIRE)); }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tg.ir.helpers import CPU_COUNT, DEBUG, cache_dir
-from tg.runtime.c_compiler import CCompiler
+from tg.runtime.c_compiler import CCompiler, c_source
 from tg.runtime.device import Dims, Program
 
 
@@ -144,7 +144,7 @@ def c_thread_pool(compiler: CCompiler | None = None) -> CThreadPool | None:
         with _c_pool_lock:
             if not _c_pool_state["tried"]:
                 try:
-                    src = (Path(__file__).parent / "cpu_pool.c").read_text()
+                    src = c_source(Path(__file__).parent / "cpu_pool.c")
                     lib = (compiler or CCompiler()).compile_cached(src)
                     _c_pool = CThreadPool(load_shared_object("tg_cpu_pool", lib))
                 except Exception as e:  # any failure: keep the Python pool (slower launches, same results)

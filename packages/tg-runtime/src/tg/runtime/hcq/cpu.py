@@ -24,7 +24,7 @@ from tg.ir.helpers import DEBUG, HCQ_RUNTIME_DEV, PROFILE
 from tg.ir.target import Target
 from tg.runtime.backends.cpu import CPUDevice, alloc_host_memory, check_runs_here, clang_renderer
 from tg.runtime.backends.cpu_program import c_thread_pool, cpu_count, load_shared_object
-from tg.runtime.c_compiler import CCompiler
+from tg.runtime.c_compiler import CCompiler, c_source
 from tg.runtime.cpu_arch import cpu_arch
 from tg.runtime.device import BufferSpec, Dims, Program, check_device_index, instance_target
 from tg.runtime.hcq import ir
@@ -48,8 +48,9 @@ SPIN_NS = 50_000  # host waits spin this long before sleeping on the signal
 @functools.cache
 def worker_library() -> ctypes.CDLL:
     """hcq_worker.c compiled by the host compiler (disk-cached) and loaded."""
-    lib = load_shared_object("tg_hcq_worker", CCompiler().compile_cached((Path(__file__).parent / "hcq_worker.c")
-                                                                         .read_text()))  # fmt: skip
+    lib = load_shared_object(
+        "tg_hcq_worker", CCompiler().compile_cached(c_source(Path(__file__).parent / "hcq_worker.c"))
+    )
     lib.tg_worker_start.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.tg_worker_start.restype = ctypes.c_int
     for f in (lib.tg_worker_kick, lib.tg_worker_abort):

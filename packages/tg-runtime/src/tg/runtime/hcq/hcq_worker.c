@@ -30,6 +30,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "tg_spin.h" /* cpu_relax, now_ns */
 #endif
 
 #define RING_SLOTS 16384
@@ -59,20 +60,6 @@ typedef struct {
 } tg_worker;
 
 static int signal_waiters; /* threads asleep on some signal: SIGNAL wakes only when this is nonzero */
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void sleep_on(uint64_t *addr, uint32_t seen, long long timeout_ns) {
 #ifdef __linux__

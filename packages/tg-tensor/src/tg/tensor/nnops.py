@@ -95,7 +95,7 @@ def conv2d(
                 f"{tuple(x.shape[2:])} in spatial dim {i}"
             )
     dt = dtype_arg(dtype)
-    w = x._windows(kernel, strides, dils)  # (N, Cin, *o, *k)
+    windows = w = x._windows(kernel, strides, dils)  # (N, Cin, *o, *k)
     out_sp = w.shape[2 : 2 + n]
     rcout = cout // groups
     # (N, G, 1, Cin/G, *o, *k) * (1, G, Cout/G, Cin/G, 1.., *k), summed over Cin/G and the kernel
@@ -104,7 +104,7 @@ def conv2d(
     prod = w * wt if dt is None else w.cast(dt) * wt.cast(dt)
     ret = prod.sum([3, *range(4 + n, 4 + 2 * n)], dtype=dt).reshape(bs, cout, *out_sp)
     if dt is None and isinstance(self.device, str) and dtypes.is_float(self.dtype) and dtypes.is_float(weight.dtype):
-        _conv_gradient(self, x, weight, ret, groups, strides, dils, pads)
+        _conv_gradient(self, windows, weight, ret, groups, strides, dils, pads)
     if bias is not None:
         if bias.shape != (cout,):
             raise ArgumentError(f"conv2d: bias must have shape ({cout},), got {bias.shape}")
@@ -113,7 +113,7 @@ def conv2d(
 
 
 def _conv_gradient(
-    x: Tensor, padded: Tensor, weight: Tensor, ret: Tensor, groups: int, strides: tuple[int, ...],
+    x: Tensor, windows: Tensor, weight: Tensor, ret: Tensor, groups: int, strides: tuple[int, ...],
     dils: tuple[int, ...], pads: list[tuple[int, int]],
 ) -> None:  # fmt: skip
     """Give the convolution `ret` = conv(x, weight) its gradients as convolutions (tg.tensor.gradient's custom rule).
@@ -123,13 +123,13 @@ def _conv_gradient(
     3-wide kernel axis and a gather with remainders. The input gradient is instead the transposed convolution:
     the output gradient, stride-dilated and padded (stored: the convolution then loads it without gates), convolved
     with the flipped weight (input and output channels swapped per group), one reduction over (Cout/G, *k) that
-    vectorises like the forward. The weight gradient is the windows of the forward's stored padded x times the output
+    vectorises like the forward. The weight gradient is the forward's windows of its stored padded x times the output
     gradient, summed over the batch and the output positions. Only the gradients that lead to a target are built.
     """
     from tg.tensor.gradient import set_custom_gradient
 
     cls = x._tensor_class()
-    x_u, w_u, padded_u = x.uop, weight.uop, padded.uop
+    x_u, w_u, windows_u = x.uop, weight.uop, windows.uop
     n = len(strides)
     bs, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
@@ -165,8 +165,8 @@ def _conv_gradient(
         return conv2d(gz, wf, groups=groups, dilation=dils)
 
     def _weight_gradient(g: Tensor) -> Tensor:
-        # windows of the forward's (stored) padded input against the output gradient
-        win = cls(padded_u)._windows(kernel, strides, dils).reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
+        # the forward's windows of its (stored) padded input against the output gradient
+        win = cls(windows_u).reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
         gw = g.reshape(bs, groups, cout_g, 1, *out_sp, *[1] * n)
         return (win * gw).sum([0, *range(4, 4 + n)]).reshape(cout, cin_g, *kernel)
 

@@ -48,3 +48,45 @@ def test_d1_stores_the_smaller_buffer_and_reads_it_expanded(device: str) -> None
     assert (inter.arg if inter.op is Ops.BUFFER else inter.arg[0]) == 4  # 4 values, not 4x8
     ref = np.broadcast_to(cols[0] * cols[1] + cols[2] * cols[3], (4, 8))
     np.testing.assert_allclose(out.numpy(), ref + ref[:, ::-1] * 2, rtol=1e-6)
+
+
+def _kernel_buffers(out: Tensor) -> list[int]:
+    return [len(c.src) - 1 for c in create_schedule(UOp(Ops.SINK, src=(out.uop,))).linear.src]
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_kernel_of_more_buffers_than_ctypes_passes_is_split_on_cpu(device: str) -> None:
+    # 1,030 inputs: one kernel would take 1,031 pointer arguments and ctypes passes at most 1,024 ("too many
+    # arguments"); the CPU renderers' max_buffers makes the scheduler split it (L1). PYTHON has no such limit
+    from tg.codegen.render.renderer import CPU_MAX_BUFFERS
+
+    xs = [np.full(4, i * 0.25, np.float32) for i in range(1030)]
+    ts = [Tensor(x, device=device) for x in xs]
+    Tensor.realize(*ts)
+    out = ts[0]
+    for t in ts[1:]:
+        out = out + t
+    args = _kernel_buffers(out)
+    if device == "CPU":
+        assert len(args) > 1 and max(args) <= CPU_MAX_BUFFERS
+    else:
+        assert args == [1031]
+    ref = xs[0]
+    for x in xs[1:]:
+        ref = ref + x
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_cat_of_1500_tensors_matches_numpy_on_cpu() -> None:
+    # the bug report's case (ctypes "too many arguments (1501)" before the CPU renderers had max_buffers). NOOPT:
+    # with the optimiser's 8-wide upcast, lowering costs ~0.3 s of CPU per masked load (1,500 of them here), a
+    # separate cost this test is not about
+    xs = [RNG.standard_normal(2).astype(np.float32) for _ in range(1500)]
+    ts = [Tensor(x, device="CPU") for x in xs]
+    Tensor.realize(*ts)
+    with Context(NOOPT=1):
+        out = Tensor.cat(*ts)
+        assert max(_kernel_buffers(out)) <= 512
+        got = out.numpy()
+    np.testing.assert_array_equal(got, np.concatenate(xs))

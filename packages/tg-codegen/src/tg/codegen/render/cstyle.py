@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tg.codegen.render import cvector
-from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
+from tg.codegen.render.renderer import BLOCK_LOOP, CPU_MAX_BUFFERS, Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg.ir.floats import f32_to_bf16_bits, float_to_fp8, truncate
 from tg.ir.ops import GroupOp, Ops
@@ -614,6 +614,9 @@ class ClangRenderer(CStyleLanguage):
     """
 
     device = "CPU"
+    # the scheduler splits wider kernels (store rule L1): ctypes' argument limit (renderer.CPU_MAX_BUFFERS); a cat
+    # of 1,500 inputs as one kernel also took clang over 3 minutes to compile
+    max_buffers = CPU_MAX_BUFFERS
     suffix = "c"
     rolled_loop_pragma = "#pragma GCC unroll 1"  # gcc and clang both read it
     has_local = False

@@ -24,7 +24,7 @@ from typing import Any
 from tg.codegen.lower.float_bits import float_bits_rules
 from tg.codegen.lower.transcendental import exp2_poly, log2_poly
 from tg.codegen.render import cvector
-from tg.codegen.render.renderer import BLOCK_LOOP, CORE_ID, Renderer
+from tg.codegen.render.renderer import BLOCK_LOOP, CORE_ID, CPU_MAX_BUFFERS, Renderer
 from tg.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tg.ir.floats import truncate
 from tg.ir.ops import GroupOp, Ops
@@ -586,6 +586,7 @@ class CPULLVMRenderer(LLVMRenderer):
     a `core_id` argument and the `<name>_entry(args, core_id)` wrapper the thread pool calls (as ClangRenderer)."""
 
     device = "CPU"
+    max_buffers = CPU_MAX_BUFFERS  # the same ctypes call as ClangRenderer's kernels (see there)
     supported_ops = LLVMRenderer.supported_ops  # EXP2/LOG2/SIN/POW would be libm calls: tg's polynomials instead
 
     def __init__(self, triple: str = "x86_64-unknown-linux-gnu", cpu: str = "", features: str = "",

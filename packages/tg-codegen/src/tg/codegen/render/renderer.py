@@ -11,6 +11,10 @@ from tg.ir.dtype import DType, dtypes
 from tg.ir.floats import truncate
 from tg.ir.ops import Ops
 
+# most buffers one CPU kernel takes: the CPU device calls kernels through ctypes, which passes at most 1,024
+# arguments (buffers, variable values, the thread id); half of that leaves room for the values
+CPU_MAX_BUFFERS = 512
+
 if TYPE_CHECKING:
     from tg.ir.pattern import PatternMatcher
     from tg.ir.uop import UOp

@@ -33,6 +33,7 @@ class Normalized:
         self._unbound: dict[UOp, UOp] = {}
         self._bound: dict[UOp, UOp] = {}  # DEFINE_VAR -> the BIND it came from (to give results bound shapes)
         self._markers: dict[UOp, UOp] = {}  # UNIQUE marker of a CONTIGUOUS -> its canonical number
+        self._args: dict[Any, Any] = {}  # movement argument -> the same with its Variables unbound
         order = sink.toposort()
         stats.steps += len(order)
         for n in order:
@@ -74,6 +75,14 @@ class Normalized:
         found = {v: self._bound[v] for v in x.toposort() if v.op is Ops.DEFINE_VAR and v in self._bound}
         return x.substitute(found) if found else x
 
+    def _unbind_arg(self, arg: Any) -> Any:
+        """A movement argument with its BINDs replaced by their variables: the same object when it has none (most
+        are tuples of ints), memoised per argument (deep graphs repeat the same few shapes)."""
+        if (ret := self._args.get(arg)) is None:
+            mapped = map_uops(arg, self._unbind_uop)
+            ret = self._args[arg] = arg if mapped == arg else mapped
+        return ret
+
     def _marker(self, u: UOp) -> UOp:
         if (m := self._markers.get(u)) is None:
             m = self._markers[u] = UOp.unique(-1 - len(self._markers))
@@ -89,7 +98,7 @@ class Normalized:
             return self._bind(n)
         nodes = self.nodes
         src = tuple([self._marker(s) if s.op is Ops.UNIQUE else nodes[s] for s in n.src])
-        arg = map_uops(n.arg, self._unbind_uop) if n.op in SYMBOLIC_ARGS else n.arg
+        arg = self._unbind_arg(n.arg) if n.op in SYMBOLIC_ARGS else n.arg
         if arg is n.arg and src == n.src:
             return n
         ret = UOp(n.op, n.dtype, src, arg, n.tag)

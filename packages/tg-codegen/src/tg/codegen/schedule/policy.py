@@ -188,9 +188,10 @@ def kernel_buffer_limit(device: object) -> int | None:
     return limit
 
 
-def buffer_limits_apply() -> bool:
-    """Whether any kernel may have a buffer limit (else L1 has nothing to check)."""
-    return bool(MAX_KERNEL_BUFFERS.value or Renderer.buffer_limits)
+def smallest_buffer_limit() -> int | None:
+    """The smallest buffer limit any kernel may have (None: no limit anywhere): a graph that holds fewer buffers
+    than this cannot put too many into one kernel."""
+    return MAX_KERNEL_BUFFERS.value or min(Renderer.buffer_limits.values(), default=None)
 
 
 def over_buffer_limit(x: UOp, inputs: int) -> bool:

@@ -12,7 +12,6 @@ Then every kept store gets its buffer (an assign writes its target's buffer).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from tg.codegen.schedule import policy, stats
@@ -168,34 +167,36 @@ def _shrunk_run(node: UOp, inner: tuple[UOp, int, int]) -> tuple[UOp, int, int] 
 _NOT_WALKED = policy.NEVER_STORED | {Ops.SINK, Ops.COPY}
 
 
-def _reads(consumer: UOp, x: UOp) -> bool:
-    """Whether `consumer` reads the value of source `x` (an assign does not read its target)."""
-    return not (consumer.op is Ops.ASSIGN and consumer.src[0] is x and consumer.src[1] is not x)
-
-
 def _same(a: Ask, b: Ask) -> bool:
     return a[2] is b[2] and a[1] is b[1] and all(i is j for i, j in zip(a[0], b[0], strict=True))
 
 
 def _range_walk(plan: Plan) -> None:
-    consumers: defaultdict[UOp, list[UOp]] = defaultdict(list)
+    consumers: dict[UOp, list[UOp]] = {}
     for n in plan.order:
         for s in n.src:
-            consumers[s].append(n)
+            if (cs := consumers.get(s)) is None:
+                consumers[s] = [n]
+            else:
+                cs.append(n)
     inp: dict[UOp, Ask] = {}  # node -> the index its sources are read at
-    under: dict[UOp, bool] = {}  # node -> a broadcast is above it (no store in between)
-    reducing: dict[UOp, bool] = {}  # node -> its sources are read inside a reduction's loop of the same kernel
-    padded: dict[UOp, bool] = {}  # node -> a PAD is above it (no store in between)
+    # node -> (a broadcast is above it, its sources are read inside a reduction's loop of the same kernel, a PAD is
+    # above it), each with no store in between
+    flags: dict[UOp, tuple[bool, bool, bool]] = {}
+    stores, movement = plan.stores, GroupOp.Movement
     for x in reversed(plan.order):
         if x.op in _NOT_WALKED:
             continue
-        users = [c for c in consumers[x] if c in inp and _reads(c, x)]
-        asks = [inp[c] for c in users]
-        ub = any(under[c] for c in users)
-        in_reduce = any(reducing[c] for c in users)
-        under_pad = any(padded[c] for c in users)
+        asks: list[Ask] = []
+        ub = in_reduce = under_pad = False
+        for c in consumers.get(x, ()):  # one pass over the consumers that read x's value (not an assign's target)
+            if (ask := inp.get(c)) is None or (c.op is Ops.ASSIGN and c.src[0] is x and c.src[1] is not x):
+                continue
+            asks.append(ask)
+            cu, cr, cp = flags[c]
+            ub, in_reduce, under_pad = ub or cu, in_reduce or cr, under_pad or cp
         out: Ask
-        if x in plan.stores:
+        if x in stores:
             out = (plan.fresh(x.shape), None, x)
         elif not asks:
             continue
@@ -203,16 +204,16 @@ def _range_walk(plan: Plan) -> None:
                                                 under_pad)) is not None:  # fmt: skip
             out = (plan.fresh(x.shape), None, x)
             plan.store(x, reason, removable=True)
-            plan.stores[x].repeated = ub
+            stores[x].repeated = ub
         else:
             out = asks[0]  # R1: one index in one kernel for every consumer: fuse
-        if x in plan.stores:
+        if x in stores:
             ub = in_reduce = under_pad = False  # the buffer ends the broadcast, the reduction and the padding
         if x.op is Ops.EXPAND:
             ub = True
         elif x.op is Ops.PAD:
             under_pad = True
-        if x.op in GroupOp.Movement:
+        if x.op in movement:
             idx, gate = movement_index(x, out[0], plan.index_memo)
             inp[x] = (idx, and_gates(out[1], gate), out[2])
         elif x.op is Ops.REDUCE_AXIS:
@@ -221,9 +222,7 @@ def _range_walk(plan: Plan) -> None:
             in_reduce = True
         else:
             inp[x] = out
-        under[x] = ub
-        reducing[x] = in_reduce
-        padded[x] = under_pad
+        flags[x] = (ub, in_reduce, under_pad)
 
 
 # ---- the cost rule -----------------------------------------------------------------------------------------------
@@ -237,23 +236,31 @@ def _cap(bufs: frozenset[UOp]) -> frozenset[UOp]:
 def _unstore_cheap(plan: Plan) -> None:
     seen: dict[UOp, policy.Region] = {}  # node -> its region as its consumers see it
     empty = policy.Region()
+    stores, cap, op_cost = plan.stores, policy.COST_CAP, policy.op_cost
     for x in plan.order:
         if x.op in (Ops.BUFFER, Ops.BUFFER_VIEW):
             seen[x] = policy.Region(frozenset({x}))
             continue
-        srcs = [seen.get(s, empty) for s in x.src]
-        bufs = _cap(frozenset().union(*(r.buffers for r in srcs))) if srcs else frozenset()
-        reduces = any(r.reduces_buffer for r in srcs) or (x.op is Ops.REDUCE_AXIS and bool(bufs))
-        cost = min(policy.COST_CAP, policy.op_cost(x) + sum(r.cost for r in srcs))
-        region = policy.Region(bufs, reduces, cost)
-        if (st := plan.stores.get(x)) is not None and st.removable and not policy.keep_candidate(region, st):
-            del plan.stores[x]  # C1: recompute at each consumer
-        seen[x] = policy.Region(frozenset({x})) if x in plan.stores else region
+        cost = op_cost(x)
+        if len(x.src) == 1 and not cost and x.op is not Ops.REDUCE_AXIS:
+            region = seen.get(x.src[0], empty)  # a view or free op: its source's region as it is (no new object)
+        else:
+            srcs = [seen.get(s, empty) for s in x.src]
+            bufs = _cap(frozenset().union(*[r.buffers for r in srcs])) if srcs else frozenset()
+            reduces = (x.op is Ops.REDUCE_AXIS and bool(bufs)) or any(r.reduces_buffer for r in srcs)
+            region = policy.Region(bufs, reduces, min(cap, cost + sum(r.cost for r in srcs)))
+        if (st := stores.get(x)) is not None and st.removable and not policy.keep_candidate(region, st):
+            del stores[x]  # C1: recompute at each consumer
+        seen[x] = policy.Region(frozenset({x})) if x in stores else region
 
 
 def _limit_buffers(plan: Plan) -> None:
     """L1: where an ALU op's inline region reads more buffers than its kernel may take, store its sources."""
-    if not policy.buffer_limits_apply():
+    if (floor := policy.smallest_buffer_limit()) is None:
+        return
+    # every buffer a kernel can read is a BUFFER of the graph or a stored node: with fewer than the smallest limit in
+    # all (the common case: the CPU allows 512) no kernel is over it, and the pass costs one count
+    if sum(1 for x in plan.order if x.op in (Ops.BUFFER, Ops.BUFFER_VIEW)) + len(plan.stores) <= floor - 1:
         return
     stats.steps += len(plan.order)
     reads: dict[UOp, frozenset[UOp]] = {}  # node -> distinct buffers its inline region reads (stores count as one)

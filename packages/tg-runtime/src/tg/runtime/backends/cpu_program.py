@@ -154,6 +154,9 @@ def c_thread_pool(compiler: CCompiler | None = None) -> CThreadPool | None:
     return _c_pool
 
 
+CTYPES_MAX_ARGS = 1024  # ctypes refuses calls with more arguments ("too many arguments")
+
+
 class CPUProgram(Program):
     """A C kernel in a shared object, loaded with ctypes.
 
@@ -176,6 +179,11 @@ class CPUProgram(Program):
 
     def launch(self, bufs: tuple, gs: Dims, ls: Dims, vals: tuple[int, ...], wait: bool, threads: int) -> float | None:
         if self._nargs != (nargs := (len(bufs), len(vals) + (threads > 1))):
+            if sum(nargs) > CTYPES_MAX_ARGS:  # the scheduler keeps kernels below this (renderer max_buffers)
+                raise RuntimeError(
+                    f"kernel {self.name} takes {nargs[0]} buffers and {nargs[1]} int arguments: ctypes "
+                    f"passes at most {CTYPES_MAX_ARGS} (split it, e.g. MAX_KERNEL_BUFFERS)"
+                )
             self.fxn.argtypes = [ctypes.c_void_p] * nargs[0] + [ctypes.c_int] * nargs[1]
             self._nargs = nargs
         args = [b if b.__class__ is int else b.addr for b in bufs]

@@ -243,7 +243,9 @@ def linear(x: Tensor, w: Weight) -> Tensor:
     8 words of a block meet 8 consecutive inputs). Other quantized blocks are split into integer values, a scale
     and an offset per group of 16 or 32 values; the dot product of x with the integers of each group is reduced
     first and scaled once per group (`sum_g scale_g * (x . q_g) - offset_g * sum(x_g)`). The scheduler fuses each
-    expression into one kernel."""
+    expression into one kernel; the product is stored (`contiguous`), so what consumes it (SiLU, the gate's
+    product with the up projection, the residual add) is a small kernel of its own instead of a second reduction
+    or a uint8 embedding load in the matrix kernel, either of which keeps the optimiser from vectorising it."""
     x = x.cast(dtypes.float32)
     lead = x.shape[:-1]
     if _is_words(w.data, w.ggml_type):
@@ -254,13 +256,13 @@ def linear(x: Tensor, w: Weight) -> Tensor:
             dots = xb[..., 0, :] * _int8_lane(words, 0)
             for i in range(1, 4):
                 dots = dots + xb[..., i, :] * _int8_lane(words, i)
-            return (dots * scales.reshape(w.rows, nb, 1)).sum((-2, -1))
+            return (dots * scales.reshape(w.rows, nb, 1)).sum((-2, -1)).contiguous()
         pairs = x.reshape(*lead, w.cols // 2, 2)
         even, odd = pairs[..., 0].contiguous().unsqueeze(-2), pairs[..., 1].contiguous().unsqueeze(-2)
         lo, hi = _half_words_to_float(w.data, w.ggml_type)
-        return (even * lo + odd * hi).sum(-1)
+        return (even * lo + odd * hi).sum(-1).contiguous()
     if w.ggml_type in NATIVE_DTYPES:
-        return x @ w.data.cast(dtypes.float32).T
+        return (x @ w.data.cast(dtypes.float32).T).contiguous()
     q, scale, offset = BLOCK_PARTS[w.ggml_type](w.data)  # (N, nb, G, gs), (N, nb, G, 1)
     N, nb, G, gs = q.shape
     xg = x.reshape(*lead, 1, nb, G, gs)
@@ -268,4 +270,4 @@ def linear(x: Tensor, w: Weight) -> Tensor:
     out = (dots * scale.reshape(N, nb, G)).sum((-1, -2))
     if offset is not None:
         out = out - (xg.sum(-1) * offset.reshape(N, nb, G)).sum((-1, -2))
-    return out
+    return out.contiguous()

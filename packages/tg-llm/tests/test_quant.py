@@ -71,10 +71,10 @@ def test_quantized_weights_stay_in_file_format_on_the_device(tiny_models: dict[t
     file = open_model_file(tiny_models[("llama", "Q4_K")])
     info = file.infos["blk.0.ffn_down.weight"]
     weight = file.matrix("blk.0.ffn_down.weight", 256, 512, "CPU")
-    assert weight.data.dtype is dtypes.uint8 and weight.data.shape == (256, 2, 144)
+    assert weight.data.dtype is dtypes.uint32 and weight.data.shape == (256, 2, 36)  # the blocks' bytes as words
     assert weight.nbytes == info.nbytes == weight.data.nbytes  # no float32 copy: the device holds the blocks
     raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset)
-    np.testing.assert_array_equal(weight.data.numpy().reshape(-1), raw)
+    np.testing.assert_array_equal(weight.data.numpy().view(np.uint8).reshape(-1), raw)
 
 
 @pytest.mark.parametrize("wtype", ["F32", "F16", "BF16"])
@@ -92,14 +92,20 @@ def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Pat
         np.testing.assert_array_equal(weight.data.numpy().view(np.uint8).reshape(-1), raw)
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "F16", "BF16"])
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "F16", "BF16"])
 def test_packed_weights_dequantize_bit_exact(generator: ModuleType, name: str) -> None:
-    """The uint32-word layouts linear() reads (Q8_0 repacked, F16/BF16 pairs) give the reference values exactly,
-    float16 subnormals, infinities, NaN and signed zeros included."""
+    """The uint32-word layouts linear() reads (Q8_0 repacked, Q4_K and F16/BF16 as words) give the reference values
+    exactly, float16 subnormals, infinities, NaN and signed zeros included."""
     import gguf
 
     rows, cols = 6, 64
-    if name == "Q8_0":
+    if name == "Q4_K":
+        cols = 512
+        blocks = random_blocks(generator, name, rows * cols // 256).reshape(rows, -1, 144)
+        dense = gguf.quants.dequantize(blocks.reshape(rows, -1), gguf.GGMLQuantizationType.Q4_K)
+        weight = Weight(Tensor(blocks), 12, rows, cols)
+        assert weight.data.dtype is dtypes.uint32 and weight.nbytes == blocks.nbytes
+    elif name == "Q8_0":
         blocks = random_blocks(generator, name, rows * cols // 32).reshape(rows, -1, 34)
         blocks[0, 0, :2] = np.array([0x0001], np.uint16).view(np.uint8)  # a subnormal scale
         dense = gguf.quants.dequantize(blocks.reshape(rows, -1), gguf.GGMLQuantizationType.Q8_0)

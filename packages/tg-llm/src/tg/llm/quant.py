@@ -74,6 +74,10 @@ class Weight:
 
     def dequantize(self) -> Tensor:
         """The float32 values (rows, cols), lazily (fuses into whatever consumes them)."""
+        if _is_words(self.data, self.ggml_type) and self.ggml_type == 12:
+            down = Tensor([1, 1 << 8, 1 << 16, 1 << 24], dtype=dtypes.uint32, device=self.data.device)
+            blocks = ((self.data.unsqueeze(-1) // down) & 255).cast(dtypes.uint8).reshape(self.rows, -1, 144)
+            return dequantize(blocks, 12).reshape(self.rows, self.cols)
         if _is_words(self.data, self.ggml_type):  # shifts by a small tensor of powers of two, not a cat (adds 0.0)
             if self.ggml_type == 8:
                 words, scales = _q8_0_words(self.data, self.rows, self.cols)
@@ -95,11 +99,15 @@ class Weight:
 # - Q8_0: repacked once at load into one uint32 buffer: the int8 values, (rows, blocks, 8) words whose byte i of
 #   word w is the value 8i + w of the block (so the 8 words of a block line up with 8 consecutive inputs for each
 #   i), followed by the block scales as float32 (rows, blocks): 36 bytes per 32 weights instead of 34;
-# - F32, Q4_K, Q6_K: as stored.
+# - Q4_K: the file's blocks as is, typed uint32 (rows, blocks, 36): word 0 holds d and dmin, words 1-3 the 6-bit
+#   scales and mins, words 4 + 8c + u (c < 4, u < 8) bytes i of nibbles: low nibble = value 64c + 4u + i, high
+#   = 64c + 32 + 4u + i; the input is permuted once to that order (one small kernel), so the 8 words u meet 8
+#   consecutive inputs;
+# - F32, Q6_K (210-byte blocks are not word-aligned): as stored.
 
 
 def _is_words(data: Tensor, ggml_type: int) -> bool:
-    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8)
+    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 12)
 
 
 def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
@@ -115,6 +123,9 @@ def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
         words = q[:, :, 0] | (q[:, :, 1] << 8) | (q[:, :, 2] << 16) | (q[:, :, 3] << 24)
         scales = _f16_at(blocks, 0).bitcast(dtypes.uint32)
         return Tensor.cat(words.reshape(-1), scales.reshape(-1)).contiguous().realize()
+    if ggml_type == 12:
+        b = data.reshape(rows, cols // 256, 36, 4).cast(dtypes.uint32)
+        return (b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)).contiguous().realize()
     return data
 
 
@@ -148,6 +159,43 @@ def _q8_0_words(data: Tensor, rows: int, cols: int) -> tuple[Tensor, Tensor]:
     nb = cols // 32
     n = rows * nb * 8
     return data[:n].reshape(rows, nb, 8), data[n:].bitcast(dtypes.float32).reshape(rows, nb)
+
+
+def _q4_k_linear(x: Tensor, w: Weight) -> Tensor:
+    """x @ w.T for Q4_K words (see the layout table): one reduction over (block, word u) of the 8 sub-blocks'
+    `scale_j * sum_i x * nibble - offset_j * sum_i x`, the 6-bit scales decoded per block from words 1-3."""
+    words, nb = w.data, w.cols // 256
+    lead = x.shape[:-1]
+    L = len(lead)
+    # inputs in the words' order: (block, chunk c, half h, byte i, word u) from value 64c + 32h + 4u + i
+    xp = x.reshape(*lead, nb, 4, 2, 8, 4).permute(*range(L), L, L + 1, L + 2, L + 4, L + 3).contiguous().unsqueeze(L)
+    d, dmin = _f16_bits_to_float(words[..., 0] & 0xFFFF), _f16_bits_to_float(words[..., 0] >> 16)
+
+    def byte(k: int) -> Tensor:  # byte k of the 12 scale bytes, (rows, blocks)
+        return (words[..., 1 + k // 4] >> (8 * (k % 4))) & 255
+
+    total: Tensor | None = None
+    for j in range(8):
+        c, h = divmod(j, 2)
+        if j < 4:
+            sc, mn = byte(j) & 63, byte(j + 4) & 63
+        else:
+            sc = (byte(j + 4) & 15) | ((byte(j - 4) >> 6) << 4)
+            mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4)
+        scale = (d * sc.cast(dtypes.float32)).unsqueeze(-1)
+        offset = (dmin * mn.cast(dtypes.float32)).unsqueeze(-1)
+        qs = words[..., 4 + 8 * c : 12 + 8 * c]  # (rows, blocks, 8)
+        dot: Tensor | None = None
+        xsum: Tensor | None = None
+        for i in range(4):
+            xi = xp[..., c, h, i, :]
+            nibble = ((qs >> (8 * i + 4 * h)) & 15).cast(dtypes.float32)
+            dot, xsum = (xi * nibble, xi) if dot is None or xsum is None else (dot + xi * nibble, xsum + xi)
+        assert dot is not None and xsum is not None
+        term = scale * dot - offset * xsum
+        total = term if total is None else total + term
+    assert total is not None
+    return total.sum((-2, -1)).contiguous()
 
 
 def _int8_lane(words: Tensor, i: int) -> Tensor:
@@ -249,6 +297,8 @@ def linear(x: Tensor, w: Weight) -> Tensor:
     x = x.cast(dtypes.float32)
     lead = x.shape[:-1]
     if _is_words(w.data, w.ggml_type):
+        if w.ggml_type == 12:
+            return _q4_k_linear(x, w)
         if w.ggml_type == 8:
             words, scales = _q8_0_words(w.data, w.rows, w.cols)
             nb = w.cols // 32

@@ -51,6 +51,7 @@ def test_prompt_and_benchmark(tiny_models: dict[tuple[str, str], Path], tiny_llm
     stream = io.StringIO()
     result = benchmark(tiny_llm, 8, stream)
     assert result["prefill_tok_s"] > 0 and result["decode_tok_s"] > 0 and "tok/s" in stream.getvalue()
+    assert 0 < result["first_reply_s"] <= result["warmup_s"] and "warm-up" in stream.getvalue()
 
 
 @pytest.mark.parametrize("flag", ["--temperature", "--top-p"])

@@ -48,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
 
 def benchmark(llm: object, n: int, out: TextIO) -> dict[str, float]:
     """Prefill n tokens, then decode n tokens (after a warm-up that compiles and captures); print and return the
-    rates in tokens/s and the weight bandwidth of decoding."""
+    rates in tokens/s, the weight bandwidth of decoding and the warm-up's seconds (`warmup_s`, of which the first
+    reply `first_reply_s`)."""
     from tg.llm.llm import LLM
 
     assert isinstance(llm, LLM)
@@ -56,11 +57,14 @@ def benchmark(llm: object, n: int, out: TextIO) -> dict[str, float]:
     n = max(2, min(n, llm.max_context // 2 - 1))
     prompt = [(i * 7919 + 13) % vocab for i in range(n)]
     greedy = SamplingParams()
+    start = time.perf_counter()
     for _ in llm.generator.generate(prompt, 3, greedy):  # warm-up: compile and capture both steps
         pass
+    first_s = time.perf_counter() - start
     llm.generator.reset()
     for _ in llm.generator.generate(prompt, 3, greedy):  # second run: the JIT captures
         pass
+    warmup_s = time.perf_counter() - start
     llm.generator.reset()
     start = time.perf_counter()
     llm.generator.prefill(prompt)
@@ -77,12 +81,15 @@ def benchmark(llm: object, n: int, out: TextIO) -> dict[str, float]:
         # the first token comes from the prefill's logits: count - 1 decode steps ran in decode_s
         "decode_tok_s": (count - 1) / decode_s if decode_s and count > 1 else 0.0,
         "weight_gb": weight_bytes / 1e9,
+        "first_reply_s": first_s,
+        "warmup_s": warmup_s,
     }
     result["decode_gb_s"] = result["decode_tok_s"] * weight_bytes / 1e9
     print(
         f"{llm.name}: prefill {n} tokens {result['prefill_tok_s']:.2f} tok/s, decode {count} tokens "
         f"{result['decode_tok_s']:.2f} tok/s ({result['decode_gb_s']:.2f} GB/s of {result['weight_gb']:.3f} GB "
-        "weights per token)",
+        f"weights per token); warm-up {warmup_s:.1f} s (prompt + 3 tokens twice while kernels compile and the JITs "
+        f"capture; the first time {first_s:.1f} s)",
         file=out,
     )
     return result

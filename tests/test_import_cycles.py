@@ -29,7 +29,9 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 # PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs; the AM driver's IP
 # blocks log through their device; the RDNA3 generators build on amd.sim.blockgen, not the translator; CPU:LLVM's
 # program subclasses backends.cpu_program's, not the CPU device module's; the state-dict walk and loader live in
-# nn.module beside Module, and nn.state re-exports them with the file formats)
+# nn.module beside Module, and nn.state re-exports them with the file formats; tg.tensor's topic modules, @function
+# and the traced-call argument walk build results with `_tensor_class()` and recognise tensors as args.TensorBase,
+# so only tensor.py and the user-level modules above it (jit, nn, ...) import tensor.py)
 KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
     # UOp.simplify runs the symbolic rules, which are UPats over UOps (the movement mixin builds nodes of its own
     # class and imports no uop)
@@ -37,11 +39,6 @@ KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
     "tg.runtime": [
         # the engine hands schedules to tg.runtime.hcq.run, which gets its runners from the engine; replay uses both
         _cycle("tg.runtime", "engine hcq.device hcq.exec hcq.link hcq.profile hcq.run replay"),
-    ],
-    "tg.tensor": [
-        # keccak and svd run their step as a traced @function; function.py (and jit.py, whose argument flattening
-        # it shares) recognise and build Tensors by importing tensor.py, which composes the topic modules
-        _cycle("tg.tensor", "function hashing jit matrix methods tensor"),
     ],
 }
 

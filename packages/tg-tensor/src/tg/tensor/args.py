@@ -8,12 +8,28 @@ a torch dtype, or a Python type with numpy's meaning (`bool`, `int` -> int64, `f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from tg.ir import DType, dtypes, to_dtype
 from tg.tensor.errors import ArgumentError
 
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
 AxisArg = int | Sequence[int] | None
+
+
+class TensorBase:
+    """The base class of Tensor, with no behaviour: modules below tensor.py recognise tensors among arguments with
+    `isinstance(x, TensorBase)` and build them with `x._tensor_class()`, so that they never import tensor.py."""
+
+    __slots__ = ()
+
+
+def is_tensor(x: Any) -> TypeGuard[Tensor]:
+    """Whether `x` is a Tensor (see `TensorBase`)."""
+    return isinstance(x, TensorBase)
+
 
 _PY_TYPES: dict[type, DType] = {bool: dtypes.bool, int: dtypes.int64, float: dtypes.float64}
 

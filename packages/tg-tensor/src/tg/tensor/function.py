@@ -23,15 +23,18 @@ import itertools
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tg.ir import Ops, UOp, dtypes
 from tg.ir.helpers import FUNCTION_CACHE_SIZE
 from tg.tensor import autograd as _autograd
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
-from tg.tensor.jit import _flatten, _flatten_return, _settings, _unflatten_return
-from tg.tensor.tensor import Tensor
+from tg.tensor.args import is_tensor
+from tg.tensor.callargs import flatten, flatten_return, graph_settings, unflatten_return
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
 
 __all__ = ["function"]
 
@@ -102,11 +105,13 @@ class _Trace:
         writes: list[tuple[int, UOp]],
         rng: list[tuple[str, UOp, int, int]],
         rng_advance: int,
+        tensor_class: Any,
     ) -> None:
         self.name, self.placeholders, self.ret_structure = name, placeholders, ret_structure
         self.body = UOp(Ops.TUPLE, dtypes.void, tuple(u for u in outputs if u is not None))
         self.returns_none = [u is None for u in outputs]
         self.writes, self.rng, self.rng_advance = writes, rng, rng_advance
+        self.tensor_class = tensor_class  # the class of the returned tensors (builds each call's outputs)
 
 
 class Function(Generic[R]):
@@ -127,9 +132,9 @@ class Function(Generic[R]):
         tensors: list[tuple[str, Tensor]] = []
         statics: list[tuple[str, Any]] = []
         structure = (
-            _flatten(tuple(args), "args", tensors, statics, split=False),
+            flatten(tuple(args), "args", tensors, statics, split=False),
             tuple(sorted(kwargs)),
-            tuple(_flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics, split=False) for k in sorted(kwargs)),
+            tuple(flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics, split=False) for k in sorted(kwargs)),
         )
         for path, value in statics:
             try:
@@ -148,7 +153,7 @@ class Function(Generic[R]):
             tuple((t.shape, t.dtype, t.device, _sharding(t)) for _, t in tensors),
             alias,
             tuple((p, type(v), v) for p, v in statics),
-            _settings(),
+            graph_settings(),
         )
         trace = self.cache.get(key)
         if trace is None:
@@ -163,14 +168,14 @@ class Function(Generic[R]):
     def _trace(self, args: tuple, kwargs: dict, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> _Trace:
         trace_id = next(_trace_ids)
         placeholders = [_placeholder(trace_id, i, t) for i, (_, t) in enumerate(tensors)]
-        stand_ins = [Tensor(placeholders[alias[i]]) for i in range(len(tensors))]
+        stand_ins = [t._tensor_class()(placeholders[alias[i]]) for i, (_, t) in enumerate(tensors)]
         for st, (_, t) in zip(stand_ins, tensors, strict=True):
             if t.requires_grad:  # tracked like the argument (not a grad leaf: placeholders get no .grad)
                 _autograd.mark(st.uop, True)
                 st._requires_grad = True
         replace = {id(t): st for (_, t), st in zip(tensors, stand_ins, strict=True)}
         start_unique = UOp.unique().arg  # buffers made before the trace have smaller UNIQUE numbers
-        rng_start, outer_log = Tensor._rng_counter, _random.rng_log
+        rng_start, outer_log = _random.rng.counter, _random.rng_log
         rng_log: list[tuple[str, UOp, int, int]] = []
         _random.rng_log = rng_log
         _realize.tracing_functions.append(self.name)
@@ -181,7 +186,7 @@ class Function(Generic[R]):
             _random.rng_log = outer_log
         self.trace_count += 1
         returned: list[Tensor | None] = []
-        ret_structure = _flatten_return(ret, returned, self.name)
+        ret_structure = flatten_return(ret, returned, self.name)
         outputs = [None if t is None else t.uop for t in returned]
         writes = [(i, st.uop) for i, st in enumerate(stand_ins) if st.uop is not placeholders[alias[i]]]
         roots = [u for u in outputs if u is not None] + [w for _, w in writes]
@@ -196,8 +201,9 @@ class Function(Generic[R]):
                 "arguments or use @function(allow_implicit=True)"
             )
         rng = [(kind, u, value - rng_start if kind == "counter" else 0, num) for kind, u, value, num in rng_log]
-        advance, Tensor._rng_counter = Tensor._rng_counter - rng_start, rng_start  # the binding draws them
-        return _Trace(self.name, placeholders, outputs, ret_structure, writes, rng, advance)
+        advance, _random.rng.counter = _random.rng.counter - rng_start, rng_start  # the binding draws them
+        cls = next((t._tensor_class() for t in returned if t is not None), None)
+        return _Trace(self.name, placeholders, outputs, ret_structure, writes, rng, advance, cls)
 
     def _bind(self, trace: _Trace, tensors: list[tuple[str, Tensor]], alias: tuple[int, ...]) -> R:
         from tg.tensor.autograd import mark, reaches_grad
@@ -209,12 +215,12 @@ class Function(Generic[R]):
                 params.append(trace.placeholders[i])
                 args.append(t.uop)
         if trace.rng:  # this call's random draws: fresh counters and the current seed
-            start, seed = Tensor._rng_counter, Tensor._seed & 0xFFFFFFFFFFFFFFFF
+            start, seed = _random.rng.counter, _random.rng.seed & 0xFFFFFFFFFFFFFFFF
             for kind, buf, offset, num in trace.rng:
                 values = array("Q", range(start + offset, start + offset + num) if kind == "counter" else [seed])
                 params.append(buf)
                 args.append(_realize.from_bytes(values.tobytes(), (num,), dtypes.uint64, str(buf.device)).unreshaped)
-            Tensor._rng_counter = start + trace.rng_advance
+            _random.rng.counter = start + trace.rng_advance
         returned: list[Tensor | None] = []
         if trace.body.src:
             call = UOp(Ops.FUNCTION, dtypes.void, (trace.body, *args), (trace.name, tuple(params)))
@@ -224,7 +230,9 @@ class Function(Generic[R]):
             outs = iter(range(len(trace.body.src)))
             for none in trace.returns_none:
                 k = -1 if none else next(outs)
-                returned.append(None if none else Tensor(UOp(Ops.GETTUPLE, trace.body.src[k].dtype, (call,), k)))
+                returned.append(
+                    None if none else trace.tensor_class(UOp(Ops.GETTUPLE, trace.body.src[k].dtype, (call,), k))
+                )
         else:
             returned = [None] * len(trace.returns_none)
         if trace.writes:  # written arguments get their new state now (ordering rules as for any assign)
@@ -235,12 +243,12 @@ class Function(Generic[R]):
                 state = target.uop.unreshaped
                 target.uop = next(bound)
                 _realize.repoint_views(state, target.uop, target)
-        return _unflatten_return(trace.ret_structure, iter(returned))
+        return unflatten_return(trace.ret_structure, iter(returned))
 
 
 def _rebuild_args(value: Any, replace: dict[int, Tensor]) -> Any:
     """`value` with each Tensor swapped for its stand-in (containers rebuilt, other leaves kept)."""
-    if isinstance(value, Tensor):
+    if is_tensor(value):
         return replace[id(value)]
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*(_rebuild_args(v, replace) for v in value))

@@ -20,15 +20,14 @@ import math
 import weakref
 from array import array
 from collections.abc import Callable
-from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from tg.ir import DType, Ops, UOp, dtypes
-from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, JIT, Context
+from tg.ir import Ops, UOp, dtypes
+from tg.ir.helpers import JIT, Context
 from tg.runtime.jit import JitError
 from tg.tensor import random as _random
 from tg.tensor import realize as _realize
-from tg.tensor.autograd import TRAINING
+from tg.tensor.callargs import flatten, flatten_return, graph_settings, is_value, unflatten_return
 from tg.tensor.movement import view_base
 from tg.tensor.shapes import has_symbolic
 from tg.tensor.tensor import Tensor
@@ -40,56 +39,6 @@ __all__ = ["JitError", "TinyJit"]
 
 def _jit_error() -> type[JitError]:
     return JitError
-
-
-# ---- argument flattening -------------------------------------------------------------------------------------
-
-_VALUE_TYPES = (type(None), bool, int, float, str, bytes, DType, Enum)
-
-
-def _flatten(
-    value: Any, path: str, tensors: list[tuple[str, Tensor]], statics: list[tuple[str, Any]], split: bool = True
-) -> Any:
-    """A structure key for `value`; Tensors found are appended to `tensors`, other leaves to `statics` (`split`:
-    a sharded tensor is one entry per shard)."""
-    if isinstance(value, Tensor):
-        if split and isinstance(value.uop.device, tuple):  # sharded: each shard is an input (slot) of its own
-            if not _realize.is_realized(value.uop):
-                value.realize()
-            multi, shrink = value.uop, None
-            if multi.op is Ops.SHRINK and multi.src[0].op is Ops.MULTI:  # uneven shards: a prefix of padded shards
-                multi, shrink = multi.src[0], multi.arg
-            if multi.op is not Ops.MULTI:
-                raise JitError(f"{path}: a tensor on devices {value.uop.device} that is not sharded data")
-            for i, shard in enumerate(multi.src):
-                tensors.append((f"{path}<shard {i}>", Tensor(shard)))
-            return ("multi", multi.arg, len(multi.src), shrink)
-        tensors.append((path, value))
-        return "T"
-    if isinstance(value, UOp):
-        if value.op is not Ops.BIND:
-            raise TypeError(f"{path}: a UOp argument must be a bound Variable (Variable(name, lo, hi).bind(v))")
-        statics.append((path, value))  # its value changes per call; its Variable must not
-        return "V"
-    if isinstance(value, (list, tuple)) and not _is_value(value):
-        kind = type(value).__name__
-        return (kind, tuple(_flatten(v, f"{path}[{i}]", tensors, statics, split) for i, v in enumerate(value)))
-    if isinstance(value, dict) and not _is_value(value):
-        keys = sorted(value, key=repr)
-        return ("dict", tuple(keys), tuple(_flatten(value[k], f"{path}[{k!r}]", tensors, statics, split) for k in keys))
-    statics.append((path, value))
-    return "S"
-
-
-def _is_value(value: Any) -> bool:
-    """Whether `value` is compared by value (numbers, strings, dtypes, enums and containers of only those)."""
-    if isinstance(value, _VALUE_TYPES):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_value(v) for v in value)
-    if isinstance(value, dict):
-        return all(_is_value(k) and _is_value(v) for k, v in value.items())
-    return False
 
 
 class _Unchecked:
@@ -114,7 +63,7 @@ def _same_static(a: Any, b: Any) -> bool:
         return True
     if isinstance(b, UOp):  # a bound Variable: same Variable (name and bounds), any value
         return isinstance(a, UOp) and a.op is Ops.BIND and a.src[0] is b.src[0]
-    if _is_value(a) and _is_value(b):
+    if is_value(a) and is_value(b):
         return _value_equal(a, b)
     return a is b
 
@@ -129,11 +78,6 @@ def _value_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_value_equal(a[k], b[k]) for k in a)
     return bool(a == b)
-
-
-def _settings() -> tuple[tuple[str, Any], ...]:
-    """Settings that change the graph a function builds (compared at every replay)."""
-    return (("DEFAULT_FLOAT", DEFAULT_FLOAT.value), ("DEFAULT_INT", DEFAULT_INT.value), ("TRAINING", TRAINING.value))
 
 
 # ---- inputs -----------------------------------------------------------------------------------------------------
@@ -378,9 +322,9 @@ class TinyJit(Generic[ReturnType]):
         tensors: list[tuple[str, Tensor]] = []
         statics: list[tuple[str, Any]] = []
         structure = (
-            _flatten(tuple(args), "args", tensors, statics),
+            flatten(tuple(args), "args", tensors, statics),
             tuple(sorted(kwargs)),
-            tuple(_flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics) for k in sorted(kwargs)),
+            tuple(flatten(kwargs[k], f"kwargs[{k!r}]", tensors, statics) for k in sorted(kwargs)),
         )
         return structure, tensors, statics
 
@@ -402,7 +346,7 @@ class TinyJit(Generic[ReturnType]):
         recorder = _Recorder(self.name, start_unique)
         self._recorder_marker = recorder
         engine.capturing.append(recorder)
-        rng_start, outer_log = Tensor._rng_counter, _random.rng_log
+        rng_start, outer_log = _random.rng.counter, _random.rng_log
         rng_log: list[tuple[str, UOp, int, int]] = []
         _random.rng_log = rng_log
         try:
@@ -419,10 +363,10 @@ class TinyJit(Generic[ReturnType]):
         # random draws: their uploaded counters and seed are rewritten per replay (never pruned)
         self._rng = [(kind, engine.buffer_for(u), value - rng_start if kind == "counter" else 0, num)
                      for kind, u, value, num in rng_log]  # fmt: skip
-        self._rng_advance = Tensor._rng_counter - rng_start
+        self._rng_advance = _random.rng.counter - rng_start
         # what was returned: produced buffers become output slots
         returned: list[Tensor | None] = []
-        self._ret_structure = _flatten_return(ret, returned, self.name)
+        self._ret_structure = flatten_return(ret, returned, self.name)
         input_ids = {id(b): i for i, b in enumerate(input_buffers)}
         out_buffers: list[Any] = []
         out_uops: list[UOp] = []
@@ -475,7 +419,7 @@ class TinyJit(Generic[ReturnType]):
         self._written_weights = [weakref.ref(u) for u in weight_uops if id(engine.buffer_for(u)) in written]
         self._written_input_slots = [s for s in program.written_slots if s < len(input_buffers)]
         self._program, self._structure, self._inputs, self._statics = program, structure, inputs, statics
-        self._settings = _settings()
+        self._settings = graph_settings()
         self._outputs, self._out_slots, self._out_handed = outputs, out_buffers, handed
         self._stale = None
         return ret
@@ -502,7 +446,7 @@ class TinyJit(Generic[ReturnType]):
         state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
         state["fxn"] = None
         # objects compared by identity cannot exist after loading: those arguments are no longer checked
-        state["_statics"] = [(p, v if _is_value(v) or isinstance(v, UOp) else _UNCHECKED) for p, v in self._statics]
+        state["_statics"] = [(p, v if is_value(v) or isinstance(v, UOp) else _UNCHECKED) for p, v in self._statics]
         state["_weight_buffers"] = [
             engine.buffer_for(view_base(o.weight_uop)) for o in _leaf_outputs(self._outputs) if o.kind == "weight"
         ]  # fmt: skip
@@ -580,7 +524,7 @@ class TinyJit(Generic[ReturnType]):
                     f"{f}: {self._arg_name(path)} was {old!r} at capture and is {value!r} now; non-tensor arguments "
                     "are baked into the replay: pass a Tensor, or call f.reset()"
                 )
-        if (settings := _settings()) != self._settings:
+        if (settings := graph_settings()) != self._settings:
             for (name, now), (_, then) in zip(settings, self._settings, strict=True):
                 if now != then:
                     raise err(f"{f}: {name} is {now} now but was {then} at capture")
@@ -668,7 +612,7 @@ class TinyJit(Generic[ReturnType]):
             return out.weight_uop
 
         returned = [None if out is None else Tensor(build(out)) for out in self._outputs]
-        return _unflatten_return(self._ret_structure, iter(returned))
+        return unflatten_return(self._ret_structure, iter(returned))
 
     def _symbolic_input(self, path: str, t: Tensor, spec: _InputSpec, var_vals: dict[str, int]) -> UOp:
         """Check an input of symbolic shape against the capture (unbound: any values of its Variables), add its
@@ -699,11 +643,11 @@ class TinyJit(Generic[ReturnType]):
 
     def _redraw(self) -> None:
         """Write this replay's counters and seed into the captured random inputs, then advance the counter."""
-        start, seed = Tensor._rng_counter, Tensor._seed & 0xFFFFFFFFFFFFFFFF
+        start, seed = _random.rng.counter, _random.rng.seed & 0xFFFFFFFFFFFFFFFF
         for kind, buf, offset, num in self._rng:
             values = range(start + offset, start + offset + num) if kind == "counter" else [seed]
             buf.copyin(memoryview(array("Q", values)).cast("B"))
-        Tensor._rng_counter = start + self._rng_advance
+        _random.rng.counter = start + self._rng_advance
 
     def _settle_pending_readers(self, input_bases: list[UOp]) -> None:
         """Lazy tensors that read a buffer the replay writes are computed first: they keep the values they saw."""
@@ -752,40 +696,9 @@ def _describe(structure: Any) -> str:
     return "(" + ", ".join([f"{n} positional"] + [f"{k}=..." for k in kw_names]) + ")"
 
 
-def _flatten_return(ret: Any, out: list[Tensor | None], name: str) -> Any:
-    if ret is None:
-        out.append(None)
-        return "N"
-    if isinstance(ret, Tensor):
-        out.append(ret)
-        return "T"
-    if isinstance(ret, (list, tuple)):
-        if hasattr(ret, "_fields"):
-            return ("namedtuple", type(ret), tuple(_flatten_return(v, out, name) for v in ret))
-        return (type(ret).__name__, tuple(_flatten_return(v, out, name) for v in ret))
-    if isinstance(ret, dict):
-        keys = list(ret)
-        return ("dict", tuple(keys), tuple(_flatten_return(ret[k], out, name) for k in keys))
-    raise _jit_error()(
-        f"TinyJit({name}): return value contains a {type(ret).__name__}; only tensors (in lists, tuples, dicts) can "
-        "be returned"
-    )
-
-
-def _unflatten_return(structure: Any, it: Any) -> Any:
-    if structure in ("N", "T"):
-        return next(it)
-    if structure[0] == "namedtuple":
-        return structure[1](*(_unflatten_return(s, it) for s in structure[2]))
-    if structure[0] == "dict":
-        return {k: _unflatten_return(s, it) for k, s in zip(structure[1], structure[2], strict=True)}
-    items = [_unflatten_return(s, it) for s in structure[1]]
-    return tuple(items) if structure[0] == "tuple" else items
-
-
 def _realize_returned(ret: Any, name: str) -> None:
     returned: list[Tensor | None] = []
-    _flatten_return(ret, returned, name)
+    flatten_return(ret, returned, name)
     todo = [t for t in returned if t is not None]
     if todo:
         Tensor.realize(*todo)

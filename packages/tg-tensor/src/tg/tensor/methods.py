@@ -308,7 +308,7 @@ class TensorMethods:
     nonzero = _indexing.nonzero
 
     # random numbers and initialisers (random.py)
-    manual_seed = _on_tensor_class(_random.manual_seed)
+    manual_seed = staticmethod(_random.manual_seed)
     rand = _on_tensor_class(_random.rand)
     randn = _on_tensor_class(_random.randn)
     randint = _on_tensor_class(_random.randint)

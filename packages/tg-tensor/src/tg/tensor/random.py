@@ -27,9 +27,22 @@ if TYPE_CHECKING:
 rng_log: list[tuple[str, UOp, int, int]] | None = None
 
 
-def manual_seed(cls: type[Tensor], seed: int = 0) -> None:
+class _Stream:
+    """The default random stream: its seed and the counter of its next draw (`Tensor.manual_seed` sets the seed and
+    restarts the counter; TinyJit and @function renew their captured draws from it)."""
+
+    __slots__ = ("counter", "seed")
+
+    def __init__(self) -> None:
+        self.seed, self.counter = 0x5EED, 0
+
+
+rng = _Stream()
+
+
+def manual_seed(seed: int = 0) -> None:
     """Seed the generator and restart its counter: `Tensor.manual_seed(42)`."""
-    cls._seed, cls._rng_counter = int(seed), 0
+    rng.seed, rng.counter = int(seed), 0
 
 
 def _leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
@@ -40,9 +53,9 @@ def _random_bits(cls: type[Tensor], shape: tuple[int, ...], device: str | None) 
     """uint32 random bits of `shape` (one threefry evaluation per element)."""
     dev = canonical_device(device)
     num = math.prod(shape)
-    start = cls._rng_counter
-    cls._rng_counter += num
-    seed = cls._seed & 0xFFFFFFFFFFFFFFFF
+    start = rng.counter
+    rng.counter += num
+    seed = rng.seed & 0xFFFFFFFFFFFFFFFF
     seed_buf = from_bytes(array("Q", [seed]).tobytes(), (1,), dtypes.uint64, dev)
     if num >= DEVICE_INDEX_MIN:  # large draws: the first counter uploaded, the others computed on the device
         counter_buf = from_bytes(array("Q", [start]).tobytes(), (1,), dtypes.uint64, dev)

@@ -23,7 +23,7 @@ from tg.tensor import realize as _realize
 from tg.tensor import shapes as _shapes
 from tg.tensor import transcendental as _transcendental
 from tg.tensor.aliases import DTypeShortcuts
-from tg.tensor.args import Scalar, canonical_device, dtype_arg, pick
+from tg.tensor.args import Scalar, TensorBase, canonical_device, dtype_arg, pick
 from tg.tensor.data import (
     checked_scalar_value,
     from_numpy_dtype,
@@ -43,7 +43,7 @@ def _to_dtype(dtype: DType | str | None) -> DType | None:
     return dtype_arg(dtype)
 
 
-class Tensor(DTypeShortcuts, TensorMethods):
+class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
     """A lazy tensor on a device.
 
     >>> (Tensor([1.0, 2.0]) * 3).tolist()
@@ -53,8 +53,6 @@ class Tensor(DTypeShortcuts, TensorMethods):
     __slots__ = ("__weakref__", "_backward_done", "_bitcast_of", "_is_leaf", "_requires_grad", "_uop", "grad")
     _bitcast_of: Tensor  # set on a bitcast to another itemsize: the tensor its assigns write through to
     _backward_done: bool  # set by a backward() without retain_graph: a second one raises
-    _seed: int = 0x5EED
-    _rng_counter: int = 0
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ import math
 from tg.codegen.render.renderer import BLOCK_LOOP, Renderer
 from tg.ir.dtype import dtypes
 from tg.ir.ops import AxisType, Ops
+from tg.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tg.ir.uop import UOp
 
 BLOCK_ADD = 4  # loop iterations per level of a plain float sum
@@ -92,18 +93,14 @@ def _reduce(value: UOp, ranges: list[UOp]) -> UOp:
     return value.reduce(*sorted(ranges, key=lambda r: r.axis_id), arg=Ops.ADD) if ranges else value
 
 
+# one rule: a long float REDUCE(ADD) becomes nested block sums (afterwards every float sum's innermost REDUCE loop is
+# at most a block long; the new REDUCEs match the rule again and are left as they are). The context is the kernel's
+# _Blocker (its renderer and the next free axis id).
+pm_block_reduces = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lambda ctx, red: ctx.rewrite(red))])
+
+
 def block_reduces(ast: UOp, renderer: Renderer) -> UOp:
     """Rewrite every long float sum of kernel `ast` into nested block sums (see the module docstring)."""
-    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
-    if not reds:
+    if not any(u.op is Ops.REDUCE for u in ast.toposort()):
         return ast
-    blocker = _Blocker(ast, renderer)
-    memo: dict[UOp, UOp] = {}
-    for u in ast.toposort():
-        src = tuple(memo.get(s, s) for s in u.src)
-        v = u if src == u.src else u.replace(src=src)
-        if v.op is Ops.REDUCE and (new := blocker.rewrite(v)) is not None:
-            v = new
-        if v is not u:
-            memo[u] = v
-    return memo.get(ast, ast)
+    return graph_rewrite(ast, pm_block_reduces, ctx=_Blocker(ast, renderer), name="block reduces")

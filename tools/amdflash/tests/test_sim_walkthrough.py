@@ -124,6 +124,9 @@ def test_concurrent_sim_invocation_is_refused(tmp_path: Path) -> None:
     assert run("--sim", "--sim-state", state, "romsw", "info").code == 0
 
 
+# slow: a real signal to a flashing `--sim` process is test_interrupts.py's SIGTERM test by default, the interrupted
+# flash, its backup, journal and resume are test_e2e_cli.py's test_interrupted_flash_resumed
+@pytest.mark.slow
 def test_ctrl_c_during_sim_flash_then_resume(tmp_path: Path) -> None:
     """A real SIGINT in the middle of `romsw flash`: exit 130, resume hint, the state saved, no stray files."""
     import signal

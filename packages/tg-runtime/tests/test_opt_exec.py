@@ -277,3 +277,27 @@ def test_heuristic_vectorises_the_reduce_loop_of_a_matrix_vector_product() -> No
     wn, xn = rng.standard_normal(n * k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
     got = run(ast, "CPU", ren, opts, (f32, n), [wn, xn])
     np.testing.assert_allclose(got, wn.reshape(n, k) @ xn, rtol=1e-5, atol=1e-5)
+
+
+def test_heuristic_vectorises_the_output_axis_of_an_embedding_gradient() -> None:
+    """out[v, d] = sum_r (ids[r] == v) * g[r, d] (an embedding's weight gradient): the token ids run along the reduce
+    loop but the gradient rows along the output; vectorising the reduce would load g lane by lane, so the heuristic
+    UPCASTs the contiguous output axis instead (the char GPT's embedding gradient: 7.6 -> 3.5 ms, one thread)."""
+    v_n, d_n, r_n = 16, 32, 64
+    r0, r1, r2 = UOp.range(v_n, 0), UOp.range(d_n, 1), UOp.range(r_n, 2, AxisType.REDUCE)
+    ids, g, out = UOp.param(1, i32, r_n), UOp.param(2, f32, r_n * d_n), UOp.param(0, f32, v_n * d_n)
+    rows = g.index(r2 * d_n + r1).load()
+    picked = ids.index(r2).load().eq(r0.cast(i32)).where(rows, rows.const_like(0.0))
+    ast = UOp.sink(out.index(r0 * d_n + r1).store(picked.reduce(r2)).end(r0, r1))
+    ren = cpu_renderer(2)
+    if not ren.vector_bytes:
+        pytest.skip("needs a compiler target with vectors")
+    opts = list(apply_opts(ast, ren)[1])
+    assert any(o.arg[1] is AxisType.UPCAST for o in opts), [str(o) for o in opts]
+    assert not any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts), [str(o) for o in opts]
+    rng = np.random.default_rng(0)
+    idn, gn = rng.integers(0, v_n, r_n).astype(np.int32), rng.standard_normal(r_n * d_n).astype(np.float32)
+    got = run(ast, "CPU", ren, opts, (f32, v_n * d_n), [idn, gn])
+    want = np.zeros((v_n, d_n), np.float32)
+    np.add.at(want, idn, gn.reshape(r_n, d_n))
+    np.testing.assert_allclose(got, want.ravel(), rtol=1e-5, atol=1e-5)

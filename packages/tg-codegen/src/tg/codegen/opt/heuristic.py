@@ -121,7 +121,11 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         red_r = reduces[0].src[-1]  # the innermost reduce loop (convolutions reduce over several axes)
         nested = len(reduces[0].src) > 2  # the outer reduce loops make up the length: one vector of lanes is enough
         loads = [u for u in reduces[0].src[0].toposort() if u.op is Ops.LOAD]
-        if any(index_stride(ld.src[0].src[1], red_r) == 1 for ld in loads):
+
+        # vectorise the reduce loop unless that gathers more loads than vectorising the contiguous output axis (an
+        # embedding's gradient: the token ids run along the reduce, the gradient rows along the output)
+        along_reduce = any(index_stride(ld.src[0].src[1], red_r) == 1 for ld in loads)
+        if along_reduce and (contiguous_out is None or _gathers(loads, red_r) <= _gathers(loads, contiguous_out)):
             size = const_size(red_r)
             if (dot := _dot_tile(k, reduces[0], out_axes, lanes)) is not None:
                 return _threads(dot, work)
@@ -149,6 +153,11 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
                 k = k.split_axis(contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                 break
     return _threads(k, work)
+
+
+def _gathers(loads: list[UOp], r: UOp) -> int:
+    """How many of `loads` move with `r` but not contiguously (vectorising r would load them lane by lane)."""
+    return sum(r in _ranges(ld.src[0].src[1]) and index_stride(ld.src[0].src[1], r) != 1 for ld in loads)
 
 
 def _dot_tile(k: OptKernel, red: UOp, out_axes: list[UOp], lanes: int) -> OptKernel | None:

@@ -26,6 +26,7 @@ from tg.codegen.lower.structure import build_accumulator, combine, identity_elem
 from tg.codegen.render.renderer import CORE_ID, Renderer
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import AxisType, GroupOp, Ops
+from tg.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tg.ir.symbolic import affine
 from tg.ir.uop import UOp
 
@@ -317,25 +318,25 @@ class Expander:
         return ret
 
 
+def _ranges_listed(ctx: dict[UOp, tuple[UOp, tuple[UOp, ...]]], u: UOp) -> UOp | None:
+    if not any(r in ctx for r in u.src[1:]):
+        return None
+    rngs = [x for r in u.src[1:] for x in (ctx[r][1] if r in ctx else (r,))]
+    return u.replace(src=(u.src[0], *rngs)) if rngs else u.src[0]
+
+
+# ranges replaced by expressions (ctx: range -> (expression, the ranges that take its place in range lists)); applied
+# top-down, so a REDUCE/END still sees its own ranges: afterwards no replaced range is left anywhere, and a
+# REDUCE/END left without ranges is just its value
+pm_substitute_ranges = PatternMatcher([
+    (UPat((Ops.REDUCE, Ops.END), name="u"), _ranges_listed),
+    (UPat(Ops.RANGE, name="r"), lambda ctx, r: ctx[r][0] if r in ctx else None),
+])  # fmt: skip
+
+
 def _substitute_ranges(root: UOp, sub: dict[UOp, tuple[UOp, tuple[UOp, ...]]]) -> UOp:
     """Replace ranges by expressions; in REDUCE/END range lists, by the given ranges."""
-    memo: dict[UOp, UOp] = {}
-    for u in root.toposort():
-        if u in sub:
-            memo[u] = sub[u][0]
-            continue
-        if u.op in (Ops.REDUCE, Ops.END):
-            rngs: list[UOp] = []
-            for r in u.src[1:]:
-                rngs.extend(sub[r][1] if r in sub else (memo[r],))
-            if not rngs:
-                memo[u] = memo[u.src[0]]
-                continue
-            src = (memo[u.src[0]], *rngs)
-        else:
-            src = tuple(memo[s] for s in u.src)
-        memo[u] = u if src == u.src else u.replace(src=src)
-    return memo[root]
+    return graph_rewrite(root, pm_substitute_ranges, ctx=sub, bottom_up=True, name="substitute ranges")
 
 
 def expand_kernel(sink: UOp, renderer: Renderer, regs: Iterator[int]) -> UOp:

@@ -6,7 +6,8 @@ From the renderer: W = lanes of its widest vector for the kernel's dtype, R = ve
 - matmul-like with the reduce axis contiguous in both operands and no output axis a vector width divides (a
   convolution's weight gradient, (Cout, Cin, 3, 3)): GROUP_REDUCE the reduce axis by W and UPCAST an output axis of
   each operand, MR x NR independent accumulators;
-- other reductions over a contiguous axis: GROUP_REDUCE the reduce axis by 4W (4 vector accumulators; a short nested
+- other reductions over a contiguous axis (when vectorising it gathers no more loads lane by lane than vectorising
+  the contiguous output axis would): GROUP_REDUCE the reduce axis by 4W (4 vector accumulators; a short nested
   reduce that allows fewer also UPCASTs an output axis some load does not use);
   over a strided axis: UPCAST the contiguous output axis by W and UNROLL the reduce by 4;
 - elementwise: UPCAST the contiguous output axis by W (2W when large);

@@ -245,10 +245,17 @@ def _unstore_cheap(plan: Plan) -> None:
         if len(x.src) == 1 and not cost and x.op is not Ops.REDUCE_AXIS:
             region = seen.get(x.src[0], empty)  # a view or free op: its source's region as it is (no new object)
         else:
-            srcs = [seen.get(s, empty) for s in x.src]
-            bufs = _cap(frozenset().union(*[r.buffers for r in srcs])) if srcs else frozenset()
-            reduces = (x.op is Ops.REDUCE_AXIS and bool(bufs)) or any(r.reduces_buffer for r in srcs)
-            region = policy.Region(bufs, reduces, min(cap, cost + sum(r.cost for r in srcs)))
+            bufs: frozenset[UOp] = frozenset()
+            reduces = False
+            for s in x.src:
+                r = seen.get(s, empty)
+                if (b := r.buffers) and b is not bufs:  # sources often share one set: no new set then
+                    bufs = b if not bufs else bufs | b
+                reduces = reduces or r.reduces_buffer
+                cost += r.cost
+            bufs = _cap(bufs)
+            reduces = reduces or (x.op is Ops.REDUCE_AXIS and bool(bufs))
+            region = policy.Region(bufs, reduces, min(cap, cost))
         if (st := stores.get(x)) is not None and st.removable and not policy.keep_candidate(region, st):
             del stores[x]  # C1: recompute at each consumer
         seen[x] = policy.Region(frozenset({x})) if x in stores else region

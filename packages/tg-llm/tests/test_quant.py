@@ -92,19 +92,21 @@ def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Pat
         np.testing.assert_array_equal(weight.data.numpy().view(np.uint8).reshape(-1), raw)
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "F16", "BF16"])
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "Q6_K", "F16", "BF16"])
 def test_packed_weights_dequantize_bit_exact(generator: ModuleType, name: str) -> None:
-    """The uint32-word layouts linear() reads (Q8_0 repacked, Q4_K and F16/BF16 as words) give the reference values
-    exactly, float16 subnormals, infinities, NaN and signed zeros included."""
+    """The uint32-word layouts linear() reads (Q8_0 and Q6_K repacked, Q4_K and F16/BF16 as words) give the reference
+    values exactly, float16 subnormals, infinities, NaN and signed zeros included."""
     import gguf
 
     rows, cols = 6, 64
-    if name == "Q4_K":
+    if name in ("Q4_K", "Q6_K"):
         cols = 512
-        blocks = random_blocks(generator, name, rows * cols // 256).reshape(rows, -1, 144)
-        dense = gguf.quants.dequantize(blocks.reshape(rows, -1), gguf.GGMLQuantizationType.Q4_K)
-        weight = Weight(Tensor(blocks), 12, rows, cols)
-        assert weight.data.dtype is dtypes.uint32 and weight.nbytes == blocks.nbytes
+        ggml_type, block_bytes = TYPES[name]
+        blocks = random_blocks(generator, name, rows * cols // 256).reshape(rows, -1, block_bytes)
+        dense = gguf.quants.dequantize(blocks.reshape(rows, -1), gguf.GGMLQuantizationType[name])
+        weight = Weight(Tensor(blocks), ggml_type, rows, cols)
+        assert weight.data.dtype is dtypes.uint32
+        assert weight.nbytes == (blocks.nbytes if name == "Q4_K" else rows * cols)  # Q6_K: 256 bytes per block
     elif name == "Q8_0":
         blocks = random_blocks(generator, name, rows * cols // 32).reshape(rows, -1, 34)
         blocks[0, 0, :2] = np.array([0x0001], np.uint16).view(np.uint8)  # a subnormal scale

@@ -74,6 +74,13 @@ class Weight:
 
     def dequantize(self) -> Tensor:
         """The float32 values (rows, cols), lazily (fuses into whatever consumes them)."""
+        if _is_words(self.data, self.ggml_type) and self.ggml_type == 14:
+            words, scales = _q6_k_words(self.data, self.rows, self.cols)
+            parts = (_q6_k_values(words, h, k, i) for h in range(2) for k in range(4) for i in range(4))
+            q = Tensor.stack(*parts, dim=-1).reshape(self.rows, -1, 8, 2, 4, 4)  # (rows, blocks, u, h, k, i)
+            q = q.permute(0, 1, 3, 4, 2, 5).reshape(self.rows, -1, 2, 4, 2, 16)  # value 128h + 32k + 4u + i
+            values = scales.reshape(self.rows, -1, 2, 4, 2, 1) * q.cast(dtypes.float32)
+            return values.reshape(self.rows, self.cols)
         if _is_words(self.data, self.ggml_type) and self.ggml_type == 12:
             down = Tensor([1, 1 << 8, 1 << 16, 1 << 24], dtype=dtypes.uint32, device=self.data.device)
             blocks = ((self.data.unsqueeze(-1) // down) & 255).cast(dtypes.uint8).reshape(self.rows, -1, 144)
@@ -103,11 +110,14 @@ class Weight:
 #   scales and mins, words 4 + 8c + u (c < 4, u < 8) bytes i of nibbles: low nibble = value 64c + 4u + i, high
 #   = 64c + 32 + 4u + i; the input is permuted once to that order (one small kernel), so the 8 words u meet 8
 #   consecutive inputs;
-# - F32, Q6_K (210-byte blocks are not word-aligned): as stored.
+# - Q6_K (210-byte blocks are not word-aligned): repacked once at load into one uint32 buffer: the 192 bytes of low
+#   nibbles and high bits as (rows, blocks, 48) words, followed by the 16 group scales d * scale as float32 (rows,
+#   blocks, 16): 256 bytes per 256 weights instead of 210; the input is permuted once into the words' order;
+# - F32: as stored.
 
 
 def _is_words(data: Tensor, ggml_type: int) -> bool:
-    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 12)
+    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 12, 14)
 
 
 def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
@@ -122,6 +132,14 @@ def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
         q = blocks[..., 2:34].cast(dtypes.uint32).reshape(rows, cols // 32, 4, 8)  # value 8i + w
         words = q[:, :, 0] | (q[:, :, 1] << 8) | (q[:, :, 2] << 16) | (q[:, :, 3] << 24)
         scales = _f16_at(blocks, 0).bitcast(dtypes.uint32)
+        return Tensor.cat(words.reshape(-1), scales.reshape(-1)).contiguous().realize()
+    if ggml_type == 14:
+        blocks = data.reshape(rows, cols // 256, 210)
+        b = blocks[..., :192].reshape(rows, cols // 256, 48, 4).cast(dtypes.uint32)
+        words = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+        scales = (_f16_at(blocks, 208) * blocks[..., 192:208].bitcast(dtypes.int8).cast(dtypes.float32)).bitcast(
+            dtypes.uint32
+        )
         return Tensor.cat(words.reshape(-1), scales.reshape(-1)).contiguous().realize()
     if ggml_type == 12:
         b = data.reshape(rows, cols // 256, 36, 4).cast(dtypes.uint32)
@@ -159,6 +177,47 @@ def _q8_0_words(data: Tensor, rows: int, cols: int) -> tuple[Tensor, Tensor]:
     nb = cols // 32
     n = rows * nb * 8
     return data[:n].reshape(rows, nb, 8), data[n:].bitcast(dtypes.float32).reshape(rows, nb)
+
+
+def _q6_k_words(data: Tensor, rows: int, cols: int) -> tuple[Tensor, Tensor]:
+    """A packed Q6_K buffer as (words (rows, blocks, 48) uint32, group scales (rows, blocks, 16) float32)."""
+    nb = cols // 256
+    n = rows * nb * 48
+    return data[:n].reshape(rows, nb, 48), data[n:].bitcast(dtypes.float32).reshape(rows, nb, 16)
+
+
+def _q6_k_values(words: Tensor, h: int, k: int, i: int) -> Tensor:
+    """The signed 6-bit values 128h + 32k + 4u + i (u < 8, the last axis) of Q6_K words, int32 (rows, blocks, 8):
+    a nibble of the low-bits words (low for k < 2, high after) joined with 2 bits of the high-bits words."""
+    low = words[..., 16 * h + 8 * (k % 2) : 16 * h + 8 * (k % 2) + 8]
+    high = words[..., 32 + 8 * h : 40 + 8 * h]
+    q = ((low >> (8 * i + 4 * (k // 2))) & 15) | (((high >> (8 * i + 2 * k)) & 3) << 4)
+    return q.bitcast(dtypes.int32) - 32
+
+
+def _q6_k_linear(x: Tensor, w: Weight) -> Tensor:
+    """x @ w.T for packed Q6_K (see the layout table): one reduction over (block, word u) of the 8 (h, k) groups of
+    32 values' `scale * sum_i x * q`; a word's 4 values share one of two scales (u < 4 or not), picked per lane."""
+    words, scales = _q6_k_words(w.data, w.rows, w.cols)
+    nb = w.cols // 256
+    lead = x.shape[:-1]
+    L = len(lead)
+    # inputs in the words' order: (block, h, k, byte i, word u) from value 128h + 32k + 4u + i
+    xp = x.reshape(*lead, nb, 2, 4, 8, 4).permute(*range(L), L, L + 1, L + 2, L + 4, L + 3).contiguous().unsqueeze(L)
+    upper = Tensor.arange(8, device=words.device) >= 4  # lanes u of the second 16 values of a group of 32
+    total: Tensor | None = None
+    for h in range(2):
+        for k in range(4):
+            j = 8 * h + 2 * k
+            dot: Tensor | None = None
+            for i in range(4):
+                term = xp[..., h, k, i, :] * _q6_k_values(words, h, k, i).cast(dtypes.float32)
+                dot = term if dot is None else dot + term
+            assert dot is not None
+            scale = upper.where(scales[..., j + 1 : j + 2], scales[..., j : j + 1])
+            total = scale * dot if total is None else total + scale * dot
+    assert total is not None
+    return total.sum((-2, -1)).contiguous()
 
 
 def _q4_k_linear(x: Tensor, w: Weight) -> Tensor:
@@ -299,6 +358,8 @@ def linear(x: Tensor, w: Weight) -> Tensor:
     if _is_words(w.data, w.ggml_type):
         if w.ggml_type == 12:
             return _q4_k_linear(x, w)
+        if w.ggml_type == 14:
+            return _q6_k_linear(x, w)
         if w.ggml_type == 8:
             words, scales = _q8_0_words(w.data, w.rows, w.cols)
             nb = w.cols // 32

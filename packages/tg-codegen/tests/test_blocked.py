@@ -130,3 +130,18 @@ def test_loops_over_blocks_render_rolled() -> None:
     assert "#pragma" not in get_program(row_sums(2, SHORT_LOOP), ClangRenderer(), []).src.replace(
         "#pragma STDC FP_CONTRACT", "")  # fmt: skip
     assert "#pragma GCC unroll" not in get_program(row_sums(2, 4096), PythonRenderer(), []).src
+
+
+def test_only_the_innermost_loop_of_a_sum_is_blocked() -> None:
+    """A sum over two long REDUCE loops (a convolution's weight gradient over 26x26 positions) splits its innermost
+    loop into blocks once; the outer loop stays one loop of 26 (the REDUCEs a rewrite makes are not rewritten again:
+    the rule table once re-blocked them, changing the generated code)."""
+    i, ro, ri = UOp.range(2, 0), UOp.range(26, 1, AxisType.REDUCE), UOp.range(26, 2, AxisType.REDUCE)
+    v = UOp.param(1, f32, 2 * 26 * 26).index(i * 676 + ro * 26 + ri).load().reduce(ro, ri, arg=Ops.ADD)
+    ast = UOp.sink(UOp.param(0, f32, 2).index(i).store(v).end(i))
+    blocked = block_reduces(ast, ClangRenderer())
+    loops = sorted(int(u.src[0].arg) for u in blocked.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE)
+    assert loops == [2, 2, 4, 4, 26], loops  # the inner 26: blocks of 4 over blocks of 4, tails of 2; the outer: one
+    a = [random.Random(5).random() for _ in range(2 * 676)]
+    got = evaluate(blocked, {0: [0.0] * 2, 1: a})
+    assert got == pytest.approx([math.fsum(a[:676]), math.fsum(a[676:])], rel=1e-12)

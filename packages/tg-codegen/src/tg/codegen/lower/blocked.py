@@ -40,6 +40,7 @@ class _Blocker:
     def __init__(self, ast: UOp, renderer: Renderer) -> None:
         self.ren = renderer
         self.next_id = 1 + max((u.axis_id for u in ast.toposort() if u.op is Ops.RANGE), default=-1)
+        self.done: set[UOp] = set()  # REDUCEs made by a rewrite
 
     def new_range(self, size: int, over_blocks: bool) -> UOp:
         self.next_id += 1
@@ -57,7 +58,7 @@ class _Blocker:
         return max(2, BLOCK_FMA // per_iter), max(2, SHORT_FMA_CHAIN // per_iter)
 
     def rewrite(self, red: UOp) -> UOp | None:
-        if red.arg is not Ops.ADD or not dtypes.is_float(red.dtype.scalar()):
+        if red in self.done or red.arg is not Ops.ADD or not dtypes.is_float(red.dtype.scalar()):
             return None
         loops = [r for r in red.src[1:] if r.axis_type is AxisType.REDUCE and _const_size(r) is not None]
         if not loops:
@@ -69,7 +70,11 @@ class _Blocker:
             return None
         inner_extra = [x for x in red.src[1:] if x.axis_type is AxisType.UNROLL]
         outer = [x for x in red.src[1:] if x is not r and x not in inner_extra]
-        return self.split(red.src[0], r, n, b, inner_extra, outer, over_blocks=False)
+        ret = self.split(red.src[0], r, n, b, inner_extra, outer, over_blocks=False)
+        # one rewrite per REDUCE: the REDUCEs of the result (new ones, and copies of nested ones already rewritten)
+        # are not rewritten again (its outer REDUCE may still hold other long REDUCE loops: they stay as they are)
+        self.done.update(u for u in ret.toposort() if u.op is Ops.REDUCE)
+        return ret
 
     def split(self, value: UOp, r: UOp, n: int, b: int, inner_extra: list[UOp], outer: list[UOp],
               over_blocks: bool) -> UOp:  # fmt: skip
@@ -94,8 +99,8 @@ def _reduce(value: UOp, ranges: list[UOp]) -> UOp:
 
 
 # one rule: a long float REDUCE(ADD) becomes nested block sums (afterwards every float sum's innermost REDUCE loop is
-# at most a block long; the new REDUCEs match the rule again and are left as they are). The context is the kernel's
-# _Blocker (its renderer and the next free axis id).
+# at most a block long; the REDUCEs of a result are not rewritten again). The context is the kernel's _Blocker (its
+# renderer, the next free axis id and the REDUCEs it made).
 pm_block_reduces = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lambda ctx, red: ctx.rewrite(red))])
 
 

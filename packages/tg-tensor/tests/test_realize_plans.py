@@ -218,3 +218,15 @@ def test_a_constant_that_equals_the_bound_value_still_counts(device):
     for n in (3, 5, 7, 3, 5):
         np.testing.assert_array_equal((a * (var.bind(n) + n)).numpy(), [2.0 * n, 4.0 * n])
         np.testing.assert_array_equal((a * (var.bind(n) + 4)).numpy(), [n + 4.0, 2.0 * (n + 4)])
+
+
+def test_a_plan_made_under_one_dev_is_not_replayed_under_another() -> None:
+    """`CPU` opens plain CPU or HCQ+CPU depending on DEV: a plan recorded under one (its launcher bound to that device)
+    must not run the other's buffers (it did: HCQ+CPU's launcher got plain CPU host memory, an AttributeError; a
+    mock AMD plan ran on another mock's memory)."""
+    for dev in ["HCQ+CPU", "", "HCQ+CPU", "CPU:CLANG:x86-64-v2", ""]:
+        with Context(DEV=dev):
+            x = Tensor(np.arange(4, dtype=np.float32))
+            for _ in range(3):
+                x = (x + 1).realize()
+            np.testing.assert_array_equal(x.numpy(), np.arange(4, dtype=np.float32) + 3)

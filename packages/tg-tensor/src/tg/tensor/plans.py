@@ -34,6 +34,7 @@ from typing import Any
 
 from tg.ir import Ops, UOp
 from tg.ir.dtype import DType
+from tg.ir.helpers import DEV
 
 # hits: realizes that ran a stored plan; misses: realizes that scheduled (and stored a plan when they could)
 stats = {"hits": 0, "misses": 0}
@@ -233,7 +234,9 @@ def _lookup_key(st: Structure) -> tuple[Any, ...] | None:
     if rt.cache.generation != _generation:  # clear_schedule_cache() was called: plans go with the templates
         _plans.clear()
         _generation = rt.cache.generation
-    return (rt.schedule.switches(), rt.memory.NO_MEMORY_PLANNER.value, st.key)
+    # DEV picks which device a name opens (`CPU` is plain CPU or HCQ+CPU, `AMD` a mock over KFD, PCI or USB): a plan
+    # holds launchers bound to those devices, so it is kept apart per DEV
+    return (rt.schedule.switches(), rt.memory.NO_MEMORY_PLANNER.value, DEV.value, st.key)
 
 
 def realize(sink: UOp, st: Structure) -> dict[UOp, UOp]:

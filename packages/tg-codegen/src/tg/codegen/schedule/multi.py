@@ -178,12 +178,14 @@ def allreduce(op: Ops, parts: Sequence[UOp]) -> tuple[UOp, ...]:
     if n == 1:
         return tuple(parts)
     if not _use_ring(n, numel) or numel < n:
+        # every device combines the parts in the same order (device 0's first): float sums then agree bit for bit
+        # across the replicas, which a data-parallel step needs (own-part-first orders drift apart from 3 devices on)
         out = []
-        for j, pj in enumerate(parts):
-            acc = pj
-            for i, pi in enumerate(parts):
-                if i != j:
-                    acc = _combine(op, acc, _to_device(pi, str(pj.device)))
+        for pj in parts:
+            here = [pi if pi is pj else _to_device(pi, str(pj.device)) for pi in parts]
+            acc = here[0]
+            for pi in here[1:]:
+                acc = _combine(op, acc, pi)
             out.append(acc)
         return tuple(out)
     # ring: flatten, split into n chunks (multiples of `factor` elements), reduce-scatter then all-gather

@@ -165,6 +165,28 @@ def test_muon_torch_compatible_matches_torch() -> None:
     np.testing.assert_allclose(ours - W0, w.detach().numpy() - W0, rtol=0.03, atol=3e-3)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_adam_over_several_parameters_matches_numpy_each(fused: bool) -> None:
+    """The step's shared state (the powers of b1, b2 and the bias corrections built once per step) serves every
+    parameter: three parameters, each with its own loss term, each follow numpy's Adam over 5 steps."""
+    scales = (1.0, -0.5, 2.0)
+    ws = [Tensor(W0 * c, requires_grad=True) for c in scales]
+    opt = optim.Adam(ws, lr=0.01, fused=fused)
+    target = Tensor(TARGET)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        sum(((((w - target) ** 3) / 3 + w.square()).sum() for w in ws), Tensor(0.0)).backward()
+        opt.step()
+    for w, c in zip(ws, scales, strict=True):
+        x, m, v = (W0 * c).astype(np.float64), 0.0, 0.0
+        for t in range(1, STEPS + 1):
+            g = grad_of(x)
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            x = x - 0.01 * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        np.testing.assert_allclose(w.numpy(), x, rtol=2e-5, atol=1e-6)
+
+
 def test_muon_rejects_vectors_and_orthogonalises() -> None:
     with pytest.raises(ValueError, match="matrices only"):
         optim.Muon([Tensor([1.0, 2.0], requires_grad=True)])

@@ -264,6 +264,8 @@ class LAMB(Optimizer):
     def _step_shared(self) -> list[Tensor]:
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
+        # this step's bias corrections, built once for all parameters (the same graph each `_update` built for itself)
+        self._corrections = (1 - self.b1_t, 1 - self.b2_t)
         return [self.b1_t, self.b2_t]
 
     def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
@@ -274,7 +276,8 @@ class LAMB(Optimizer):
             g = g + self.weight_decay * wf
         m.assign(m * self.b1 + g * (1 - self.b1))
         v.assign(v * self.b2 + g.square() * (1 - self.b2))
-        update = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)  # b1_t, b2_t: this step's powers
+        c1, c2 = self._corrections  # 1 - b1_t, 1 - b2_t with this step's powers (set by `_step_shared`)
+        update = (m / c1) / ((v / c2).sqrt() + self.eps)
         if self.weight_decay and self.decoupled:
             update = update + self.weight_decay * wf
         if not self.adam:

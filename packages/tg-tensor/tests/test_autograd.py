@@ -262,3 +262,29 @@ def test_tiny_mlp_loss_falls(device):
         Tensor.realize(w1, w2)
         losses.append(loss.item())
     assert losses[-1] < losses[0] * 0.9, losses
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tanh_gradient_from_its_result_at_the_edges(dtype: str, device: str) -> None:
+    # tanh's gradient is built from its result (1 - y^2 below |x| 0.55, 4e / (1 + e)^2 with e = exp(-2|x|) above),
+    # not node by node through its series and exp: values vs float64 numpy at 0, tiny, the series' edge, large |x|
+    # (exactly 0 once e underflows), +-inf (0) and NaN (NaN)
+    x = np.array([0, 1e-8, -0.3, 0.549, 0.551, 1.0, -2.5, 5.0, 9.0, -20.0, 1e30, np.inf, -np.inf, np.nan], dtype)
+    xt = Tensor(x, device=device, requires_grad=True)
+    r = np.linspace(-2, 2, x.size).astype(dtype)
+    (xt.tanh() * Tensor(r, device=device)).sum().backward()
+    assert xt.grad is not None and xt.grad.dtype == xt.dtype
+    with np.errstate(over="ignore"):
+        ref = r.astype(np.float64) / np.cosh(x.astype(np.float64)) ** 2
+    rtol = 2e-6 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(xt.grad.numpy(), ref, rtol=rtol, atol=0)
+
+
+def test_tanh_second_derivative(device: str) -> None:
+    x = np.array([-3.0, -0.7, -0.2, 0.0, 0.3, 0.6, 2.0])
+    xt = Tensor(x, device=device, requires_grad=True)
+    (g,) = xt.tanh().sum().gradient(xt)
+    (gg,) = g.sum().gradient(xt)
+    y = np.tanh(x)
+    np.testing.assert_allclose(g.numpy(), 1 - y * y, rtol=1e-13)
+    np.testing.assert_allclose(gg.numpy(), -2 * y * (1 - y * y), rtol=1e-12, atol=1e-15)

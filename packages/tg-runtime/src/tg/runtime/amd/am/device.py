@@ -140,7 +140,6 @@ class AMDev:
 
     # ---- registers -------------------------------------------------------------------------------------------------
 
-
     def log(self, msg: str) -> None:
         """Bring-up progress at DEBUG>=2 (the IP blocks report through their device, so they never import this
         module)."""
@@ -148,6 +147,7 @@ class AMDev:
 
         if DEBUG.value >= 2:
             print(f"am {self.name}: {msg}")
+
     def _discover(self) -> None:
         self.vram_size = self.rreg(RCC_CONFIG_MEMSIZE) << 20
         if self.vram_size == 0:

@@ -424,7 +424,9 @@ def test_reset_frees_memory_and_recaptures_a_new_shape() -> None:
         f(realized([1.0] * 1000))
     f.reset()
     gc.collect()
-    assert GlobalCounters.mem_used == before
+    # at most the start: a buffer another test left to the garbage collector may be freed meanwhile (64 bytes in a
+    # random-order CI run); what this checks would keep >= 4 KB more
+    assert GlobalCounters.mem_used <= before
     for _ in range(3):
         assert f(realized([1.0] * 6)).tolist() == [4.0] * 6
     assert f.cnt == 3

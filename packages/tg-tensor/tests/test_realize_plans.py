@@ -171,7 +171,9 @@ def test_a_plan_does_not_keep_the_buffers_of_the_realize_it_was_made_from() -> N
     assert plans.stats["hits"] > 0
     del x, y, z
     gc.collect()
-    assert GlobalCounters.mem_used == before
+    # at most the start: a buffer another test left to the garbage collector may be freed meanwhile (64 bytes in a
+    # random-order CI run); what this checks would keep >= 4 KB more
+    assert GlobalCounters.mem_used <= before
 
 
 def test_a_loop_over_the_values_of_one_variable_runs_one_plan(device, rng):

@@ -3,9 +3,11 @@ installed; lr changes, state dicts, frozen tensors, OptimizerGroup, and a tiny m
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -379,3 +381,109 @@ def test_fused_step_runs_fewer_kernels() -> None:
             opt.step()
         counts[fused] = GlobalCounters.kernel_count - before
     assert counts[True] < counts[False], counts
+
+
+def _train_replayed(make: Callable[[list[Tensor]], optim.Optimizer], steps: int, replay: int) -> list[np.ndarray]:
+    from tg.tensor import Context
+
+    with Context(OPTIM_REPLAY=replay):
+        rng = np.random.default_rng(7)
+        params = [Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in [(5, 3), (3,)]]
+        opt = make(params)
+        target = Tensor(rng.standard_normal((2, 3)).astype(np.float32))
+        x = Tensor(rng.standard_normal((2, 5)).astype(np.float32))
+        for _ in range(steps):
+            opt.zero_grad()
+            (((x @ params[0] + params[1]) - target) ** 2).mean().backward()
+            opt.step()
+        return [p.numpy() for p in params]
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum_nesterov_wd", "adam", "lamb"])
+def test_eager_step_replays_its_update_bit_identically(name: str) -> None:
+    """An eager step realizes forward and gradients, then runs the update as a captured program (built on the first
+    two steps of a structure): the parameters equal those of the step that builds the update graph every time."""
+    make = functools.partial(FUSED_CASES[name], f=False)
+    replayed, rebuilt = _train_replayed(make, 6, 1), _train_replayed(make, 6, 0)
+    for a, b in zip(replayed, rebuilt, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_eager_step_builds_no_update_graph_once_captured() -> None:
+    w = Tensor(W0.copy(), requires_grad=True)
+    opt = optim.Adam([w], lr=0.01)
+    target = Tensor(TARGET)
+
+    def step() -> Tensor:
+        opt.zero_grad()
+        loss = (((w - target) ** 3) / 3 + w.square()).sum()
+        loss.backward()
+        opt.step(loss)
+        return loss
+
+    ref = run_tg(lambda p: optim.Adam(p, lr=0.01))
+    for _ in range(2):
+        step()
+    with patch.object(opt, "schedule_step", side_effect=AssertionError("graph rebuilt")):
+        for _ in range(STEPS - 2):
+            step()
+    np.testing.assert_array_equal(w.numpy(), ref)
+    assert opt.step_count.item() == STEPS
+
+
+def test_eager_step_keeps_lazy_readers_and_recaptures_on_new_structure() -> None:
+    """A lazy tensor that reads a parameter keeps the value from before the step; a step where a parameter has no
+    gradient is another structure (that parameter stays unchanged), and the earlier one replays again after it."""
+    a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
+    opt = optim.SGD([a, b], lr=0.5)
+    for i in range(4):
+        opt.zero_grad()
+        (a * b).sum().backward()
+        before = a * 10  # lazy: reads a's buffer, which the update overwrites
+        a_then = a.numpy()
+        opt.step()
+        np.testing.assert_array_equal(before.numpy(), a_then * 10, err_msg=f"step {i}")
+    a_now, b_now = a.numpy(), b.numpy()
+    opt.zero_grad()
+    (a * 2).sum().backward()  # b gets no gradient
+    opt.step()
+    np.testing.assert_array_equal(b.numpy(), b_now)
+    np.testing.assert_allclose(a.numpy(), a_now - 0.5 * 2)
+    a_now = a.numpy()
+    opt.zero_grad()
+    (a * b).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(a.numpy(), a_now - 0.5 * b_now)
+    np.testing.assert_allclose(b.numpy(), b_now - 0.5 * a_now)
+
+
+def test_eager_step_after_load_state_dict_and_inside_jit() -> None:
+    """Loading state writes the optimizer's buffers in place (a replay sees it); inside a TinyJit the step is one
+    schedule with the forward pass, and the two ways of stepping give the same parameters."""
+    from tg.tensor import TinyJit
+
+    def train(jit: bool) -> np.ndarray:
+        w = Tensor(W0.copy(), requires_grad=True)
+        opt = optim.Adam([w], lr=0.01)
+        target = Tensor(TARGET)
+
+        def step() -> Tensor:
+            opt.zero_grad()
+            loss = (((w - target) ** 3) / 3 + w.square()).sum()
+            loss.backward()
+            opt.step()
+            return loss.realize()
+
+        fn = TinyJit(step) if jit else step
+        for _ in range(4):
+            fn()
+        saved = {k: Tensor(v.numpy()) for k, v in opt.state_dict().items()}
+        fn()
+        opt.load_state_dict(saved)  # back to the state after 4 steps
+        w.assign(Tensor(W0.copy())).realize()
+        for _ in range(3):
+            fn()
+        assert opt.step_count.item() == 7
+        return w.numpy()
+
+    np.testing.assert_array_equal(train(False), train(True))

@@ -210,6 +210,8 @@ TG_MOCKGPU_FAULT_VA = ContextVar("TG_MOCKGPU_FAULT_VA", "")
 TRAINING = ContextVar("TRAINING", 0)
 # default of every optimizer's `fused=` (tg.tensor.nn.optim)
 FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
+# 0: an eager optimizer step builds its update graph every step instead of replaying a captured update
+OPTIM_REPLAY = ContextVar("OPTIM_REPLAY", 1)
 # scheduler (tg.codegen.schedule): a kernel's buffer limit (0: the renderer's), no memory planning, the schedule cache
 MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)

@@ -6,6 +6,13 @@ gradients and BatchNorm's running statistics in one schedule, so the scheduler c
 kernels. The learning rate is a tensor: changing `opt.lr` changes no kernel. Update rules are torch's (formulas in
 specs/tensor-api.md 4.2); `state_dict()`/`load_state_dict()` save and restore everything needed to resume exactly.
 
+Inside a jit capture that one schedule is what the jit records. An eager `step()` (no capture) instead realizes the
+forward pass, the gradients, the buffers and the live lazy tensors that read a parameter in one schedule, then runs
+the update as a TinyJit per structure (which parameters have gradients, their dtypes and shapes, the graph
+settings): its first two steps build the update graph, later ones replay the captured kernels with this step's
+gradient buffers and build no graph (the update's tensors were a third of an eager CNN step). Results are bit-for-bit
+those of building the graph every step; `OPTIM_REPLAY=0` (a context variable) turns the replay off.
+
 `fused=True` (tinygrad's flag; default from the `FUSE_OPTIM` context variable) runs the update on one flat tensor:
 parameters and gradients are concatenated, every state (momenta, moments) is one flat buffer, the update is one set
 of kernels over all of it, and each parameter takes its slice back. Results equal the unfused path (the trust-ratio
@@ -16,10 +23,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
-from tg.ir import DType, dtypes
-from tg.ir.helpers import FUSE_OPTIM
+from tg.ir import DType, Ops, dtypes
+from tg.ir.helpers import FUSE_OPTIM, JIT, OPTIM_REPLAY
 from tg.tensor.autograd import no_grad
+from tg.tensor.callargs import graph_settings
 from tg.tensor.matrix import newton_schulz  # re-exported: Muon's iteration, also `Tensor.newton_schulz`
 from tg.tensor.tensor import Tensor
 
@@ -38,6 +47,40 @@ def _state(shape: tuple[int, ...], like: DType, device: str) -> Tensor:
 
 def _scalar(value: float, device: str, dtype: DType = dtypes.float32) -> Tensor:
     return Tensor(value, dtype=dtype, device=device).contiguous().realize()
+
+
+def _can_replay(optimizers: list[Optimizer]) -> bool:
+    """Whether a step may run its update as a captured program: not inside a jit's capture (the enclosing jit
+    schedules forward, backward and update together), not with JIT=0 or inside @function, and only for parameters
+    and gradients on one device each (sharded tensors take the one-schedule path)."""
+    from tg.runtime import engine
+    from tg.tensor.live import tracing_functions
+
+    if not OPTIM_REPLAY.value or not JIT.value or engine.capturing or tracing_functions:
+        return False
+    for o in optimizers:
+        for t in o.params:
+            if not isinstance(t.device, str) or (t.grad is not None and not isinstance(t.grad.device, str)):
+                return False
+    return True
+
+
+def _realize_before_update(optimizers: list[Optimizer], extra: tuple[Tensor, ...]) -> None:
+    """One schedule of what the update reads or overwrites: `extra`, parameters, buffers, gradients, and the live
+    lazy tensors that read a parameter (e.g. the logits): they keep the values from before the update, computed
+    with the forward pass instead of by the captured update."""
+    from tg.tensor import realize as _realize
+    from tg.tensor.movement import view_base
+
+    params = [t for o in optimizers for t in o.params]
+    grads = [t.grad for t in params if t.grad is not None]
+    buffers = [t for o in optimizers for t in o.buffers]
+    bases = {view_base(t.uop) for t in params}
+    readers: list[Tensor] = []
+    if all(b.op is Ops.BUFFER for b in bases):  # else the realize makes them buffers and the jit settles readers
+        computed = [t.uop for t in (*extra, *grads)]  # realized here anyway: no need to ask whether they read one
+        readers = [t for r in _realize.pending_readers(bases, computed) for t in _realize.index.tensors(r)]
+    Tensor.realize(*extra, *params, *buffers, *grads, *readers)
 
 
 class Optimizer:
@@ -71,6 +114,7 @@ class Optimizer:
                 raise ValueError(f"fused=True needs all parameters of one dtype and device, got {found}")
             # where each parameter's elements start and end in the flat tensor
             self._offsets = list(itertools.accumulate((t.numel() for t in self.params), initial=0))
+        self._updates: dict[tuple, Any] = {}  # captured updates by `_update_key` (TinyJit)
 
     def _new_state(self) -> list[Tensor]:
         """Zeroed state beside every parameter, or one flat state for all when fused."""
@@ -136,9 +180,39 @@ class Optimizer:
             t.assign(new[a:b].reshape(t.shape))
 
     def step(self, *extra: Tensor) -> None:
-        """Apply one update: realizes the forward pass, gradients, updates and `extra` tensors (e.g. the loss) in
-        one schedule."""
-        Tensor.realize(*extra, *self.schedule_step())
+        """Apply one update: realizes the forward pass, gradients, updates and `extra` tensors (e.g. the loss); in
+        one schedule inside a jit capture, else the update is a captured program (`_replay_update`)."""
+        if not _can_replay([self]):
+            Tensor.realize(*extra, *self.schedule_step())
+            return
+        _realize_before_update([self], extra)
+        self._replay_update()
+
+    def _update_key(self) -> tuple:
+        """What the captured update depends on besides buffer contents: which parameters have a gradient, the
+        gradients' dtypes, devices and shapes, and the settings that change a graph."""
+        grads = tuple(None if t.grad is None else (t.grad.dtype, t.grad.device, t.grad.shape) for t in self.params)
+        return (grads, graph_settings())
+
+    def _replay_update(self) -> None:
+        """The update of realized gradients as a TinyJit per `_update_key`: the first two steps of a key build the
+        graph (the 2nd captures its kernels), later ones replay the kernels with this step's gradient buffers and
+        build no graph. Parameters, state, lr and the step counter are written in place, as in a jitted step."""
+        from tg.tensor.jit import TinyJit
+
+        key = self._update_key()
+        jit = self._updates.get(key)
+        if jit is None or jit._stale is not None:  # new structure, or a buffer it wrote was replaced (reloaded)
+            if len(self._updates) >= 8:
+                self._updates.clear()
+            jit = self._updates[key] = TinyJit(self._realize_update)
+        jit([t.grad for t in self.params])
+
+    def _realize_update(self, grads: list[Tensor | None]) -> None:
+        """The captured function: `grads` (each parameter's `.grad`, realized) are its inputs, so a replay reads
+        this step's gradient buffers; everything else it touches is optimizer or parameter storage."""
+        del grads  # read through each parameter's `.grad` (the same tensors)
+        Tensor.realize(*self.schedule_step())
 
     def _update(self, i: int, w: Tensor, g: Tensor, step: Tensor) -> Tensor:
         raise NotImplementedError
@@ -392,5 +466,11 @@ class OptimizerGroup:
         return [t for o in self.optimizers for t in o.schedule_step()]
 
     def step(self, *extra: Tensor) -> None:
-        """One step of every optimizer, realized in one schedule (with `extra`)."""
-        Tensor.realize(*extra, *self.schedule_step())
+        """One step of every optimizer with `extra`: one schedule inside a jit capture, else the forward pass and
+        gradients in one schedule and each optimizer's captured update after it."""
+        if not _can_replay(self.optimizers):
+            Tensor.realize(*extra, *self.schedule_step())
+            return
+        _realize_before_update(self.optimizers, extra)
+        for o in self.optimizers:
+            o._replay_update()

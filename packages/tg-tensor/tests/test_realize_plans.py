@@ -232,3 +232,24 @@ def test_a_plan_made_under_one_dev_is_not_replayed_under_another() -> None:
             for _ in range(3):
                 x = (x + 1).realize()
             np.testing.assert_array_equal(x.numpy(), np.arange(4, dtype=np.float32) + 3)
+
+
+def test_an_extended_structure_equals_a_fresh_walk(rng) -> None:
+    """Structure(sink, extends=st) continues st's walk for a SINK with more roots after st's (deferred index checks,
+    pending readers): the same key, order, inputs and assigns as walking the new SINK from scratch."""
+    from tg.ir import Ops, UOp
+
+    a, b = Tensor(rng.standard_normal(6).astype(np.float32)).realize(), Tensor([1, 4, 2]).realize()
+    i = Variable("i", 1, 6).bind(3)
+    x = a * 2 + 1
+    w = Tensor.zeros(6).contiguous().realize()
+    roots = [x.uop, w.assign(a + 1).uop, a[:i].sum().uop]
+    more = [(a[b] * x[b]).uop, (x - 1).uop, a.uop]  # shares nodes with roots, a BUFFER, a gather
+    first = plans.Structure(UOp(Ops.SINK, src=tuple(roots)))
+    sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *more])))
+    extended, fresh = plans.Structure(sink, first), plans.Structure(sink)
+    assert extended.key == fresh.key and extended.order == fresh.order
+    assert extended.inputs == fresh.inputs and extended.assigns == fresh.assigns
+    assert extended.var_vals == fresh.var_vals == {"i": 3} and extended.sharded is fresh.sharded is False
+    other = plans.Structure(UOp(Ops.SINK, src=(more[0],)), plans.Structure(UOp(Ops.SINK, src=tuple(roots))))
+    assert other.key == plans.Structure(UOp(Ops.SINK, src=(more[0],))).key  # not a continuation: walked afresh

@@ -45,18 +45,32 @@ class Structure:
     needs to know about them (input buffers, assigns, sharding, bound Variables). A BIND reached before its variable
     is a leaf keyed by the variable: its value (a CONST) is not walked, not in the key and not in `order`."""
 
-    __slots__ = ("assigns", "binds", "inputs", "key", "order", "sharded", "var_vals")
+    __slots__ = ("_binds_conflict", "_key", "_pos", "_sink", "assigns", "binds", "inputs", "key", "order", "sharded",
+                 "var_vals")  # fmt: skip
+    _pos: dict[UOp, int]
+    _key: list[Any]
+    _binds_conflict: bool
+    _sink: UOp
+    inputs: list[UOp]
+    assigns: list[UOp]
+    binds: dict[UOp, UOp]
+    sharded: bool
 
-    def __init__(self, sink: UOp) -> None:
+    def __init__(self, sink: UOp, extends: Structure | None = None) -> None:
+        """`extends`: the Structure of a SINK whose sources begin `sink`'s (the same roots with more after them, e.g.
+        deferred index checks): its walk is continued instead of repeated (the same result as a fresh walk, as a
+        post-order walk visits the roots in order and the old SINK is its last node). `extends` is used up."""
         # a post-order walk (sources in order, then the node: `UOp.toposort`'s order) that numbers the nodes and
         # writes each node's key entry as it goes (the hot loop of a cached realize: kept lean)
-        pos: dict[UOp, int] = {}
-        key: list[Any] = []
-        inputs: list[UOp] = []
-        assigns: list[UOp] = []
-        binds: dict[UOp, UOp] = {}  # DEFINE_VAR -> the BIND of it in this graph
-        binds_conflict = False
-        sharded = False
+        if extends is not None and _begins_with(sink.src, extends._sink.src):
+            pos, key, inputs, assigns = extends._pos, extends._key, extends.inputs, extends.assigns
+            binds, binds_conflict, sharded = extends.binds, extends._binds_conflict, extends.sharded
+            del pos[extends._sink]  # the old SINK: the walk's last node and key entry
+            key.pop()
+        else:
+            pos, key, inputs, assigns = {}, [], [], []
+            binds = {}  # DEFINE_VAR -> the BIND of it in this graph
+            binds_conflict = sharded = False
         stack = [sink]
         while stack:
             u = stack[-1]
@@ -106,6 +120,7 @@ class Structure:
         self.order, self.inputs, self.assigns, self.sharded = list(pos), inputs, assigns, sharded
         self.key = tuple(key)
         self.binds = binds
+        self._pos, self._key, self._binds_conflict, self._sink = pos, key, binds_conflict, sink
         # the Variables' values by name (as create_schedule's var_vals); None when one is bound to two values
         self.var_vals: dict[str, int] | None = {}
         if binds:
@@ -128,6 +143,10 @@ _NOTED = {
     Ops.DEVICE: _SHARDING,
 }
 _BIND, _DEVICE = Ops.BIND, Ops.DEVICE
+
+
+def _begins_with(src: tuple[UOp, ...], prefix: tuple[UOp, ...]) -> bool:
+    return len(src) >= len(prefix) and all(a is b for a, b in zip(src, prefix, strict=False))
 
 
 def _holds_uop(arg: Any) -> bool:

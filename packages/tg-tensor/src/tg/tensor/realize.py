@@ -248,10 +248,10 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
                 realize_tensors([t for r in extra for t in index.tensors(r)])
                 return realize_tensors(todo)
             sink = UOp(Ops.SINK, src=tuple(dict.fromkeys([*roots, *extra])))
-            st = plans.Structure(sink)
+            st = plans.Structure(sink, st)
     sink, index_checks = bounds.add_checks(sink, st.order)  # deferred index range checks ride along
     if index_checks:
-        st = plans.Structure(sink)
+        st = plans.Structure(sink, st)
     if st.sharded:
         becomes = _realize_sharded(sink)
     else:  # a stored plan when this structure ran before, else the scheduler

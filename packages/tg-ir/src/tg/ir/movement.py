@@ -96,6 +96,8 @@ class MovementMixin:
     @cached_property
     def _shape(self) -> tuple[sint, ...] | None:
         op, src = self.op, self.src
+        if op is Ops.BUFFER:  # needs no source's shape (a JIT replay makes new ones per call)
+            return (self.arg,)
         for x in src:
             if "_shape" not in x.__dict__:  # a graph built without shapes (a rewrite): fill them sources first,
                 _fill_sources_first(self, "_shape")  # so the recursion below is one level deep at any depth
@@ -107,8 +109,6 @@ class MovementMixin:
             return None
         if op in _NO_SHAPE:
             return None
-        if op is Ops.BUFFER:
-            return (self.arg,)
         if op is Ops.BUFFER_VIEW:
             return (self.arg[0],)
         if op in (Ops.CONST, Ops.VCONST):

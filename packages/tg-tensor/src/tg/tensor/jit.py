@@ -216,6 +216,20 @@ class _Output:
         return self.template.substitute({_placeholder(base): base})
 
 
+def _build(out: _Output, bases: list[UOp], out_uops: list[UOp], bound: UOp | None) -> UOp:
+    """A replay's graph of returned output `out`: over this call's input `bases` and produced `out_uops`."""
+    if out.kind == "produced":
+        return out.rebuild(out_uops[out.slot - len(bases)], bound)
+    if out.kind == "input":
+        return out.rebuild(bases[out.slot], bound)
+    if out.kind == "multi":
+        shards = tuple(_build(p, bases, out_uops, bound) for p in out.parts)
+        multi = UOp(Ops.MULTI, shards[0].dtype, shards, out.axis)
+        return multi if out.shrink is None else multi.shrink(out.shrink)
+    assert out.weight_uop is not None
+    return out.weight_uop
+
+
 def _leaf_outputs(outputs: list[_Output | None]) -> list[Any]:
     """Every output description that is not a sharded one (the shards of those instead)."""
     leaves: list[Any] = []
@@ -319,6 +333,10 @@ class TinyJit(Generic[ReturnType]):
     _recorder_marker: Any = None
 
     def _flatten_args(self, args: tuple, kwargs: dict) -> tuple[Any, list[tuple[str, Tensor]], list[tuple[str, Any]]]:
+        if args and not kwargs and all(a.__class__ is Tensor and a.uop.device.__class__ is str for a in args):
+            # the common replay: positional single-device tensors only (what `flatten` returns for them, built here
+            # without its recursion: a replay's fixed cost is Python)
+            return (("tuple", ("T",) * len(args)), (), ()), [(f"args[{i}]", a) for i, a in enumerate(args)], []
         tensors: list[tuple[str, Tensor]] = []
         statics: list[tuple[str, Any]] = []
         structure = (
@@ -574,7 +592,7 @@ class TinyJit(Generic[ReturnType]):
                 other = next(s.path for s in self._inputs if s.slot == (spec.slot if slot > spec.slot else slot))
                 now, then = ("one buffer", "two") if slot < spec.slot else ("two buffers", "one")
                 raise err(f"{f}: inputs {other} and {path} are {now} now but were {then} at capture")
-        if len(bases) != sum(1 for _ in {s.slot for s in self._inputs}):
+        if len(bases) != len({s.slot for s in self._inputs}):
             raise err(f"{f}: the inputs share buffers differently than at capture")
         self._settle_pending_readers(bases)
         slots = [engine.buffer_for(b) for b in bases]
@@ -596,22 +614,10 @@ class TinyJit(Generic[ReturnType]):
             engine.run_linear(program.instantiate_linear([*bases, *out_uops]), {**program.var_vals, **var_vals})
         else:
             program.replay(slots, var_vals)
-        n_in = len(bases)
         bound = _unbound_view(UOp.sink(*binds)) if self._symbolic_outputs and binds else None
-
-        def build(out: _Output) -> UOp:
-            if out.kind == "produced":
-                return out.rebuild(out_uops[out.slot - n_in], bound)
-            if out.kind == "input":
-                return out.rebuild(bases[out.slot], bound)
-            if out.kind == "multi":
-                shards = tuple(build(p) for p in out.parts)
-                multi = UOp(Ops.MULTI, shards[0].dtype, shards, out.axis)
-                return multi if out.shrink is None else multi.shrink(out.shrink)
-            assert out.weight_uop is not None
-            return out.weight_uop
-
-        returned = [None if out is None else Tensor(build(out)) for out in self._outputs]
+        # (a method, not a nested function: a closure calling itself is a reference cycle that would keep this call's
+        # outputs alive until a garbage collection, so each replay would allocate fresh output buffers)
+        returned = [None if out is None else Tensor(_build(out, bases, out_uops, bound)) for out in self._outputs]
         return unflatten_return(self._ret_structure, iter(returned))
 
     def _symbolic_input(self, path: str, t: Tensor, spec: _InputSpec, var_vals: dict[str, int]) -> UOp:
@@ -651,6 +657,8 @@ class TinyJit(Generic[ReturnType]):
 
     def _settle_pending_readers(self, input_bases: list[UOp]) -> None:
         """Lazy tensors that read a buffer the replay writes are computed first: they keep the values they saw."""
+        if not self._written_weights and not self._written_input_slots:
+            return
         targets = {u for r in self._written_weights if (u := r()) is not None}
         targets.update(input_bases[s] for s in self._written_input_slots)
         if not targets:

@@ -335,6 +335,12 @@ class LAMB(Optimizer):
     def _named_state(self) -> dict[str, Tensor]:
         return {**super()._named_state(), "b1_t": self.b1_t, "b2_t": self.b2_t}
 
+    def schedule_step(self) -> list[Tensor]:
+        try:
+            return super().schedule_step()
+        finally:  # the corrections read b1_t/b2_t: kept, they would be lazy readers computed before each later write
+            del self._corrections
+
     def _step_shared(self) -> list[Tensor]:
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)

@@ -80,6 +80,7 @@ class Worker:
         self.ring = dev.alloc_region(RING_SLOTS * CMD_WORDS * 8, populate=True)  # no page faults while submitting
         self.state = dev.alloc_region(4096)
         self.words = self.state.u64()
+        self.mv = self.words.mv  # the same words as a memoryview (the ring check reads two per replay)
         lib = worker_library()
         pool = c_thread_pool()
         pool_run = ctypes.cast(pool._run, ctypes.c_void_p).value if pool is not None else None
@@ -288,8 +289,8 @@ class HCQCPUDevice(HCQDevice):
         return super().measure_clock_offset()
 
     def ring_pointers(self, queue: str) -> tuple[int, int]:
-        words = self.worker(queue).words
-        return int(words[ST_PUT]) * CMD_WORDS, int(words[ST_DONE]) * CMD_WORDS
+        mv = (self.workers.get(queue) or self.worker(queue)).mv
+        return mv[ST_PUT] * CMD_WORDS, mv[ST_DONE] * CMD_WORDS
 
     def wait_ring(self, queue: str, rptr: int) -> None:
         """Wait until the worker of ``queue`` read up to word ``rptr``."""

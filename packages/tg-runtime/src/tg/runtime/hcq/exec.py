@@ -55,8 +55,8 @@ def execute(lb: LinkedBatch, slots: Sequence[HCQBuffer | None], var_vals: dict[s
         if buf is None:
             raise RuntimeError(f"HCQ batch {lb.name}: slot {slot} has no buffer")
         table[i] = buf.va if buf.owner is dev else buf.owner.map_buffer(buf, dev)
-    # 4. ring space, submitter, kick
-    for dev, queue, nwords, ring_words in lb.submits:
+    # 4. ring space (each queue's pointers read once: the submitter moves them only when it runs), submitter, kick
+    for dev, queue, nwords, ring_words in lb.ring_checks:
         put, done = dev.ring_pointers(queue)
         if put + nwords - done > ring_words:
             dev.wait_ring(queue, put + nwords - ring_words)

@@ -106,6 +106,7 @@ class LinkedBatch:
     used_slots: tuple[int, ...] = ()  # the slots whose buffers an execution stamps
     submits: list[tuple[Any, str, int, int]] = field(default_factory=list)  # (device, queue, words, ring words)
     kicks: list[tuple[Any, str]] = field(default_factory=list)  # each (device, queue) submitted to, once
+    ring_checks: list[tuple[Any, str, int, int]] = field(default_factory=list)  # submits: the largest per queue
 
     def signal(self, buf: UOp, copy: int = 0) -> Signal:
         """The signal an HCQBUF of role signal stands for in link copy ``copy``."""
@@ -167,6 +168,9 @@ def link_batch(batch: CompiledBatch, sub: Submitter, env: Any, runtime: str, cop
         lb.submits.append((dev, queue, nwords, dev.queues[queue].ring_words))
         if (dev, queue) not in lb.kicks:
             lb.kicks.append((dev, queue))
+    for dev, queue in lb.kicks:  # the checks of one queue read the same pointers: the largest submit decides
+        nwords = max(n for d, q, n, _ in lb.submits if d is dev and q == queue)
+        lb.ring_checks.append((dev, queue, nwords, dev.queues[queue].ring_words))
     for c in linked:
         for d in c.epoch_slots:
             d.epoch_slots.add(c)

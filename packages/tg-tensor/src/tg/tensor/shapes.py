@@ -103,6 +103,9 @@ def concrete_shape(shape: tuple[sint, ...]) -> tuple[int, ...]:
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The numpy broadcast of `shapes`; ValueError naming the shapes when they do not broadcast. A symbolic dim
     broadcasts with 1 and with an equal symbolic dim."""
+    first = tuple(shapes[0])
+    if all(tuple(s) == first for s in shapes[1:]):  # the common case (an op of same-shaped operands): no dim walk
+        return first
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
     out: list[sint] = []

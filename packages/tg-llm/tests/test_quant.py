@@ -10,7 +10,7 @@ import pytest
 
 from tg.ir import dtypes
 from tg.llm import UnsupportedWeightType, Weight, dequantize, linear, open_model_file
-from tg.llm.quant import check_supported
+from tg.llm.quant import check_supported, half_vectors
 from tg.tensor import Tensor
 
 TYPES = {"Q8_0": (8, 34), "Q4_K": (12, 144), "Q6_K": (14, 210)}
@@ -42,7 +42,7 @@ def test_dequantization_is_bit_exact(generator: ModuleType, name: str) -> None:
     np.testing.assert_array_equal(ours.view(np.uint32), reference.astype(np.float32).view(np.uint32))
 
 
-@pytest.mark.parametrize("name", [*TYPES, "F16", "BF16"])
+@pytest.mark.parametrize("name", [*TYPES, "F16", "F16 words", "BF16"])
 def test_fused_linear_matches_numpy(generator: ModuleType, name: str) -> None:
     import gguf
 
@@ -56,9 +56,11 @@ def test_fused_linear_matches_numpy(generator: ModuleType, name: str) -> None:
         weight = Weight(Tensor(raw), ggml_type, rows, cols)
     else:
         values = rng.standard_normal((rows, cols)).astype(np.float32)
-        if name == "F16":
+        if name.startswith("F16"):  # float16 as stored (CPU with F16C) or the uint32 words of other devices
             dense = values.astype(np.float16).astype(np.float32)
-            weight = Weight(Tensor(values.astype(np.float16)), 1, rows, cols)
+            data = values.astype(np.float16)
+            weight = Weight(Tensor(data.view(np.uint32) if name == "F16 words" else data), 1, rows, cols)
+            assert weight.data.dtype is (dtypes.uint32 if name == "F16 words" else weight.data.dtype)
         else:
             dense = (values.view(np.uint32) & 0xFFFF0000).view(np.float32)
             weight = Weight(Tensor(dense).cast(dtypes.bfloat16).realize(), 30, rows, cols)
@@ -79,14 +81,16 @@ def test_quantized_weights_stay_in_file_format_on_the_device(tiny_models: dict[t
 
 @pytest.mark.parametrize("wtype", ["F32", "F16", "BF16"])
 def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Path], wtype: str) -> None:
-    """F32/F16/BF16 matrices come from the file as stored (F32 as float32, F16/BF16 pairs as uint32 words)."""
+    """F32/F16/BF16 matrices come from the file as stored (F32 as float32, F16 as float16 where the CPU converts
+    float16 vectors, else F16/BF16 pairs as uint32 words)."""
     file = open_model_file(tiny_models[("llama", wtype)])
     for name in ("blk.0.ffn_down.weight", "blk.1.attn_q.weight"):
         info = file.infos[name]
         rows, cols = int(info.shape[0]), int(info.shape[1])
         weight = file.matrix(name, rows, cols, "CPU")
-        shape = (rows, cols) if wtype == "F32" else (rows, cols // 2)
-        assert weight.data.dtype is (dtypes.float32 if wtype == "F32" else dtypes.uint32)
+        stored = wtype == "F32" or (wtype == "F16" and half_vectors("CPU"))  # F16C: float16 read as vectors
+        shape = (rows, cols) if stored else (rows, cols // 2)
+        assert weight.data.dtype is ({"F32": dtypes.float32, "F16": dtypes.float16}[wtype] if stored else dtypes.uint32)
         assert weight.data.shape == shape and weight.nbytes == info.nbytes
         raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset)
         np.testing.assert_array_equal(weight.data.numpy().view(np.uint8).reshape(-1), raw)
@@ -120,8 +124,11 @@ def test_packed_weights_dequantize_bit_exact(generator: ModuleType, name: str) -
             dense = bits.view(np.float16).astype(np.float32)
         else:
             dense = (bits.astype(np.uint32) << 16).view(np.float32)
-        weight = Weight(Tensor(bits).bitcast(dtypes.float16 if name == "F16" else dtypes.bfloat16), 1 if name == "F16"
-                        else 30, rows, cols)  # fmt: skip
+        if name == "F16":  # float16 as stored (the vector-conversion layout) gives the same values
+            halves = Weight(Tensor(bits).bitcast(dtypes.float16), 1, rows, cols).dequantize().numpy()
+            np.testing.assert_array_equal(halves.view(np.uint32), dense.view(np.uint32))
+        weight = Weight(Tensor(bits.view(np.uint32)) if name == "F16" else Tensor(bits).bitcast(dtypes.bfloat16),
+                        1 if name == "F16" else 30, rows, cols)  # fmt: skip
         assert weight.data.dtype is dtypes.uint32 and weight.data.shape == (rows, cols // 2)
     ours = weight.dequantize().numpy()
     np.testing.assert_array_equal(ours.view(np.uint32), dense.astype(np.float32).view(np.uint32))

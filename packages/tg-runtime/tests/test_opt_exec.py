@@ -27,7 +27,7 @@ from tg.runtime.device import Buffer, Device
 from tg.runtime.engine import CompiledRunner
 
 f32, i32 = dtypes.float32, dtypes.int32
-NP = {f32: np.float32, i32: np.int32, dtypes.float64: np.float64}
+NP = {f32: np.float32, i32: np.int32, dtypes.float64: np.float64, dtypes.float16: np.float16}
 
 
 def cpu_renderer(threads: int = 3) -> ClangRenderer:
@@ -60,6 +60,19 @@ def matmul(m: int, n: int, k: int, dt: DType = f32) -> tuple[UOp, tuple[DType, i
     if dt is f32:
         ins = [rng.standard_normal(m * k).astype(np.float32), rng.standard_normal(k * n).astype(np.float32)]
     return UOp.sink(c.index(r0 * n + r1).store(v).end(r0, r1)), (dt, m * n), ins
+
+
+def matmul_half_a(m: int, n: int, k: int) -> tuple[UOp, tuple[DType, int], list[np.ndarray]]:
+    """A float16 matrix (an LLM's F16 weights) widened to float32 in a matmul: its loads may be float16 vectors."""
+    r0, r1, r2 = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    a, b, c = UOp.param(1, dtypes.float16, m * k), UOp.param(2, f32, k * n), UOp.param(0, f32, m * n)
+    v = (a.index(r0 * k + r2).load().cast(f32) * b.index(r2 * n + r1).load()).reduce(r2)
+    rng = np.random.default_rng(m * 10000 + n * 100 + k)
+    ins: list[np.ndarray] = [
+        rng.standard_normal(m * k).astype(np.float16),
+        rng.standard_normal(k * n).astype(np.float32),
+    ]
+    return UOp.sink(c.index(r0 * n + r1).store(v).end(r0, r1)), (f32, m * n), ins
 
 
 def reduce2d(rows: int, cols: int, axis: int, op: Ops = Ops.ADD, dt: DType = f32):
@@ -103,6 +116,7 @@ def softmax_like(rows: int, cols: int):
 SIZES = (1, 2, 3, 7, 16, 17, 31, 33, 64)
 KERNELS: dict[str, Callable[[random.Random], tuple[UOp, tuple[DType, int], list[np.ndarray]]]] = {
     "matmul": lambda rnd: matmul(rnd.choice(SIZES), rnd.choice((*SIZES, 48, 100)), rnd.choice(SIZES)),
+    "matmul_half_a": lambda rnd: matmul_half_a(rnd.choice(SIZES), rnd.choice(SIZES), rnd.choice((*SIZES, 48))),
     "matmul_int": lambda rnd: matmul(rnd.choice(SIZES), rnd.choice(SIZES), rnd.choice(SIZES), i32),
     "sum_rows": lambda rnd: reduce2d(rnd.choice(SIZES), rnd.choice((*SIZES, 129, 1000)), 1),
     "sum_cols": lambda rnd: reduce2d(rnd.choice(SIZES), rnd.choice((*SIZES, 129)), 0),
@@ -277,6 +291,42 @@ def test_heuristic_vectorises_the_reduce_loop_of_a_matrix_vector_product() -> No
     wn, xn = rng.standard_normal(n * k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
     got = run(ast, "CPU", ren, opts, (f32, n), [wn, xn])
     np.testing.assert_allclose(got, wn.reshape(n, k) @ xn, rtol=1e-5, atol=1e-5)
+
+
+def test_float16_matrix_vector_product_loads_vectors_and_converts_exactly() -> None:
+    """W (n, k) float16 @ x (k,) float32, W read along k (an F16 model's decode step): the reduce loop is vectorised
+    with float16 vector loads widened by one conversion per vector (F16C's vcvtph2ps on x86), and every float16
+    value (subnormals, infinities, NaN, -0) converts as the scalar path does: the PYTHON device gives the same bits."""
+    n, k = 16, 256
+    r0, r1 = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
+    w, x, out = UOp.param(1, dtypes.float16, n * k), UOp.param(2, f32, k), UOp.param(0, f32, n)
+    ast = UOp.sink(out.index(r0).store((w.index(r0 * k + r1).load().cast(f32) * x.index(r1).load()).reduce(r1))
+                   .end(r0))  # fmt: skip
+    ren = cpu_renderer(2)
+    if not ren.vector_bytes:
+        pytest.skip("needs a compiler target with vectors")
+    opts = list(apply_opts(ast, ren)[1])
+    assert any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts), [str(o) for o in opts]
+    assert "tg_h2f_tg_f32x" in get_program(ast, ren, opts).src
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 1 << 16, n * k).astype(np.uint16)
+    bits[(bits & 0x7C00) == 0x7C00] = 0x3C00  # finite rows except the first
+    bits[:8] = [0x0001, 0x83FF, 0x7C00, 0xFC00, 0x7E00, 0x8000, 0x0000, 0x7BFF]
+    wn, xn = bits.view(np.float16), rng.standard_normal(k).astype(np.float32)
+    got = run(ast, "CPU", ren, opts, (f32, n), [wn, xn])
+    assert np.isnan(got[0])
+    ref = wn.reshape(n, k)[1:].astype(np.float64) @ xn
+    np.testing.assert_allclose(got[1:], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    py = run(ast, "PYTHON", PythonRenderer(ren.vector_bytes, 2, ren.has_fma), opts, (f32, n), [wn, xn])
+    np.testing.assert_array_equal(got[1:], py[1:])
+    # a cast stored as it is keeps every bit pattern, signalling NaNs included
+    r = UOp.range(n * k, 0)
+    h, o = UOp.param(1, dtypes.float16, n * k), UOp.param(0, f32, n * k)
+    cast = UOp.sink(o.index(r).store(h.index(r).load().cast(f32)).end(r))
+    every = np.arange(n * k, dtype=np.uint16) * 16 + 15
+    for opts in ([], [split(0, 8, AxisType.UPCAST)], [split(0, 16, AxisType.UPCAST)], [split(0, 4, AxisType.UPCAST)]):
+        got = run(cast, "CPU", ren, opts, (f32, n * k), [every.view(np.float16)])
+        np.testing.assert_array_equal(got.view(np.uint32), every.view(np.float16).astype(np.float32).view(np.uint32))
 
 
 def test_heuristic_vectorises_the_output_axis_of_an_embedding_gradient() -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tg.ir import DType, dtypes
-from tg.tensor import Tensor
+from tg.tensor import Device, Tensor
 
 # ggml type id -> (name, elements per block, bytes per block); native types have block size 1
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -114,6 +114,9 @@ class Weight:
 # - Q6_K (210-byte blocks are not word-aligned): repacked once at load into one uint32 buffer: the 192 bytes of low
 #   nibbles and high bits as (rows, blocks, 48) words, followed by the 16 group scales d * scale as float32 (rows,
 #   blocks, 16): 256 bytes per 256 weights instead of 210; the input is permuted once into the words' order;
+# - F16 on a device whose C code generator widens float16 vectors (`half_vectors`: x86 with F16C): float16 as stored,
+#   read by `x @ W.T` (one vcvtph2ps per 8 weights; the word decode below costs ~12 integer ops per 8 and ran at
+#   half the speed);
 # - F32: as stored.
 
 
@@ -121,11 +124,23 @@ def _is_words(data: Tensor, ggml_type: int) -> bool:
     return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 12, 14)
 
 
+def half_vectors(device: str) -> bool:
+    """Whether `device`'s code generator loads float16 as vectors and widens them with one conversion (the C
+    renderer's `half_vector_loads`: F16C's vcvtph2ps on x86): there F16 matrices stay float16 and `linear` is a plain
+    `x @ W.T`, 8 weights per load and conversion; elsewhere they are read as uint32 words decoded with integer ops."""
+    try:
+        return bool(getattr(Device[device].renderer, "half_vector_loads", False))
+    except Exception:  # a device that cannot be opened here: the word layout works everywhere
+        return False
+
+
 def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
     """`data` (stored format, or already packed) in the layout `linear` reads (see the table above), realized."""
     check_supported("<weight>", ggml_type)
     if _is_words(data, ggml_type):
         return data
+    if ggml_type == 1 and data.dtype == dtypes.float16 and half_vectors(data.device):
+        return data.reshape(rows, cols).realize()
     if ggml_type in (1, 30) and cols % 2 == 0:
         return _pair_words(data.reshape(rows, cols))
     if ggml_type == 8:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tg.ir import DType, dtypes
-from tg.llm.quant import GGML_TYPES, NATIVE_DTYPES, Weight, check_supported
+from tg.llm.quant import GGML_TYPES, NATIVE_DTYPES, Weight, check_supported, half_vectors
 from tg.tensor import Device, Tensor
 from tg.tensor.nn.state import FormatError, GGUFTensorInfo, gguf_index
 
@@ -139,7 +139,8 @@ class GGUFModelFile:
         # one copy of the file region, no kernel: F16/BF16/F32 are read through a DISK tensor of their own dtype
         # (GGUF aligns tensor data), quantised blocks as bytes; the reshape is a view
         native = NATIVE_DTYPES.get(info.ggml_type)
-        if native is not None and native.itemsize == 2 and cols % 2 == 0 and info.offset % 4 == 0:
+        keep_half = info.ggml_type == 1 and half_vectors(device)  # F16 read as float16 vectors (quant.half_vectors)
+        if native is not None and native.itemsize == 2 and cols % 2 == 0 and info.offset % 4 == 0 and not keep_half:
             # F16/BF16 pairs as uint32 words, the layout tg.llm.quant.linear reads (the same bytes)
             start = info.offset // 4
             data = self._disk(dtypes.uint32)[start : start + rows * cols // 2].to(device).realize()

@@ -203,7 +203,7 @@ def float_emulation(native: frozenset[DType]) -> PatternMatcher:
 
     def cast_via_f32(x: UOp) -> UOp | None:
         src_dt = x.src[0].dtype
-        if src_dt is f32 or x.dtype is f32 or not (emulated(x.dtype) or emulated(src_dt)):
+        if src_dt.scalar() is f32 or x.dtype.scalar() is f32 or not (emulated(x.dtype) or emulated(src_dt)):
             return None
         return x.src[0].cast(f32).cast(x.dtype)
 

@@ -7,6 +7,8 @@ axis with unit stride in the store (a row of a matmul tile) or, for reductions, 
 load (then its lanes are separate accumulators, summed horizontally once after the loop). All other expanded ranges
 are unrolled into separate scalar or vector values.
 
+A float16 load whose only uses are casts to float32 may be a vector too (renderers with `half_vector_loads`: the
+cast widens the whole vector).
 Loads and stores whose index is `base + lane` become one vector access; an index without the lane is a scalar
 access splatted to all lanes; any other index (and any gate that depends on the lane) is accessed lane by lane, as
 are bools (a byte each in memory; the C target keeps bool vectors as lane masks in registers).
@@ -32,6 +34,22 @@ from tg.ir.uop import UOp
 
 # value dtypes that live in native vectors (others are unrolled as scalars)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+
+
+def widened_half_loads(topo: list[UOp], renderer: Renderer) -> set[UOp]:
+    """The float16 loads of a kernel that may be vectors: each used only by casts to float32, on a renderer that
+    converts whole float16 vectors (`half_vector_loads`); empty elsewhere."""
+    if not getattr(renderer, "half_vector_loads", False):
+        return set()
+    halves = {u for u in topo if u.op is Ops.LOAD and u.dtype is dtypes.float16}
+    if not halves:
+        return set()
+    ok = set(halves)
+    for u in topo:
+        for s in u.src:
+            if s in ok and not (u.op is Ops.CAST and u.dtype is dtypes.float32):
+                ok.discard(s)
+    return ok
 
 
 class Expander:
@@ -79,7 +97,9 @@ class Expander:
         topo = list(self.sink.toposort())
         stores = [u for u in topo if u.op is Ops.STORE]
         loads = [u for u in topo if u.op is Ops.LOAD]
-        if any(u.dtype.scalar() not in VECTOR_DTYPES | {dtypes.bool} for u in topo if u.op in GroupOp.ALU | {Ops.LOAD}):
+        wide = widened_half_loads(topo, self.ren)
+        if any(u.dtype.scalar() not in VECTOR_DTYPES | {dtypes.bool} and u not in wide
+               for u in topo if u.op in GroupOp.ALU | {Ops.LOAD}):  # fmt: skip
             return  # emulated or narrow dtypes: unroll as scalars
         cands: list[tuple[int, UOp, DType]] = []
         for r in sorted(self.expanded, key=lambda r: r.axis_id):

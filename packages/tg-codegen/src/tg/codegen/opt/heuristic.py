@@ -17,7 +17,7 @@ Every step is skipped when it is not legal (KernelOptError); the heuristic never
 
 from __future__ import annotations
 
-from tg.codegen.lower.expand import VECTOR_DTYPES
+from tg.codegen.lower.expand import VECTOR_DTYPES, widened_half_loads
 from tg.codegen.opt.gpu_heuristic import gpu_opts
 from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, const_size, index_stride, vector_lanes
 from tg.codegen.opt.opts import split
@@ -85,7 +85,9 @@ def _is_matvec(red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp])
 
 
 def _lanes(k: OptKernel, topo: list[UOp], stores: list[UOp]) -> int:
-    vectorizable = all(u.dtype.scalar() in VECTOR_DTYPES for u in topo if u.op in (Ops.LOAD, Ops.REDUCE)) and all(
+    wide = widened_half_loads(topo, k.renderer)  # float16 matrices widened to float32 by vector conversions
+    vectorizable = all(u.dtype.scalar() in VECTOR_DTYPES or u in wide for u in topo
+                       if u.op in (Ops.LOAD, Ops.REDUCE)) and all(
         s.src[1].dtype.scalar() in VECTOR_DTYPES for s in stores)  # fmt: skip
     return vector_lanes(k.renderer, k.dtype_itemsize) if vectorizable and k.renderer.vector_bytes else 1
 

@@ -648,7 +648,11 @@ class ClangRenderer(CStyleLanguage):
         ops = cvector.NUMERIC_VECTOR_OPS | ({Ops.MULACC} if fma else set())
         self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
         self.vector_bool_ops = cvector.MASK_VECTOR_OPS if vector_bytes else frozenset()
-        self.vector_conversions = cvector.VECTOR_CONVERSIONS if vector_bytes else frozenset()
+        self.vector_conversions = (
+            (cvector.VECTOR_CONVERSIONS | cvector.HALF_CONVERSIONS) if vector_bytes else frozenset()
+        )
+        # float16 loads that only feed float32 casts become vector loads and one conversion (cvector.half_helper)
+        self.half_vector_loads = bool(vector_bytes)
 
     def vector_type(self, dt: DType) -> str:
         return cvector.vector_name(dt)

@@ -17,6 +17,11 @@ What each vector op becomes (the devectorizer does every other vector op lane by
 | CAST float -> 32-bit int | through a 64-bit conversion, as the scalar C does (values wrap alike) |
 | other numeric CAST | `__builtin_convertvector` (C's scalar conversion, lane by lane) |
 | BITCAST | a vector cast between types of one size (reinterprets the bits) |
+| CAST float16 -> float32 | `tg_h2f_tg_f32xN(h)` (`half_helper`): F16C's `vcvtph2ps`, 8 lanes per instruction |
+
+float16 vectors (`tg_f16xN`, the bits as `unsigned short` lanes) exist only to be loaded and widened: the expander
+makes them for a float16 load whose every use is a cast to float32 (`HALF_CONVERSIONS`, the renderer's
+`half_vector_loads`), so a float16 matrix streams 8 values per vector load into float32 arithmetic.
 """
 
 from __future__ import annotations
@@ -41,10 +46,16 @@ VECTOR_CONVERSIONS = frozenset(
 )
 
 
+# float16 -> float32 conversions done on whole vectors (ClangRenderer: with `half_vector_loads`)
+HALF_CONVERSIONS = frozenset({(Ops.CAST, dtypes.float16, dtypes.float32)})
+
+
 def vector_name(dt: DType) -> str:
-    """`tg_f32x16` for float32.vec(16), `tg_bx16` for bool.vec(16)."""
+    """`tg_f32x16` for float32.vec(16), `tg_bx16` for bool.vec(16), `tg_f16x8` for float16.vec(8)."""
     if dt.scalar() is dtypes.bool:
         return f"tg_bx{dt.count}"
+    if dt.scalar() is dtypes.float16:
+        return f"tg_f16x{dt.count}"
     if (name := VECTOR_NAMES.get(dt.scalar())) is None:
         raise NotImplementedError(f"the C renderer has no vector type for {dt}")
     return f"tg_{name}x{dt.count}"
@@ -63,7 +74,47 @@ def typedefs(lanes: int) -> list[str]:
              "u64": "unsigned long long"}[name]  # fmt: skip
         defs.append(f"typedef {c} tg_{name}x{lanes} __attribute__((vector_size({dt.itemsize * lanes})"
                     f", aligned({dt.itemsize})));")  # fmt: skip
+    defs.append(f"typedef unsigned short tg_f16x{lanes} __attribute__((vector_size({2 * lanes}), aligned(2)));")
     return defs
+
+
+def half_helper(lanes: int) -> str:
+    """`tg_h2f_tg_f32xN(h)`: float16 bits (N lanes) -> float32, exactly (subnormals, infinities, NaN payloads kept).
+
+    x86 with F16C: `vcvtph2ps` per 8 lanes (4 with a zero-padded register); a compiler with `_Float16`: a vector
+    conversion; else `tg_h2f` (the scalar helper, in the "half" prelude) lane by lane. The instructions set a
+    signalling NaN's quiet bit; it is put back from the input (in `r != r` lanes), as the scalar conversion keeps
+    it."""
+    t, h = f"tg_f32x{lanes}", f"tg_f16x{lanes}"
+    each = ",".join(f"tg_h2f(x[{i}])" for i in range(lanes))
+    if lanes % 8 == 0:
+        f16c = ("  typedef short tg_h8 __attribute__((vector_size(16)));\n"
+                "  typedef float tg_s8 __attribute__((vector_size(32)));\n"
+                + "".join(f"  {{ tg_h8 p; __builtin_memcpy(&p, (const char*)&x + {16 * i}, 16); "
+                          "tg_s8 q = __builtin_ia32_vcvtph2ps256(p); "
+                          f"__builtin_memcpy((char*)&r + {32 * i}, &q, 32); }}\n"
+                          for i in range(lanes // 8)))  # fmt: skip
+    elif lanes == 4:
+        f16c = ("  typedef short tg_h8 __attribute__((vector_size(16)));\n"
+                "  typedef float tg_s4 __attribute__((vector_size(16)));\n"
+                "  tg_h8 p = {0}; __builtin_memcpy(&p, &x, 8); tg_s4 q = __builtin_ia32_vcvtph2ps(p); "
+                "__builtin_memcpy(&r, &q, 16);\n")  # fmt: skip
+    else:
+        f16c = ""
+    native = (
+        f"  typedef _Float16 tg_n{lanes} __attribute__((vector_size({2 * lanes})));\n"
+        f"  tg_n{lanes} n; __builtin_memcpy(&n, &x, {2 * lanes}); r = __builtin_convertvector(n, {t});\n"
+    )
+    fix = (
+        f"  tg_u32x{lanes} w = __builtin_convertvector(x, tg_u32x{lanes});\n"
+        f"  return ({t})((tg_u32x{lanes})r ^ ((tg_u32x{lanes})(r != r) & ~(w << 13) & 0x400000u));\n"
+    )
+    native_if = "#if defined(__FLT16_MANT_DIG__)\n"
+    body = f"#if defined(__F16C__)\n{f16c}#el{native_if[1:]}" if f16c else native_if
+    return (
+        f"static inline {t} tg_h2f_{t}({h} x) {{\n  {t} r;\n(void)r;\n{body}{native}#else\n"
+        f"  return ({t}){{{each}}};\n#endif\n{fix}}}"
+    )
 
 
 def where_helper(dt: DType) -> str:
@@ -96,6 +147,9 @@ def prelude(used: list[DType], fma: str, max_helper: str) -> list[str]:
         ret += typedefs(lanes)
         ret.append(where_helper(dtypes.bool.vec(lanes)))
     for dt in used:
+        if dt.scalar() is dtypes.float16:
+            ret.append(half_helper(dt.count))
+            continue
         if dt.scalar() is dtypes.bool:
             continue
         t = vector_name(dt)
@@ -118,7 +172,10 @@ def render_where(c: str, a: str, b: str, dt: DType) -> str:
 
 
 def render_cast(x: str, src: DType, dst: DType) -> str:
-    """A numeric vector conversion; float -> 32-bit int goes through 64-bit ints like the scalar C."""
+    """A numeric vector conversion; float -> 32-bit int goes through 64-bit ints like the scalar C; float16 ->
+    float32 through `half_helper`."""
+    if src.scalar() is dtypes.float16:
+        return f"tg_h2f_{vector_name(dst)}({x})"
     if dtypes.is_float(src) and dtypes.is_int(dst) and dst.scalar().itemsize < 8:
         x = f"__builtin_convertvector({x}, tg_i64x{src.count})"
     return f"__builtin_convertvector({x}, {vector_name(dst)})"

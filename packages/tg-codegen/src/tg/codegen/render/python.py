@@ -38,6 +38,9 @@ class PythonRenderer(Renderer):
         self.has_fma = bool(fma)
         ops = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG} | ({Ops.MULACC} if fma else set())
         self.vector_ops = frozenset(ops) if vector_bytes else frozenset()
+        # as ClangRenderer: float16 loads that only feed float32 casts are vectors (the casts run lane by lane here),
+        # so kernels accumulate in the same order as on the CPU
+        self.half_vector_loads = bool(vector_bytes)
 
     def __reduce__(self) -> tuple[type, tuple[int, int, bool]]:  # type: ignore[override]
         return type(self), (self.vector_bytes, self.thread_max, self.has_fma)

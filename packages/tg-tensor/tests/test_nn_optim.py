@@ -487,3 +487,23 @@ def test_eager_step_after_load_state_dict_and_inside_jit() -> None:
         return w.numpy()
 
     np.testing.assert_array_equal(train(False), train(True))
+
+
+def test_optimizer_group_eager_step_replays_each_update() -> None:
+    """OptimizerGroup.step: forward and gradients in one schedule, then each optimizer's captured update; the same
+    parameters as building every update graph (OPTIM_REPLAY=0)."""
+    from tg.tensor import Context
+
+    def train(replay: int) -> list[np.ndarray]:
+        with Context(OPTIM_REPLAY=replay):
+            a, b = Tensor(W0.copy(), requires_grad=True), Tensor(TARGET.copy(), requires_grad=True)
+            group = optim.OptimizerGroup(optim.SGD([a], lr=0.1, momentum=0.9), optim.Adam([b], lr=0.01))
+            for _ in range(5):
+                group.zero_grad()
+                loss = ((a * b).sum() - 1) ** 2
+                loss.backward()
+                group.step(loss)
+            return [a.numpy(), b.numpy()]
+
+    for x, y in zip(train(1), train(0), strict=True):
+        np.testing.assert_array_equal(x, y)

@@ -24,7 +24,8 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
     return frozenset(f"{package}.{m}" for m in modules.split())
 
 
-# package -> the cycles it still has; a package not listed must have none (tg.codegen, tg.drivers, tg.llm and the
+# package -> the cycles it still has; a package not listed must have none (tg.ir: tg.ir.symbolic installs its
+# simplifier as UOp.simplify, so uop.py imports neither symbolic nor pattern; tg.codegen, tg.drivers, tg.llm and the
 # tools have none: renderers hold the target data that lowering and the optimiser read, tensor cores and CORE_ID;
 # PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs; the AM driver's IP
 # blocks log through their device; the RDNA3 generators build on amd.sim.blockgen, not the translator; CPU:LLVM's
@@ -33,12 +34,12 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 # and the traced-call argument walk build results with `_tensor_class()` and recognise tensors as args.TensorBase,
 # so only tensor.py and the user-level modules above it (jit, nn, ...) import tensor.py)
 KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
-    # UOp.simplify runs the symbolic rules, which are UPats over UOps (the movement mixin builds nodes of its own
-    # class and imports no uop)
-    "tg.ir": [_cycle("tg.ir", "pattern symbolic uop")],
     "tg.runtime": [
-        # the engine hands schedules to tg.runtime.hcq.run, which gets its runners from the engine; replay uses both
-        _cycle("tg.runtime", "engine hcq.device hcq.exec hcq.link hcq.profile hcq.run replay"),
+        # an HCQ device copies (transfer) and measures its clock offset by running programs of its own queues, which
+        # tg.runtime.hcq.run compiles, link binds to the device and exec runs (the engine, replay and profile are
+        # out of it: the engine hands HCQ schedules to the device's run_linear, ExecItemLauncher lives in the
+        # engine, ProfileRecord in profile)
+        _cycle("tg.runtime", "hcq.device hcq.exec hcq.link hcq.run"),
     ],
 }
 

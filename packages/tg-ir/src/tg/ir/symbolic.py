@@ -403,6 +403,9 @@ def simplify(u: UOp) -> UOp:
     return ret
 
 
+UOp._simplifier = simplify  # UOp.simplify() runs these rules; this module, not uop.py, owns the import edge
+
+
 # ---- affine decomposition (index analysis for vectorisation and the optimiser's stride checks) ----
 
 

@@ -582,11 +582,15 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             return self.src[0], self.src[1].arg
         return self, 0
 
+    # The symbolic rules are UPats over UOps, so tg.ir.symbolic builds on this module and installs its fixed-point
+    # simplifier here when it is imported (tg.ir imports it, and importing tg.ir.uop imports tg.ir first).
+    _simplifier: ClassVar[Callable[[UOp], UOp] | None] = None
+
     def simplify(self) -> UOp:
         """Apply the symbolic rules to a fixed point."""
-        from tg.ir.symbolic import simplify
-
-        return simplify(self)
+        if (simplifier := UOp._simplifier) is None:
+            raise RuntimeError("UOp.simplify needs tg.ir.symbolic, which installs the symbolic rules: import tg.ir")
+        return simplifier(self)
 
     def ssimplify(self) -> UOp | ConstType:
         """simplify(), returning a Python value when the result is a constant."""

@@ -343,24 +343,23 @@ def run_linear(linear: UOp, var_vals: dict[Any, int] | None = None) -> None:
         add_linear(linear, _normalize_var_vals(var_vals))
     # HCQ devices run the schedule as queue programs; call by call instead at DEBUG>=2 (each timed) and for
     # recorders that count lowered steps (add)
-    if DEBUG.value < 2 and not (capturing and hasattr(capturing[0], "add")) and _touches_hcq(linear):
-        from tg.runtime.hcq.run import run
-
+    if DEBUG.value < 2 and not (capturing and hasattr(capturing[0], "add")) and (dev := _hcq_device(linear)):
         precompile(linear.src)
-        run(linear, _normalize_var_vals(var_vals))
+        dev.run_linear(linear, _normalize_var_vals(var_vals))
         return
     run_schedule(linear.src, var_vals)
 
 
-def _touches_hcq(linear: UOp) -> bool:
-    """Whether a call of the schedule has a buffer on an HCQ device (tg.runtime.hcq runs those schedules)."""
+def _hcq_device(linear: UOp) -> Any:
+    """The first HCQ device a call of the schedule has a buffer on (it runs the schedule as queue programs:
+    ``HCQDevice.run_linear``), else None."""
     for call in linear.src:
         for a in call.src[1:]:
             while a.op is Ops.BUFFER_VIEW:
                 a = a.src[0]
-            if a.op is Ops.BUFFER and (dev := a.src[1].arg).__class__ is str and Device[dev].is_hcq:
-                return True
-    return False
+            if a.op is Ops.BUFFER and (dev := a.src[1].arg).__class__ is str and (d := Device[dev]).is_hcq:
+                return d
+    return None
 
 
 def run_schedule(items: Sequence[ScheduleItemLike | UOp], var_vals: dict[Any, int] | None = None) -> None:
@@ -374,3 +373,55 @@ def run_schedule(items: Sequence[ScheduleItemLike | UOp], var_vals: dict[Any, in
         if add is not None:
             add(ei)
         ei._run(vals)
+
+
+# ---- the replay launcher of non-HCQ schedules (tg.runtime.replay picks it; HCQ launchers run host steps on it) ----
+
+
+class ExecItemLauncher:
+    """Runs a slotted schedule call by call (compiled runner or copy), its buffers the slot buffers of the run (views
+    rebuilt at their byte offsets). A kernel's runner is looked up in `method_cache` at every run, under the settings
+    of that run (TRANSCENDENTAL, a cleared cache): the replay runs what a fresh schedule would."""
+
+    def __init__(self, slotted: UOp) -> None:
+        from tg.runtime.hcq.ir import base_of, device_of, nbytes_of, view_byte_offset
+
+        self.steps: list[_Step] = []
+        for call in slotted.src:
+            body, args = call.src[0], [a for a in call.src[1:] if a.op in (Ops.PARAM, Ops.BUFFER_VIEW)]
+            refs = [(int(base_of(a).arg[0]), view_byte_offset(a), nbytes_of(a), a) for a in args]
+            if body.op is Ops.SINK:
+                self.steps.append(_Step(refs, device=device_of(args[0]), ast=body))
+            elif body.op is Ops.COPY:
+                copy = BufferCopy(nbytes_of(args[0]), device_of(args[0]), device_of(args[1]))
+                self.steps.append(_Step(refs, bound=(copy, refs)))
+            else:
+                raise NotImplementedError(f"cannot replay a CALL of {body.op}")
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        total = 0.0
+        for step in self.steps:
+            bound = step.bound
+            if step.ast is not None and bound[0] is not (runner := get_runner(step.device, step.ast)):
+                # another runner than last time (first run, cleared cache, other settings): its argument order
+                bound = step.bound = (runner, [step.refs[g] for g in runner.p.globals])
+            runner, refs = bound
+            args = []
+            for slot, offset, nbytes, a in refs:
+                base = bufs[slot]
+                whole = offset == 0 and nbytes == base.nbytes and a.dtype == base.dtype
+                args.append(base if whole else base.view(nbytes // a.dtype.itemsize, a.dtype, offset))
+            total += launch(runner, args, var_vals, wait) or 0.0
+        return total if wait else None
+
+
+class _Step:
+    """One call of an ExecItemLauncher: a kernel (`ast` on `device`) or a copy, over argument `refs` (slot, byte
+    offset, bytes, argument uop). `bound` is (runner, refs in the runner's argument order), replaced as one value
+    when the runner changes, so a concurrent reader never pairs the two wrongly."""
+
+    __slots__ = ("ast", "bound", "device", "refs")
+
+    def __init__(self, refs: list[tuple[int, int, int, UOp]], device: str = "", ast: UOp | None = None,
+                 bound: tuple[Any, list[tuple[int, int, int, UOp]]] = (None, [])) -> None:  # fmt: skip
+        self.refs, self.device, self.ast, self.bound = refs, device, ast, bound

@@ -25,6 +25,7 @@ from typing import Any
 
 from tg.ir import Ops, UOp
 from tg.runtime.device import Buffer
+from tg.runtime.engine import ExecItemLauncher, buffer_for
 
 __all__ = ["Replay"]
 
@@ -37,7 +38,6 @@ class Replay:
     """
 
     def __init__(self, linear: UOp, var_vals: dict[str, int] | None = None) -> None:
-        from tg.runtime.engine import buffer_for
         from tg.runtime.hcq.prepare import slot_linear
 
         if linear.op is not Ops.LINEAR:
@@ -87,58 +87,6 @@ def _launcher(r: Replay) -> Any:
 
         return HCQLauncher(r.slotted, r.slot_count)
     return ExecItemLauncher(r.slotted)
-
-
-class ExecItemLauncher:
-    """Runs a slotted schedule call by call (compiled runner or copy), its buffers the slot buffers of the run (views
-    rebuilt at their byte offsets). A kernel's runner is looked up in `method_cache` at every run, under the settings
-    of that run (TRANSCENDENTAL, a cleared cache): the replay runs what a fresh schedule would."""
-
-    def __init__(self, slotted: UOp) -> None:
-        from tg.runtime.engine import BufferCopy
-        from tg.runtime.hcq.ir import base_of, device_of, nbytes_of, view_byte_offset
-
-        self.steps: list[_Step] = []
-        for call in slotted.src:
-            body, args = call.src[0], [a for a in call.src[1:] if a.op in (Ops.PARAM, Ops.BUFFER_VIEW)]
-            refs = [(int(base_of(a).arg[0]), view_byte_offset(a), nbytes_of(a), a) for a in args]
-            if body.op is Ops.SINK:
-                self.steps.append(_Step(refs, device=device_of(args[0]), ast=body))
-            elif body.op is Ops.COPY:
-                copy = BufferCopy(nbytes_of(args[0]), device_of(args[0]), device_of(args[1]))
-                self.steps.append(_Step(refs, bound=(copy, refs)))
-            else:
-                raise NotImplementedError(f"cannot replay a CALL of {body.op}")
-
-    def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
-        from tg.runtime.engine import get_runner, launch
-
-        total = 0.0
-        for step in self.steps:
-            bound = step.bound
-            if step.ast is not None and bound[0] is not (runner := get_runner(step.device, step.ast)):
-                # another runner than last time (first run, cleared cache, other settings): its argument order
-                bound = step.bound = (runner, [step.refs[g] for g in runner.p.globals])
-            runner, refs = bound
-            args = []
-            for slot, offset, nbytes, a in refs:
-                base = bufs[slot]
-                whole = offset == 0 and nbytes == base.nbytes and a.dtype == base.dtype
-                args.append(base if whole else base.view(nbytes // a.dtype.itemsize, a.dtype, offset))
-            total += launch(runner, args, var_vals, wait) or 0.0
-        return total if wait else None
-
-
-class _Step:
-    """One call of an ExecItemLauncher: a kernel (`ast` on `device`) or a copy, over argument `refs` (slot, byte
-    offset, bytes, argument uop). `bound` is (runner, refs in the runner's argument order), replaced as one value
-    when the runner changes, so a concurrent reader never pairs the two wrongly."""
-
-    __slots__ = ("ast", "bound", "device", "refs")
-
-    def __init__(self, refs: list[tuple[int, int, int, UOp]], device: str = "", ast: UOp | None = None,
-                 bound: tuple[Any, list[tuple[int, int, int, UOp]]] = (None, [])) -> None:  # fmt: skip
-        self.refs, self.device, self.ast, self.bound = refs, device, ast, bound
 
 
 def slot_param_like(buf: Buffer, k: int) -> UOp:

@@ -26,10 +26,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tg.ir import PatternMatcher
+from tg.ir import PatternMatcher, UOp
 from tg.ir.helpers import HCQ_TIMELINE_WRAP, HCQDEV_WAIT_TIMEOUT_MS
 from tg.runtime.device import Allocator, Compiled, Compiler
 from tg.runtime.hcq.encode import QueueSpec
+from tg.runtime.hcq.profile import ProfileRecord
+from tg.runtime.hcq.profile import records as profile_records
 
 SIGNAL_BYTES = 16  # u64 value at +0, u64 timestamp at +8
 
@@ -115,17 +117,6 @@ class SignalPool:
     def release(self, sig: Signal) -> None:
         """Return a signal (the caller knows the device no longer touches it)."""
         self.free.append(sig.region)
-
-
-@dataclass
-class ProfileRecord:
-    """One command's device time: start and end in microseconds of the host's clock (``time.perf_counter``)."""
-
-    device: str
-    queue: str
-    name: str
-    start_us: float
-    end_us: float
 
 
 @dataclass
@@ -220,6 +211,12 @@ class HCQDevice(Compiled):
             if time.perf_counter() > deadline:
                 raise DeviceHangError(f"{self.device} {queue}: the ring stayed full for HCQDEV_WAIT_TIMEOUT_MS")
             time.sleep(0.0001)
+
+    def run_linear(self, linear: UOp, var_vals: dict[str, int]) -> None:
+        """Run a schedule with a buffer on this device as queue programs (``engine.run_linear`` hands it here)."""
+        from tg.runtime.hcq.run import run
+
+        run(linear, var_vals)
 
     def transfer(self, dest: Any, src: Any, nbytes: int, touch: tuple[Any, ...] = ()) -> Any:
         """Copy ``nbytes`` from ``src`` to ``dest`` (buffers of this device or its peers) on this device's copy queue
@@ -365,8 +362,6 @@ class HCQDevice(Compiled):
         """Turn the finished executions' timestamp pairs into ProfileRecords (tg.runtime.hcq.profile.records)."""
         if not self._profile:
             return
-        from tg.runtime.hcq import profile
-
         done_epoch = int(self.timeline.words[0])
         keep = []
         offset = None
@@ -378,7 +373,7 @@ class HCQDevice(Compiled):
                 offset = self.clock_offset_us()
             for queue, name, start, end in p.entries:
                 st, en = start.timestamp / self.timestamp_divider, end.timestamp / self.timestamp_divider
-                profile.records.append(ProfileRecord(self.device, queue, name, st + offset, en + offset))
+                profile_records.append(ProfileRecord(self.device, queue, name, st + offset, en + offset))
             p.done[0] = True
         self._profile = keep
 

@@ -15,13 +15,25 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 
 from tg.ir.helpers import PROFILE, PROFILE_PATH
-from tg.runtime.hcq.device import ProfileRecord
 
 __all__ = ["ProfileRecord", "chrome_trace", "records", "write_trace"]
 
-records: list[ProfileRecord] = []
+
+@dataclass
+class ProfileRecord:
+    """One command's device time: start and end in microseconds of the host's clock (``time.perf_counter``)."""
+
+    device: str
+    queue: str
+    name: str
+    start_us: float
+    end_us: float
+
+
+records: list[ProfileRecord] = []  # appended by HCQDevice.collect_profile
 
 
 def chrome_trace(recs: list[ProfileRecord]) -> dict[str, object]:

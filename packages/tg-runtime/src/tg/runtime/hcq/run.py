@@ -20,6 +20,7 @@ from tg.ir import Ops, UOp, Variable, dtypes
 from tg.ir.helpers import DEBUG, HCQ_LINK_CACHE, HCQ_RUNTIME_DEV, PROFILE, GlobalCounters
 from tg.ir.uop import sym_infer
 from tg.runtime.device import Device
+from tg.runtime.engine import ExecItemLauncher, buffer_for, get_runner
 from tg.runtime.hcq import ir
 from tg.runtime.hcq.alloc import HCQBuffer, fence
 from tg.runtime.hcq.compile import CompiledBatch, CompiledProgram, compile_batch, compile_linear
@@ -39,8 +40,6 @@ class RuntimeEnv:
         return dev if isinstance(dev, HCQDevice) else None
 
     def lower_kernel(self, device: str, ast: UOp) -> ProgramInfo:
-        from tg.runtime.engine import get_runner
-
         return ProgramInfo.of_runner(get_runner(device, ast))
 
 
@@ -94,8 +93,6 @@ class HCQLauncher:
             if isinstance(step, CompiledBatch):
                 self.steps.append((step, link_batch(step, submitter_of(step), ENV, runtime_name())))
             else:
-                from tg.runtime.replay import ExecItemLauncher
-
                 self.steps.append(ExecItemLauncher(UOp(Ops.LINEAR, dtypes.void, (step,))))
 
     def __call__(self, bufs: list[Any], var_vals: dict[str, int], wait: bool = False) -> float | None:
@@ -141,8 +138,6 @@ def launcher_for(slotted: UOp, slot_count: int) -> HCQLauncher:
 
 def run(linear: UOp, var_vals: dict[str, int]) -> None:
     """Run a schedule that touches HCQ devices (see the module docstring)."""
-    from tg.runtime.engine import buffer_for
-
     slotted, slots = slot_linear(linear)
     launcher_for(slotted, len(slots))([buffer_for(u) for u in slots], var_vals)
 

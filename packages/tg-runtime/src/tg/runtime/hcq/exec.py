@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from tg.ir.helpers import DEBUG, PROFILE
 from tg.runtime.hcq.alloc import HCQBuffer
 from tg.runtime.hcq.link import LinkedBatch
+from tg.runtime.hcq.views import HostView
 
 
 def execute(lb: LinkedBatch, slots: Sequence[HCQBuffer | None], var_vals: dict[str, int] | None = None,
@@ -49,7 +50,7 @@ def execute(lb: LinkedBatch, slots: Sequence[HCQBuffer | None], var_vals: dict[s
     # 3. queue signals and the input table
     for sig in copy.queue_signals:
         sig.words[0] = 0
-    table = copy.table
+    table = copy.table.mv if isinstance(copy.table, HostView) else copy.table  # (host memory: no Python per write)
     for i, (slot, dev) in enumerate(lb.inputs):
         buf = slots[slot]
         if buf is None:
@@ -72,7 +73,7 @@ def execute(lb: LinkedBatch, slots: Sequence[HCQBuffer | None], var_vals: dict[s
     if phases is not None:
         t = _phase(phases, "kick", t)
     # 5. stamps
-    st = tuple((dev, e, dev.generation) for dev, e in epochs)
+    st = tuple([(dev, e, dev.generation) for dev, e in epochs])
     external = False
     for slot in lb.used_slots:
         base = slots[slot].base  # type: ignore[union-attr]

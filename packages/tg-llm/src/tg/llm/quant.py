@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tg.ir import DType, dtypes
-from tg.tensor import Device, Tensor
+from tg.tensor import Tensor
 
 # ggml type id -> (name, elements per block, bytes per block); native types have block size 1
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -114,9 +114,8 @@ class Weight:
 # - Q6_K (210-byte blocks are not word-aligned): repacked once at load into one uint32 buffer: the 192 bytes of low
 #   nibbles and high bits as (rows, blocks, 48) words, followed by the 16 group scales d * scale as float32 (rows,
 #   blocks, 16): 256 bytes per 256 weights instead of 210; the input is permuted once into the words' order;
-# - F16 on a device whose C code generator widens float16 vectors (`half_vectors`: x86 with F16C): float16 as stored,
-#   read by `x @ W.T` (one vcvtph2ps per 8 weights; the word decode below costs ~12 integer ops per 8 and ran at
-#   half the speed);
+# - F16 where `half_vectors` says so (nowhere for now): float16 as stored, read by `x @ W.T` (one vcvtph2ps per 8
+#   weights instead of ~12 integer ops);
 # - F32: as stored.
 
 
@@ -125,13 +124,13 @@ def _is_words(data: Tensor, ggml_type: int) -> bool:
 
 
 def half_vectors(device: str) -> bool:
-    """Whether `device`'s code generator loads float16 as vectors and widens them with one conversion (the C
-    renderer's `half_vector_loads`: F16C's vcvtph2ps on x86): there F16 matrices stay float16 and `linear` is a plain
-    `x @ W.T`, 8 weights per load and conversion; elsewhere they are read as uint32 words decoded with integer ops."""
-    try:
-        return bool(getattr(Device[device].renderer, "half_vector_loads", False))
-    except Exception:  # a device that cannot be opened here: the word layout works everywhere
-        return False
+    """Whether F16 matrices stay float16 on `device`, read by a plain `x @ W.T` whose kernel loads float16 vectors
+    and widens them with one conversion (tg-codegen's `half_vector_loads`: F16C's vcvtph2ps on x86). Off: in one
+    process on the 0.37B bench model (load ~15) the 72 FFN matvecs took 1967 ms this way against 687 ms for the
+    uint32 words, while random matrices of the same shape ran as fast or faster; until that is understood, F16 is
+    read as words everywhere."""
+    del device
+    return False
 
 
 def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:

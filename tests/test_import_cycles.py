@@ -25,7 +25,10 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 
 
 # package -> the cycles it still has; a package not listed must have none (tg.ir: tg.ir.symbolic installs its
-# simplifier as UOp.simplify, so uop.py imports neither symbolic nor pattern; tg.codegen, tg.drivers, tg.llm and the
+# simplifier as UOp.simplify, so uop.py imports neither symbolic nor pattern; tg.runtime: the engine hands HCQ
+# schedules to HCQDevice.run_linear, ExecItemLauncher lives beside the engine's runners, and an HCQ device sits above
+# the queue stack it runs its transfers and clock reads on (run, link, exec take devices by duck type; regions and
+# signals live in hcq.region, profile records in hcq.profile); tg.codegen, tg.drivers, tg.llm and the
 # tools have none: renderers hold the target data that lowering and the optimiser read, tensor cores and CORE_ID;
 # PCI discovery and the Linux device layer both take the sysfs root from tg.drivers.pci.sysfs; the AM driver's IP
 # blocks log through their device; the RDNA3 generators build on amd.sim.blockgen, not the translator; CPU:LLVM's
@@ -33,15 +36,7 @@ def _cycle(package: str, modules: str) -> frozenset[str]:
 # nn.module beside Module, and nn.state re-exports them with the file formats; tg.tensor's topic modules, @function
 # and the traced-call argument walk build results with `_tensor_class()` and recognise tensors as args.TensorBase,
 # so only tensor.py and the user-level modules above it (jit, nn, ...) import tensor.py)
-KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
-    "tg.runtime": [
-        # an HCQ device copies (transfer) and measures its clock offset by running programs of its own queues, which
-        # tg.runtime.hcq.run compiles, link binds to the device and exec runs (the engine, replay and profile are
-        # out of it: the engine hands HCQ schedules to the device's run_linear, ExecItemLauncher lives in the
-        # engine, ProfileRecord in profile)
-        _cycle("tg.runtime", "hcq.device hcq.exec hcq.link hcq.run"),
-    ],
-}
+KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {}
 
 
 def packages() -> list[tuple[str, Path]]:

@@ -3,7 +3,8 @@
 Compiler stages: S0 `prepare` (slots, kernels, batches), S1/S2 `schedule` (dependencies, queues, merging), S3
 `encode` (per-device rule tables), S4 `patches` (patch classes), S5 `submit` (the submitter kernel and its
 runtimes); `compile` runs them. S6 `link` binds a compiled batch to memory, S7 `exec` runs it. Devices: `device`
-(`HCQDevice`, signals, timeline, waits, `DeviceHangError`), `alloc` (buffers, staging ring), `cpu` (`HCQ+CPU`).
+(`HCQDevice`, timeline, waits, `DeviceHangError`; it runs its transfers on the stages above), `region`
+(`Region`, `Signal`, `SignalPool`), `alloc` (buffers, staging ring), `cpu` (`HCQ+CPU`).
 `run` is the engine's entry; `graph` the JIT executor; `profile` the records and the Chrome trace.
 
 Importing this package does no work; devices and workers start on first use.

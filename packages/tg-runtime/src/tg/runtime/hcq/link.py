@@ -16,16 +16,19 @@ from __future__ import annotations
 import struct
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tg.ir import Ops, UOp, exec_alu
 from tg.ir.dtype import PtrDType
 from tg.ir.floats import truncate
 from tg.ir.helpers import DEBUG, HCQ_LINK_COPIES, round_up
 from tg.runtime.hcq.compile import CompiledBatch
-from tg.runtime.hcq.device import HCQDevice, Region, Signal
+from tg.runtime.hcq.region import Region, Signal
 from tg.runtime.hcq.submit import BoundSubmitter, Submitter
 from tg.runtime.hcq.views import is_host_view
+
+if TYPE_CHECKING:
+    from tg.runtime.hcq.device import HCQDevice  # the device runs programs built here (transfers, clocks)
 
 BLOCK_ALIGN = 128  # kernel arguments and command buffers: 128-byte aligned in a link block
 

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tg.ir import Ops, UOp, Variable, dtypes
 from tg.ir.helpers import DEBUG, HCQ_LINK_CACHE, HCQ_RUNTIME_DEV, PROFILE, GlobalCounters
@@ -24,11 +24,13 @@ from tg.runtime.engine import ExecItemLauncher, buffer_for, get_runner
 from tg.runtime.hcq import ir
 from tg.runtime.hcq.alloc import HCQBuffer, fence
 from tg.runtime.hcq.compile import CompiledBatch, CompiledProgram, compile_batch, compile_linear
-from tg.runtime.hcq.device import HCQDevice
 from tg.runtime.hcq.exec import execute
 from tg.runtime.hcq.link import LinkedBatch, link_batch
 from tg.runtime.hcq.prepare import BATCH, ProgramInfo, slot_linear
 from tg.runtime.hcq.submit import Submitter, build_submitter
+
+if TYPE_CHECKING:
+    from tg.runtime.hcq.device import HCQDevice  # the device runs programs built here (transfers, clocks)
 
 
 class RuntimeEnv:
@@ -37,7 +39,7 @@ class RuntimeEnv:
 
     def hcq_device(self, device: str) -> HCQDevice | None:
         dev = Device[device]
-        return dev if isinstance(dev, HCQDevice) else None
+        return dev if dev.is_hcq else None  # type: ignore[return-value]
 
     def lower_kernel(self, device: str, ast: UOp) -> ProgramInfo:
         return ProgramInfo.of_runner(get_runner(device, ast))

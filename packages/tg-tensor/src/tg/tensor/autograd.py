@@ -144,6 +144,17 @@ def reaches_grad(root: UOp) -> bool:
     """True if `root`'s graph reaches a node that requires grad without passing a DETACH (memoised per node)."""
     if (known := root.__dict__.get(_MEMO)) is not None:
         return known
+    if root.op is not Ops.DETACH:  # the usual case (a new op result over known sources): no stack
+        flag = False
+        for s in root.src:
+            if (f := s.__dict__.get(_MEMO)) is None:
+                break
+            flag = flag or f
+        else:
+            root.__dict__[_MEMO] = flag
+            if flag:
+                _tracked.add(root)
+            return flag
     stack = [root]
     while stack:
         u = stack[-1]

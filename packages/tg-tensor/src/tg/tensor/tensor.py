@@ -500,6 +500,14 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
 
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         """self - x (broadcasting)."""
+        if (x.__class__ in (int, float) and (dt := weak_promote(self.dtype, x)) is self.dtype and dt is not dtypes.bool
+                and (_autograd.is_grad_enabled() or not _autograd.anything_tracked())):  # fmt: skip
+            # the fast path (`x - 1`, `1.0 - x`): the same nodes as below without the operand tensors (a deep graph
+            # builds many of these); under no_grad with tracked inputs the operand tensors' DETACHes matter: below
+            u, device = self.uop, self.device
+            c = _scalar_view(dt, checked_scalar_value(x, dt), device, u.shape)
+            minus_one = _scalar_view(dt, scalar_value(-1, dt), device, u.shape)
+            return Tensor(c.alu(Ops.ADD, u.alu(Ops.MUL, minus_one)) if reverse else u.alu(Ops.ADD, c.alu(Ops.MUL, minus_one)))
         a, b = self._operands(x, reverse)
         return Tensor(a.uop.alu(Ops.ADD, (-b).uop))
 
@@ -562,9 +570,8 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
     def __neg__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
-        return Tensor(
-            self.uop.alu(Ops.MUL, UOp.full(self.shape, scalar_value(-1, self.dtype), self.dtype, self.device))
-        )
+        u = self.uop  # the cached constant view: the same node as UOp.full, built once per (dtype, device, shape)
+        return Tensor(u.alu(Ops.MUL, _scalar_view(u.dtype, scalar_value(-1, u.dtype), self.device, u.shape)))
 
     def neg(self) -> Tensor:
         """-self."""
@@ -590,7 +597,7 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
     def logical_not(self) -> Tensor:
         """Elementwise not (for any dtype: x == 0)."""
         x = self if self.dtype is dtypes.bool else self.cast(dtypes.bool)
-        return Tensor(x.uop.alu(Ops.CMPNE, UOp.full(x.shape, True, dtypes.bool, x.device)))
+        return Tensor(x.uop.alu(Ops.CMPNE, _scalar_view(dtypes.bool, True, x.device, x.uop.shape)))
 
     def where(self, x: Any, y: Any) -> Tensor:
         """`self ? x : y` elementwise (self is the condition): `(a > 0).where(a, 0)`."""

@@ -8,7 +8,10 @@ decoder's listing of the code object (tg.runtime.amd.sim.decode) is compared wit
 module (`differential.listing_mismatch`: names and operands; whitespace and comments normalised, branch targets as
 instruction indices). Nothing runs: a kernel of any size is checked in the time LLVM takes to compile it twice.
 
-    python scripts/check_amd_listings.py asts.pkl [asts.pkl ...] [--arch gfx1100]
+    python scripts/check_amd_listings.py asts.pkl [asts.pkl ...] [--arch gfx1100] [--shard K/N]
+
+`--shard K/N` checks the kernels whose index is K modulo N (N processes share the work; the counts add up), `--start
+I` those from index I on.
 
 Prints the counts (kernels, distinct code objects, instructions compared) and each failure; exit status 1 if any
 kernel fails to compile or its listing differs.
@@ -69,13 +72,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("asts", type=Path, nargs="+")
     ap.add_argument("--arch", default="gfx1100")
+    ap.add_argument("--shard", default="0/1", help="K/N: only the kernels whose index is K modulo N")
+    ap.add_argument("--start", type=int, default=0, help="only the kernels from this index on (resuming a run)")
     args = ap.parse_args()
-    asts = load_asts(args.asts)
+    k, n = (int(x) for x in args.shard.split("/"))
+    if not 0 <= k < n:
+        ap.error(f"--shard {args.shard}: K must be in 0..N-1")
+    everything = load_asts(args.asts)
+    asts = [everything[i] for i in range(args.start, len(everything)) if i % n == k]
     t0 = time.perf_counter()
     failures, counts = check_listings(asts, args.arch)
-    print(f"decoder listings vs LLVM ({args.arch}): {counts['kernels']} kernels, {counts['code objects']} distinct "
-          f"code objects, {counts['instructions']:,} instructions compared, {len(failures)} failures "
-          f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print(f"decoder listings vs LLVM ({args.arch}, shard {args.shard}): {counts['kernels']} kernels, "
+          f"{counts['code objects']} distinct code objects, {counts['instructions']:,} instructions compared, "
+          f"{len(failures)} failures ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
     for msg in failures[:40]:
         print(msg)
     return 1 if failures else 0

@@ -23,6 +23,7 @@ import math
 from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import AddrSpace, dtypes
 from tg.ir.ops import AxisType, Ops
+from tg.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tg.ir.uop import UOp, sint
 
 _GRID_TYPES = (AxisType.GLOBAL, AxisType.LOOP)
@@ -202,17 +203,27 @@ def add_gpudims(sink: UOp, renderer: Renderer) -> UOp:
             if padded and isinstance(size, int):  # the work-items past the end are gated off every load and store
                 sink = _gate_indices(sink, group, UOp(Ops.CMPLT, dtypes.bool, (idx, UOp.const(dt, size))))
             subs.update(_decompose(idx, group))
-    gone = set(subs)
+    return graph_rewrite(sink, pm_grid_ids, ctx=subs, bottom_up=True, name="gpudims")
 
-    def strip(u: UOp) -> UOp:  # drop the replaced ranges from the ENDs above each store
-        if u.op is not Ops.END:
-            return u
-        inner = strip(u.src[0])
-        keep = tuple(r for r in u.src[1:] if r not in gone)
-        return inner if not keep else u.replace(src=(inner, *keep))
 
-    stripped = sink.replace(src=tuple(strip(s) for s in sink.src))
-    return stripped.substitute(subs)
+def _strip_end(ctx: dict[UOp, UOp], e: UOp) -> UOp | None:
+    """`e` without the replaced ranges among those it closes (None when it closes none of them)."""
+    keep = tuple(r for r in e.src[1:] if r not in ctx)
+    if len(keep) == len(e.src) - 1:
+        return None
+    return e.src[0] if not keep else e.replace(src=(e.src[0], *keep))
+
+
+# The grid ranges become work-item ids (ctx: range -> its expression over SPECIALs). Applied top of the graph first,
+# so an END is seen before the ranges it closes are replaced.
+pm_grid_ids = PatternMatcher(
+    [
+        # an END stops closing the replaced ranges (a work-item runs one point of them); it goes if it closed only those
+        (UPat(Ops.END, name="e"), _strip_end),
+        # a replaced range is its work-item expression
+        (UPat(Ops.RANGE, name="r"), lambda ctx, r: ctx.get(r)),
+    ]
+)
 
 
 def launch_dims(uops: list[UOp]) -> tuple[tuple[sint, ...], tuple[int, ...]] | None:

@@ -298,6 +298,10 @@ def _models(imports: str) -> dict:
     return namespace
 
 
+# slow (~15 CPU-s: a CNN and a GPT block traced, run and trained once); by default the torch stage runs both models'
+# forward passes against PyTorch (test_pytorch_models_load_torch_state_dicts_and_agree) and the nn/optim suites
+# cover the layers and AdamW
+@pytest.mark.slow
 def test_pytorch_model_definitions_run_on_tg() -> None:
     ns = _models(TG_IMPORTS)
     cnn, gpt = ns["SmallCNN"](), ns["GPTBlock"]()

@@ -39,6 +39,9 @@ from tg.runtime.hcq.patches import PART_HIGH
 
 I32, U64 = dtypes.int32, dtypes.uint64
 
+# the kernel name of every submitter program: a host program (run by the host CPU or interpreted), never a device kernel
+SUBMITTER_NAME = "hcq_submit"
+
 
 @dataclass(frozen=True)
 class SubmitCtx:
@@ -130,7 +133,7 @@ def build_submitter(batch: CompiledBatch, env: Any) -> Submitter:
         finals.append(ir.timeline_value(d).after(*prev).index(_i(0)).store(e + UOp.const(U64, 1)))
         finals.append(ir.epoch_slot(d).after(*prev).index(_i(0)).store(e))
     table = ir.hcqbuf(first, "input_table", "inputs", U64, max(n_inputs + len(link_entries), 1))
-    sink = UOp.sink(*finals, *prev, arg=KernelInfo(name="hcq_submit", opts_to_apply=())).substitute({pending: table})
+    sink = UOp.sink(*finals, *prev, arg=KernelInfo(name=SUBMITTER_NAME, opts_to_apply=())).substitute({pending: table})
     # every HCQBUF the kernel touches becomes a PARAM (order of first use; sizes dropped so batches share code)
     params = [u for u in sink.toposort() if u.op is Ops.HCQBUF]
     ast = _params_for(sink, {u: i for i, u in enumerate(params)})

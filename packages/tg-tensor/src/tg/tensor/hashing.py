@@ -65,9 +65,11 @@ def _rotl(lanes: Tensor, amount: Any) -> Tensor:
     return (lanes << amount) | (lanes >> ((64 - amount) & 63))
 
 
-def _keccak_f(state: Tensor, pick: Tensor, rotation: Tensor, round_constants: Tensor) -> Tensor:
+def _keccak_f(state: Tensor, pick: Tensor, rotation: Tensor, *round_constants: Tensor) -> Tensor:
     """The 24 rounds of Keccak-f[1600] on a (batch, 25) uint64 state; `pick[j, i]` says lane j takes lane i in
-    rho-pi (a constant one-hot: a static gather without index checks)."""
+    rho-pi (a constant one-hot: a static gather without index checks); `round_constants`: one (25,) buffer per
+    round (its constant in lane 0), so rounds 2..24 are one kernel, compiled once, rather than 23 kernels that
+    differ only in the offset of a row of one (24, 25) table (each a C compiler run on a cold cache)."""
     bs = state.shape[0]
     for rc in range(24):
         # theta: xor every lane with the parities of the two neighbouring columns (one of them rotated by 1)
@@ -139,12 +141,11 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     words = words.bitcast(dtypes.uint64)  # (bs, blocks, 25)
     pick = cls([[i == s for i in range(25)] for s in RHO_PI_SOURCE], dtype=dtypes.bool, device=self.device)
     rotation = cls(RHO_PI_ROTATION, dtype=dtypes.uint64, device=self.device)
-    round_constants = cls(
-        [[c] + [0] * 24 for c in ROUND_CONSTANTS], dtype=dtypes.uint64, device=self.device
-    )  # (24, 25): the constant goes into lane 0
+    # one (25,) buffer per round, the constant in lane 0 (see _keccak_f)
+    round_constants = [cls([c] + [0] * 24, dtype=dtypes.uint64, device=self.device) for c in ROUND_CONSTANTS]
     state = cls.zeros(bs, 25, dtype=dtypes.uint64, device=self.device)
     if blocks == 1:
-        return _digest(_keccak_f(words[:, 0], pick, rotation, round_constants), rate, batch)
+        return _digest(_keccak_f(words[:, 0], pick, rotation, *round_constants), rate, batch)
     # one block at a time, realized: the block index is a bound Variable, so every block's graph is the same and
     # its schedule and kernels are made once (a long message is many blocks). Inside a @function body (no realize
     # there) the blocks chain lazily; while a TinyJit captures (one value per Variable) the index is a plain int.
@@ -154,7 +155,7 @@ def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     index = None if tracing or engine.capturing else Variable("keccak_block", 0, blocks - 1)
     for b in range(blocks):
         block = words[:, b] if index is None else words[:, (i := index.bind(b)) : i + 1].reshape(bs, 25)
-        state = _absorb(state, block, pick, rotation, round_constants)
+        state = _absorb(state, block, pick, rotation, *round_constants)
         state = state if tracing else state.realize()
     return _digest(state, rate, batch)
 

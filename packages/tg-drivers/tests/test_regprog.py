@@ -34,6 +34,38 @@ def test_local_run_in_order_with_computed_writes() -> None:
     assert result.blocks == [bytes(view.read(0x10, 16))]
 
 
+def test_extend_appends_a_template_with_its_slots_renumbered_and_new_write_values() -> None:
+    template, _, _ = sample_program()
+    prog = RegisterProgram()
+    prog.read32(0x20)
+    prog.read(0x20, 4)
+    assert prog.extend(template, writes={2: 0x1_0000_0005}) == (2, 1, 1)
+    assert prog.extend(template) == (7, 3, 2)
+    # the same program built op by op
+    want = RegisterProgram()
+    want.read32(0x20)
+    want.read(0x20, 4)
+    for value in (5, 7):
+        a = want.read32(0x10)
+        want.write32_from(0x14, a, and_mask=0xFFFF00FF, or_value=0x1200)
+        want.write32(0x18, value)
+        want.expect32(0x18, mask=0x7, want=0x7)
+        want.read(0x10, 16)
+    assert prog.ops == want.ops
+    assert (prog.slots, prog.nblocks, prog.read_bytes) == (want.slots, want.nblocks, want.read_bytes)
+    view = BufferMMIO(bytearray(64))
+    view.write32(0x10, 0xAABBCCDD)
+    result = run_program(view, prog)
+    assert result.executed == 6 and result.values[1:3] == [0xAABBCCDD, 5]  # the first copy's expect stopped it
+    with pytest.raises(ValueError, match="op 0 of the appended program is not a write32"):
+        prog.extend(template, writes={0: 1})
+    big = RegisterProgram()
+    for _ in range(200):
+        big.read32(0)
+    with pytest.raises(ValueError, match="at most 256 read values"):
+        big.extend(big)
+
+
 def test_expect_stops_the_program_and_a_failure_carries_the_partial_result() -> None:
     view = BufferMMIO(bytearray(64))
     prog = RegisterProgram()

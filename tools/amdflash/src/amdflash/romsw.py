@@ -110,9 +110,22 @@ class _Plan:
         }
 
 
-def _plan(prog: RegisterProgram, t: Transfer) -> _Plan:
-    """Append one transaction (set-up, trigger, first poll, RX read, restore) to `prog`."""
-    first = len(prog.ops)
+@dataclass(frozen=True)
+class _Template:
+    """The register program of one transaction shape, built once; the command and TX words are filled in per use."""
+
+    program: RegisterProgram
+    saved: dict[int, int]
+    setup: list[tuple[int, int]]
+    cleared: int
+    cleared_op: int
+    command_op: int  # the ROM_SW_COMMAND write; the TX words follow it
+    block: int | None
+
+
+def _build_template(address_len: int, data_in: int, data_out: int) -> _Template:
+    """Set-up, trigger, first poll, RX read and restore of a transaction with `data_out` TX or `data_in` RX bytes."""
+    prog = RegisterProgram()
     saved = {off: prog.read32(off) for off in SAVED_REGISTERS}
     setup = [(prog.write32_from(off, saved[off], and_mask, or_value), off) for off, and_mask, or_value in SETUP]
     # ROM_SW_CNTL/STATUS are restored to 0 (their idle value); every ROM_SW_CNTL write triggers the engine, so that
@@ -120,21 +133,48 @@ def _plan(prog: RegisterProgram, t: Transfer) -> _Plan:
     setup += [(prog.write32(off, 0), off) for off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS)]
     cleared = prog.expect32(regs.ROM_SW_STATUS, 0xFFFFFFFF, 0)
     cleared_op = len(prog.ops) - 1
-    prog.write32(regs.ROM_SW_COMMAND, ((t.address & 0xFFFFFF) << 8) | (t.opcode & 0xFF))
-    for i in range(0, len(t.data_out), 4):
-        prog.write32(regs.ROM_SW_DATA + i, int.from_bytes(t.data_out[i : i + 4].ljust(4, b"\0"), "big"))
-    count = len(t.data_out) or t.data_in
-    control = (t.address_len << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if t.data_in else 0) | count
+    command_op = prog.write32(regs.ROM_SW_COMMAND, 0)
+    for i in range(0, data_out, 4):
+        prog.write32(regs.ROM_SW_DATA + i, 0)
+    count = data_out or data_in
+    control = (address_len << 16) | (regs.ROM_SW_CNTL_RETURN_DATA_EN if data_in else 0) | count
     prog.write32(regs.ROM_SW_CNTL, control)
     prog.read32(regs.ROM_SW_CNTL)  # flush the posted write
     prog.expect32(regs.ROM_SW_STATUS, regs.ROM_SW_STATUS_DONE, regs.ROM_SW_STATUS_DONE)  # the first poll
-    block = prog.read(regs.ROM_SW_DATA, (t.data_in + 3) & ~3) if t.data_in else None
+    block = prog.read(regs.ROM_SW_DATA, (data_in + 3) & ~3) if data_in else None
     for off in RESTORE_ORDER:
         if off in (regs.ROM_SW_CNTL, regs.ROM_SW_STATUS):
             prog.write32(off, 0)
         else:
             prog.write32_from(off, saved[off])
-    return _Plan(t, first, saved, setup, cleared, cleared_op, block, len(prog.ops))
+    return _Template(prog, saved, setup, cleared, cleared_op, command_op, block)
+
+
+_TEMPLATES: dict[tuple[int, int, int], _Template] = {}
+
+
+def _plan(prog: RegisterProgram, t: Transfer) -> _Plan:
+    """Append one transaction (set-up, trigger, first poll, RX read, restore) to `prog`: its shape's template, with
+    the command and TX words of `t` (building the ~30 ops afresh for every 256-byte read was a fifth of its cost)."""
+    key = (t.address_len, t.data_in, len(t.data_out))
+    tmpl = _TEMPLATES.get(key)
+    if tmpl is None:
+        tmpl = _TEMPLATES[key] = _build_template(*key)
+    writes = {tmpl.command_op: ((t.address & 0xFFFFFF) << 8) | (t.opcode & 0xFF)}
+    out = t.data_out
+    for i in range(0, len(out), 4):
+        writes[tmpl.command_op + 1 + i // 4] = int.from_bytes(out[i : i + 4].ljust(4, b"\0"), "big")
+    first, slot, block = prog.extend(tmpl.program, writes)
+    return _Plan(
+        t,
+        first,
+        {off: s + slot for off, s in tmpl.saved.items()},
+        [(index + first, off) for index, off in tmpl.setup],
+        tmpl.cleared + slot,
+        tmpl.cleared_op + first,
+        None if tmpl.block is None else tmpl.block + block,
+        first + len(tmpl.program.ops),
+    )
 
 
 def _plan_at(plans: list[_Plan], op: int) -> _Plan:

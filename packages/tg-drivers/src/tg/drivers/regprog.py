@@ -129,6 +129,28 @@ class RegisterProgram:
         self.read_bytes += size
         return self.nblocks - 1
 
+    def extend(self, other: RegisterProgram, writes: dict[int, int] | None = None) -> tuple[int, int, int]:
+        """Append `other`'s ops (a template built once, appended many times) and return where they start: `(first op
+        index, first value slot, first block index)`. Its value slots and blocks are numbered after this program's,
+        and `writes` gives new values (masked to 32 bits) for some of its `write32` ops, by their index in `other`."""
+        if self.slots + other.slots > MAX_SLOTS:
+            raise ValueError(f"a register program holds at most {MAX_SLOTS} read values")
+        op_base, slot_base, block_base = len(self.ops), self.slots, self.nblocks
+        ops = [
+            rec if rec[0] != OP_WRITE32_FROM else (rec[0], rec[1] + slot_base, rec[2], rec[3], rec[4])
+            for rec in other.ops
+        ]
+        for index, value in (writes or {}).items():
+            op, slot, size, offset, _ = other.ops[index]
+            if op != OP_WRITE32:
+                raise ValueError(f"op {index} of the appended program is not a write32")
+            ops[index] = (op, slot, size, offset, value & _U32)
+        self.ops += ops
+        self.slots += other.slots
+        self.nblocks += other.nblocks
+        self.read_bytes += other.read_bytes
+        return op_base, slot_base, block_base
+
     # ---- execution ---------------------------------------------------------------------------------------------------
 
     def run_local(self, window: RegisterWindow) -> ProgramResult:

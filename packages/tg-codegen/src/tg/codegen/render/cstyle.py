@@ -494,7 +494,7 @@ def _store(ctx: RenderContext, u: UOp) -> str:
 def _cast(ctx: RenderContext, u: UOp) -> str:
     src_dt = u.src[0].dtype
     for dt, need in ((dtypes.float16, "half"), (dtypes.bfloat16, "bf16")):
-        if dt in (src_dt, u.dtype):
+        if dt in (src_dt.scalar(), u.dtype.scalar()):  # vector casts too: their helpers fall back to the scalar ones
             ctx.needs.add(need)
     if {src_dt, u.dtype} & set(_FP8_ARGS):
         ctx.needs.add("fp8")

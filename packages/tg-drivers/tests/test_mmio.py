@@ -150,6 +150,38 @@ def test_model_view_reports_model_errors() -> None:
     assert seen and "unmodelled" in seen[0]
 
 
+class _Dword32Model(DwordRegisterFile):
+    """A register file that also serves int-valued dword accesses (logged as "r32"/"w32")."""
+
+    calls: list[tuple[str, int]]
+
+    def read32(self, offset: int) -> int:
+        if offset == 8:
+            raise MockAccessError("unmodelled register 0x8")
+        self.calls.append(("r32", offset))
+        return int.from_bytes(self.read(offset, 4), "little")
+
+    def write32(self, offset: int, value: int) -> None:
+        self.calls.append(("w32", offset))
+        self.write(offset, value.to_bytes(4, "little"))
+
+
+def test_model_view_uses_int_dword_accessors_of_a_model_that_has_them() -> None:
+    seen: list[str] = []
+    model = _Dword32Model(64)
+    model.calls = []
+    v = ModelMMIO(model, 16, 32, on_violation=seen.append)
+    v.write32(4, 0xAABBCCDD)
+    assert v.read32(4) == 0xAABBCCDD and v.read64(4) == 0xAABBCCDD
+    assert v.read(4, 4) == bytes.fromhex("ddccbbaa")  # block accesses still go through read/write
+    assert model.calls == [("w32", 20), ("r32", 20), ("r32", 20), ("r32", 24)]
+    with pytest.raises(ValueError):
+        v.write32(0, 1 << 32)  # the view's checks still apply
+    with pytest.raises(MockAccessError, match="unmodelled register 0x8"):
+        ModelMMIO(model, on_violation=seen.append).read32(8)
+    assert seen and "unmodelled" in seen[0]
+
+
 def test_signed_slices() -> None:
     v = BufferMMIO(bytearray(8), "h")
     v[0:4] = [-1, 2, -32768, 32767]

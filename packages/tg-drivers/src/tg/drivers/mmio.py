@@ -392,7 +392,9 @@ class ModelMMIO(MMIOView):
 
     ``model`` follows :class:`tg.drivers.mock.regmodel.RegisterModel`: ``read(offset, size) -> bytes`` and
     ``write(offset, data)``; ``base`` is the model offset of byte 0 of this view. A model raising
-    :class:`~tg.drivers.errors.MockAccessError` is reported to ``on_violation`` and re-raised.
+    :class:`~tg.drivers.errors.MockAccessError` is reported to ``on_violation`` and re-raised. A model that also has
+    int-valued ``read32(offset)``/``write32(offset, value)`` (the same accesses without the bytes round trip) gets
+    the view's dword accesses through them.
     """
 
     def __init__(
@@ -408,6 +410,27 @@ class ModelMMIO(MMIOView):
         if base < 0 or base + size > int(model.size):
             raise ValueError(f"ModelMMIO window [{base:#x}, {base + size:#x}) exceeds the model size {model.size:#x}")
         self.model, self.base = model, base
+        self._model_read32: Callable[[int], int] | None = getattr(model, "read32", None)
+        self._model_write32: Callable[[int, int], None] | None = getattr(model, "write32", None)
+
+    def _read_item(self, off: int, size: int) -> int:
+        if size != 4 or self._model_read32 is None:
+            return super()._read_item(off, size)
+        try:
+            return int(self._model_read32(self.base + off)) & 0xFFFFFFFF
+        except MockAccessError as e:
+            self._report(e)
+            raise
+
+    def _write_item(self, off: int, size: int, value: int) -> None:
+        if size != 4 or self._model_write32 is None:
+            super()._write_item(off, size, value)
+            return
+        try:
+            self._model_write32(self.base + off, value)
+        except MockAccessError as e:
+            self._report(e)
+            raise
 
     def _rebase(self, off: int) -> None:
         self.base += off

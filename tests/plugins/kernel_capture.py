@@ -84,7 +84,9 @@ engine.CompiledRunner.__init__ = _disguised(_recording_runner_init, _original_ru
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if path := os.environ.get("TG_CAPTURE_KERNELS"):
-        if worker := os.environ.get("PYTEST_XDIST_WORKER"):  # each pytest-xdist worker keeps its own kernels
+        # each pytest-xdist worker of this session keeps its own kernels (not PYTEST_XDIST_WORKER: a pytest run in a
+        # subprocess of a worker inherits that variable, e.g. tests/test_amd_codegen.py's op-test capture)
+        if worker := getattr(session.config, "workerinput", {}).get("workerid"):
             path = f"{path}.{worker}"
         with open(path, "wb") as f:
             pickle.dump(list(_captured), f)

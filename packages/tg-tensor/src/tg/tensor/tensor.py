@@ -507,7 +507,9 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
             u, device = self.uop, self.device
             c = _scalar_view(dt, checked_scalar_value(x, dt), device, u.shape)
             minus_one = _scalar_view(dt, scalar_value(-1, dt), device, u.shape)
-            return Tensor(c.alu(Ops.ADD, u.alu(Ops.MUL, minus_one)) if reverse else u.alu(Ops.ADD, c.alu(Ops.MUL, minus_one)))
+            if reverse:  # x - self
+                return Tensor(c.alu(Ops.ADD, u.alu(Ops.MUL, minus_one)))
+            return Tensor(u.alu(Ops.ADD, c.alu(Ops.MUL, minus_one)))
         a, b = self._operands(x, reverse)
         return Tensor(a.uop.alu(Ops.ADD, (-b).uop))
 

@@ -409,7 +409,8 @@ def test_eager_step_replays_its_update_bit_identically(name: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_eager_step_builds_no_update_graph_once_captured() -> None:
+def _adam_stepper() -> tuple[Tensor, optim.Adam, Callable[[], Tensor]]:
+    """A weight, its Adam optimizer and one training step of run_tg's loss (the loss realized with the update)."""
     w = Tensor(W0.copy(), requires_grad=True)
     opt = optim.Adam([w], lr=0.01)
     target = Tensor(TARGET)
@@ -421,6 +422,11 @@ def test_eager_step_builds_no_update_graph_once_captured() -> None:
         opt.step(loss)
         return loss
 
+    return w, opt, step
+
+
+def test_eager_step_builds_no_update_graph_once_captured() -> None:
+    w, opt, step = _adam_stepper()
     ref = run_tg(lambda p: optim.Adam(p, lr=0.01))
     for _ in range(2):
         step()
@@ -463,17 +469,7 @@ def test_eager_step_after_load_state_dict_and_inside_jit() -> None:
     from tg.tensor import TinyJit
 
     def train(jit: bool) -> np.ndarray:
-        w = Tensor(W0.copy(), requires_grad=True)
-        opt = optim.Adam([w], lr=0.01)
-        target = Tensor(TARGET)
-
-        def step() -> Tensor:
-            opt.zero_grad()
-            loss = (((w - target) ** 3) / 3 + w.square()).sum()
-            loss.backward()
-            opt.step()
-            return loss.realize()
-
+        w, opt, step = _adam_stepper()
         fn = TinyJit(step) if jit else step
         for _ in range(4):
             fn()

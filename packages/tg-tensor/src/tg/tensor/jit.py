@@ -603,8 +603,7 @@ class TinyJit(Generic[ReturnType]):
                 from tg.runtime.device import Buffer
 
                 buf = self._out_slots[i] = Buffer(buf.device, buf.size, buf.dtype)
-            # (UOp.new_buffer without its argument checks: a Buffer's are valid)
-            uop = UOp(Ops.BUFFER, buf.dtype, (UOp.unique(), UOp(Ops.DEVICE, arg=buf.device)), buf.size)
+            uop = UOp.new_buffer(buf.device, buf.size, buf.dtype)
             engine.bind_buffer(uop, buf)
             self._out_handed[i] = weakref.ref(uop)
             out_uops.append(uop)
@@ -616,8 +615,8 @@ class TinyJit(Generic[ReturnType]):
         else:
             program.replay(slots, var_vals)
         bound = _unbound_view(UOp.sink(*binds)) if binds and self._symbolic_outputs else None
-        # (a method, not a nested function: a closure calling itself is a reference cycle that would keep this call's
-        # outputs alive until a garbage collection, so each replay would allocate fresh output buffers)
+        # (a module function, not a nested one: a closure calling itself is a reference cycle that would keep this
+        # call's outputs alive until a garbage collection, so each replay would allocate fresh output buffers)
         returned = [None if out is None else Tensor(_build(out, bases, out_uops, bound)) for out in self._outputs]
         return unflatten_return(self._ret_structure, iter(returned))
 

@@ -107,9 +107,10 @@ class LinkedBatch:
     count: int = 0
     name: str = ""
     used_slots: tuple[int, ...] = ()  # the slots whose buffers an execution stamps
-    submits: list[tuple[Any, str, int, int]] = field(default_factory=list)  # (device, queue, words, ring words)
     kicks: list[tuple[Any, str]] = field(default_factory=list)  # each (device, queue) submitted to, once
-    ring_checks: list[tuple[Any, str, int, int]] = field(default_factory=list)  # submits: the largest per queue
+    # per kicked queue (device, queue, words of its largest submit, ring words): the checks of one queue read the
+    # same ring pointers, so the largest submit decides
+    ring_checks: list[tuple[Any, str, int, int]] = field(default_factory=list)
 
     def signal(self, buf: UOp, copy: int = 0) -> Signal:
         """The signal an HCQBUF of role signal stands for in link copy ``copy``."""
@@ -166,14 +167,12 @@ def link_batch(batch: CompiledBatch, sub: Submitter, env: Any, runtime: str, cop
     name = names[0] if len(names) == 1 else f"{len(names)} calls: {names[0]} .. {names[-1]}"
     used = tuple(sorted({slot for slot, _ in inputs}))
     lb = LinkedBatch(batch, sub, devices, linked, inputs, linked[0].submitter.runtime, name=name, used_slots=used)
+    largest: dict[tuple[Any, str], int] = {}  # (device, queue) in first-submit order: words of its largest submit
     for dev_name, queue, nwords in sub.submits:
-        dev = dev_of_name(by_name, env, dev_name)
-        lb.submits.append((dev, queue, nwords, dev.queues[queue].ring_words))
-        if (dev, queue) not in lb.kicks:
-            lb.kicks.append((dev, queue))
-    for dev, queue in lb.kicks:  # the checks of one queue read the same pointers: the largest submit decides
-        nwords = max(n for d, q, n, _ in lb.submits if d is dev and q == queue)
-        lb.ring_checks.append((dev, queue, nwords, dev.queues[queue].ring_words))
+        key = (dev_of_name(by_name, env, dev_name), queue)
+        largest[key] = max(largest.get(key, 0), nwords)
+    lb.kicks = list(largest)
+    lb.ring_checks = [(dev, queue, n, dev.queues[queue].ring_words) for (dev, queue), n in largest.items()]
     for c in linked:
         for d in c.epoch_slots:
             d.epoch_slots.add(c)

@@ -162,15 +162,10 @@ class SimulatedNavi31:
 
     def read(self, offset: int, size: int) -> bytes:
         """Serve a read of `size` bytes at BAR5 `offset`."""
+        if size == 4:
+            return self.read32(offset).to_bytes(4, "little")
         if self.access_hook is not None:
             self.access_hook("r", offset)
-        if size == 4:
-            reader = self._readers.get(offset)
-            if reader is not None:
-                value = reader()
-                if self.reg_log is not None:
-                    self.reg_log.append(("r", offset, 4, value))
-                return value.to_bytes(4, "little")
         return self._read_window_or_general(offset, size)
 
     def _read_window_or_general(self, offset: int, size: int) -> bytes:
@@ -183,17 +178,11 @@ class SimulatedNavi31:
 
     def write(self, offset: int, data: bytes) -> None:
         """Serve a write of `data` at BAR5 `offset`."""
+        if len(data) == 4:
+            self.write32(offset, int.from_bytes(data, "little"))
+            return
         if self.access_hook is not None:
             self.access_hook("w", offset)
-        size = len(data)
-        if size == 4:
-            writer = self._writers.get(offset)
-            if writer is not None:
-                value = int.from_bytes(data, "little")
-                if self.reg_log is not None:
-                    self.reg_log.append(("w", offset, 4, value))
-                writer(value)
-                return
         self._write_window_or_general(offset, data)
 
     def _write_window_or_general(self, offset: int, data: bytes) -> None:
@@ -206,7 +195,7 @@ class SimulatedNavi31:
         self._write_general(offset, bytes(data))
 
     def read32(self, offset: int) -> int:
-        """`read(offset, 4)` as an int, without the bytes round trip (the direct accessor's fast path)."""
+        """A 32-bit read as an int (`read` of 4 bytes comes here; the direct accessor calls it without the bytes)."""
         if self.access_hook is not None:
             self.access_hook("r", offset)
         reader = self._readers.get(offset)
@@ -218,7 +207,7 @@ class SimulatedNavi31:
         return value
 
     def write32(self, offset: int, value: int) -> None:
-        """`write(offset, value.to_bytes(4, "little"))` without the bytes round trip (`value` is a u32)."""
+        """A 32-bit write of the u32 `value` (`write` of 4 bytes comes here; the direct accessor calls it directly)."""
         if self.access_hook is not None:
             self.access_hook("w", offset)
         writer = self._writers.get(offset)

@@ -486,10 +486,14 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
 
-    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    def _same_dtype_scalar(self, other: Any) -> UOp | None:
+        """`_operands`' constant view of a Python scalar that keeps self's dtype (`x + 1`: no operand tensors)."""
         if other.__class__ in (int, float, bool) and (dt := weak_promote(self.dtype, other)) is self.dtype:
-            # the eager fast path (`x + 1`): a weak scalar of self's dtype, no operand tensors
-            c = _scalar_view(dt, checked_scalar_value(other, dt), self.device, self.uop.shape)
+            return _scalar_view(dt, checked_scalar_value(other, dt), self.device, self.uop.shape)
+        return None
+
+    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+        if (c := self._same_dtype_scalar(other)) is not None:  # no operand tensors
             return Tensor(c.alu(op, self.uop) if reverse else self.uop.alu(op, c))
         x, y = self._operands(other, reverse)
         return Tensor(x.uop.alu(op, y.uop))
@@ -500,16 +504,12 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
 
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         """self - x (broadcasting)."""
-        if (x.__class__ in (int, float) and (dt := weak_promote(self.dtype, x)) is self.dtype and dt is not dtypes.bool
+        if (x.__class__ is not bool and self.dtype is not dtypes.bool and (c := self._same_dtype_scalar(x)) is not None
                 and (_autograd.is_grad_enabled() or not _autograd.anything_tracked())):  # fmt: skip
             # the fast path (`x - 1`, `1.0 - x`): the same nodes as below without the operand tensors (a deep graph
             # builds many of these); under no_grad with tracked inputs the operand tensors' DETACHes matter: below
             u, device = self.uop, self.device
-            c = _scalar_view(dt, checked_scalar_value(x, dt), device, u.shape)
-            minus_one = _scalar_view(dt, scalar_value(-1, dt), device, u.shape)
-            if reverse:  # x - self
-                return Tensor(c.alu(Ops.ADD, u.alu(Ops.MUL, minus_one)))
-            return Tensor(u.alu(Ops.ADD, c.alu(Ops.MUL, minus_one)))
+            return Tensor(c.alu(Ops.ADD, _negated(u, device)) if reverse else u.alu(Ops.ADD, _negated(c, device)))
         a, b = self._operands(x, reverse)
         return Tensor(a.uop.alu(Ops.ADD, (-b).uop))
 
@@ -570,14 +570,12 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
         return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
     def __neg__(self) -> Tensor:
+        """-self (`logical_not` for bools)."""
         if self.dtype is dtypes.bool:
             return self.logical_not()
-        u = self.uop  # the cached constant view: the same node as UOp.full, built once per (dtype, device, shape)
-        return Tensor(u.alu(Ops.MUL, _scalar_view(u.dtype, scalar_value(-1, u.dtype), self.device, u.shape)))
+        return Tensor(_negated(self.uop, self.device))
 
-    def neg(self) -> Tensor:
-        """-self."""
-        return -self
+    neg = __neg__
 
     def __invert__(self) -> Tensor:
         if self.dtype is dtypes.bool:
@@ -765,6 +763,11 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
     erf = _transcendental.erf
 
 
+def _negated(u: UOp, device: str) -> UOp:
+    """`u * -1`, the node of `-t` (-1 as the cached constant view: UOp.full's node, once per dtype/device/shape)."""
+    return u.alu(Ops.MUL, _scalar_view(u.dtype, scalar_value(-1, u.dtype), device, u.shape))
+
+
 def _scalar_view(dt: DType, value: ConstType, device: str | tuple[str, ...], shape: tuple[sint, ...]) -> UOp:
     """The constant `value` of `dt` on `device` viewed as `shape` (a weak scalar operand)."""
     sign = math.copysign(1.0, value) if value.__class__ is float else 1.0  # -0.0 and 0.0 are one key otherwise
@@ -786,13 +789,9 @@ def _unpickle(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str, req
 
 
 def _unpickle_sharded(
-    raw: bytes,
-    shape: tuple[int, ...],
-    dtype: DType,
-    devices: tuple[str, ...],
-    axis: int | None,
+    raw: bytes, shape: tuple[int, ...], dtype: DType, devices: tuple[str, ...], axis: int | None,
     requires_grad: bool | None,
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """Inverse of `Tensor.__reduce__` for a sharded tensor: sharded again over the same devices and axis."""
     whole = Tensor(_realize.from_bytes(raw, shape, dtype, canonical_device(devices[0])))
     ret = whole.shard(devices, axis).realize()

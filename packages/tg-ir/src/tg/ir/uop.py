@@ -7,7 +7,7 @@ import hashlib
 import itertools
 import math
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, ClassVar
 
 from tg.ir.alu import cdiv, cmod, exec_alu
@@ -497,21 +497,23 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             u = u.src[0]
         return u
 
-    @property
-    def base(self) -> UOp:
-        """The node under any movement ops."""
+    def under(self, ops: Collection[Ops]) -> UOp:
+        """The first node down the first-source chain whose op is not in `ops` (self when its op is not):
+        `u.under((Ops.BUFFER_VIEW,))` is the buffer a chain of views starts from."""
         u = self
-        while u.op in GroupOp.Movement:
+        while u.op in ops:
             u = u.src[0]
         return u
 
     @property
+    def base(self) -> UOp:
+        """The node under any movement ops."""
+        return self.under(GroupOp.Movement)
+
+    @property
     def unreshaped(self) -> UOp:
         """The node under any RESHAPEs (what a realized tensor's reshaped view stands for: its BUFFER, ASSIGN, ...)."""
-        u = self
-        while u.op is Ops.RESHAPE:
-            u = u.src[0]
-        return u
+        return self.under((Ops.RESHAPE,))
 
     # ---- symbolic helpers -------------------------------------------------------------------------------------
 

@@ -355,8 +355,7 @@ def _hcq_device(linear: UOp) -> Any:
     ``HCQDevice.run_linear``), else None."""
     for call in linear.src:
         for a in call.src[1:]:
-            while a.op is Ops.BUFFER_VIEW:
-                a = a.src[0]
+            a = a.under((Ops.BUFFER_VIEW,))
             if a.op is Ops.BUFFER and (dev := a.src[1].arg).__class__ is str and (d := Device[dev]).is_hcq:
                 return d
     return None

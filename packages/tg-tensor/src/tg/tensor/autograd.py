@@ -178,9 +178,6 @@ def reaches_grad(root: UOp) -> bool:
     return bool(root.__dict__[_MEMO])
 
 
-_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
-
-
 def track_result(t: Tensor) -> None:
     """Set up a new op result: in grad mode it requires grad if an input does; under no_grad a result that would
     require grad is cut off by a DETACH (views of stored tensors stay views, so writes through them still work)."""
@@ -189,10 +186,7 @@ def track_result(t: Tensor) -> None:
     if is_grad_enabled():
         t._requires_grad, t._is_leaf = True, False
         return
-    base = t.uop
-    while base.op in _VIEW_OPS:
-        base = base.src[0]
-    if base.op not in (Ops.BUFFER, Ops.ASSIGN):
+    if t.uop.base.op not in (Ops.BUFFER, Ops.ASSIGN):
         t.uop = t.uop.detach()
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import GroupOp, Ops, UOp
+from tg.ir import Ops, UOp
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -60,9 +60,8 @@ def _raise_if_out(op: str, dim: int, size: int, lo: int, hi: int, negative_ok: b
 
 
 def _const_value(uop: UOp) -> Any:
-    while uop.op in GroupOp.Movement:
-        uop = uop.src[0]
-    return uop.arg if uop.op is Ops.CONST else None
+    base = uop.base
+    return base.arg if base.op is Ops.CONST else None
 
 
 def _host_bounds(index: Tensor) -> tuple[int, int] | None:

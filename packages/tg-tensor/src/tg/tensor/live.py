@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from tg.ir import GroupOp, Ops, UOp
+from tg.ir import Ops, UOp
 from tg.tensor.shapes import has_symbolic
 
 if TYPE_CHECKING:
@@ -141,9 +141,7 @@ _SHARED_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.DEFINE_VAR, O
 
 def is_const_view(n: UOp) -> bool:
     """Whether `n` is a constant under movement ops (no storage: shared by unrelated graphs)."""
-    while n.op in GroupOp.Movement:
-        n = n.src[0]
-    return n.op is Ops.CONST
+    return n.base.op is Ops.CONST
 
 
 index = TensorIndex()

@@ -350,9 +350,7 @@ VIEW_OPS = _VIEWS  # movement ops: a tensor made only of these over a buffer is 
 
 def view_base(target: UOp) -> UOp:
     """The node under the movement ops of `target` (a BUFFER or pending ASSIGN when target views storage)."""
-    while target.op in _VIEWS:
-        target = target.src[0]
-    return target
+    return target.base
 
 
 def storage_base(target: UOp) -> UOp:

@@ -111,11 +111,7 @@ def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
 
 def _is_view(uop: UOp) -> bool:
     """Whether `uop` is only movement ops over a BUFFER (a view: it aliases the buffer)."""
-    from tg.tensor.movement import VIEW_OPS
-
-    while uop.op in VIEW_OPS:
-        uop = uop.src[0]
-    return uop.op is Ops.BUFFER
+    return uop.base.op is Ops.BUFFER
 
 
 def _pending_reader(uop: UOp, buffers: set[UOp]) -> bool:
@@ -150,9 +146,7 @@ def has_value_readers(state: UOp, exclude: UOp) -> bool:
 
 def is_whole_constant(n: UOp) -> bool:
     """Whether `n` is a constant made for its shape (reshapes and broadcasts of a CONST), not a slice of one."""
-    while n.op in (Ops.RESHAPE, Ops.EXPAND):
-        n = n.src[0]
-    return n.op is Ops.CONST
+    return n.under((Ops.RESHAPE, Ops.EXPAND)).op is Ops.CONST
 
 
 def has_live_views(node: UOp) -> bool:
@@ -163,24 +157,15 @@ def has_live_views(node: UOp) -> bool:
 
 
 def _is_view_of(uop: UOp, state: UOp) -> bool:
-    from tg.tensor.movement import VIEW_OPS
-
-    while uop.op in VIEW_OPS:
-        uop = uop.src[0]
-    return uop is state
+    return uop.base is state
 
 
 def repoint_views(state: UOp, new: UOp, owner: Tensor) -> None:
     """After an assign made `new` the next state of the buffer that `state` (a BUFFER or pending ASSIGN) held,
     every live view of `state` views `new` instead (views alias; value readers keep the old state)."""
-    from tg.tensor.movement import VIEW_OPS
-
     replacement = new if new.shape == state.shape else new.reshape(state.shape)
     for root in index.affected([state]):
-        u = root
-        while u.op in VIEW_OPS:
-            u = u.src[0]
-        if u is not state:
+        if root.base is not state:
             continue
         for t in index.tensors(root):
             if t is not owner:

@@ -108,9 +108,7 @@ def _signed(v: int, size: int) -> int:
 
 
 def _buffer(u: UOp) -> UOp:
-    while u.op in (Ops.AFTER, Ops.INDEX):
-        u = u.src[0]
-    return u
+    return u.under((Ops.AFTER, Ops.INDEX))
 
 
 def _addrspace(u: UOp) -> AddrSpace:

@@ -99,9 +99,7 @@ def view_byte_offset(buf: UOp) -> int:
 
 def base_of(buf: UOp) -> UOp:
     """The base PARAM/BUFFER under BUFFER_VIEWs."""
-    while buf.op is Ops.BUFFER_VIEW:
-        buf = buf.src[0]
-    return buf
+    return buf.under((Ops.BUFFER_VIEW,))
 
 
 def nbytes_of(buf: UOp) -> int:

@@ -1,6 +1,7 @@
 """Autograd: requires_grad semantics, backward/.grad, Tensor.gradient, detach/no_grad, training mode, and gradient
 rules checked against float64 central differences (numpy)."""
 
+import math
 import zlib
 from collections.abc import Callable
 
@@ -278,6 +279,44 @@ def test_tanh_gradient_from_its_result_at_the_edges(dtype: str, device: str) -> 
         ref = r.astype(np.float64) / np.cosh(x.astype(np.float64)) ** 2
     rtol = 2e-6 if dtype == "float32" else 1e-13
     np.testing.assert_allclose(xt.grad.numpy(), ref, rtol=rtol, atol=0)
+
+
+def _gelu_grad_ref(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    phi = 0.5 * np.vectorize(math.erfc)(-x / math.sqrt(2))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isinf(x), phi, phi + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gelu_gradient_from_phi_and_the_density(dtype: str, device: str) -> None:
+    # gelu's gradient is Phi(x) + x * pdf(x) from the forward's Phi, not node by node through the erf series: values
+    # vs float64 math.erfc at 0, tiny, both erf branches, its zero near -0.75, large |x| (the pdf term 0 from 10 on),
+    # +-inf (1, 0) and NaN (NaN)
+    x = np.array([0, 1e-8, -0.3, 0.5, -1.2, 1.5, -2.5, 3.0, 5.0, -5.0, 9.0, 20.0, 1e30, -1e30, np.inf, -np.inf,
+                  np.nan], dtype)  # fmt: skip
+    xt = Tensor(x, device=device, requires_grad=True)
+    r = np.linspace(-2, 2, x.size).astype(dtype)
+    (xt.gelu() * Tensor(r, device=device)).sum().backward()
+    assert xt.grad is not None and xt.grad.dtype == xt.dtype
+    got, ref = xt.grad.numpy(), r.astype(np.float64) * _gelu_grad_ref(x)
+    tol = 1e-6 if dtype == "float32" else 1e-12  # absolute: the gradient is O(1) and crosses 0
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    dense = np.linspace(-5.5, 5.5, 1101).astype(dtype)  # float64 Phi is 0 below -4 sqrt(2) (about 1e-10)
+    dt = Tensor(dense, device=device, requires_grad=True)
+    dt.gelu().sum().backward()
+    assert dt.grad is not None
+    np.testing.assert_allclose(dt.grad.numpy(), _gelu_grad_ref(dense), rtol=tol, atol=tol)
+
+
+def test_gelu_second_derivative(device: str) -> None:
+    x = np.array([-3.0, -0.7, -0.2, 0.0, 0.3, 0.6, 2.0])
+    xt = Tensor(x, device=device, requires_grad=True)
+    (g,) = xt.gelu().sum().gradient(xt)
+    (gg,) = g.sum().gradient(xt)
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    np.testing.assert_allclose(g.numpy(), _gelu_grad_ref(x), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gg.numpy(), pdf * (2 - x * x), rtol=1e-10, atol=1e-13)
 
 
 def test_tanh_second_derivative(device: str) -> None:

@@ -6,6 +6,8 @@ Other backends join by subclassing MMIOConformance with their own ``make_view`` 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -36,33 +38,32 @@ class TestModelMMIO(MMIOConformance):
         return lambda nbytes, fmt: ModelMMIO(DwordRegisterFile(nbytes), 0, nbytes, fmt)
 
 
+def bar_windows(open_device: Callable[[int], Any], bar: int, off: int) -> MakeView:
+    """Views at `off` in BAR `bar` of a new device per view (`open_device(n)` opens the n-th; all stay alive)."""
+    devices: list[Any] = []
+
+    def make(nbytes: int, fmt: str) -> MMIOView:
+        devices.append(dev := open_device(len(devices)))
+        return dev.map_bar(bar, off=off, size=nbytes, fmt=fmt)
+
+    return make
+
+
 class TestMockBarMMIO(MMIOConformance):
     """A window in the middle of a mock device's BAR (so offsets are really relative)."""
 
     @pytest.fixture
     def make_view(self) -> MakeView:
-        devices: list[MockPCIDevice] = []
-
-        def make(nbytes: int, fmt: str) -> MMIOView:
-            dev = MockPCIDevice("T", f"mock:conf{len(devices)}", bars={2: BarSpec(4096)})
-            devices.append(dev)
-            return dev.map_bar(2, off=256, size=nbytes, fmt=fmt)
-
-        return make
+        return bar_windows(lambda n: MockPCIDevice("T", f"mock:conf{n}", bars={2: BarSpec(4096)}), 2, 256)
 
 
 class TestMockModelBarMMIO(MMIOConformance):
     @pytest.fixture
     def make_view(self) -> MakeView:
-        devices: list[MockPCIDevice] = []
+        def open_device(n: int) -> MockPCIDevice:  # a register file of its own per device
+            return MockPCIDevice("T", f"mock:model{n}", bars={5: BarSpec(4096, backing=DwordRegisterFile(4096))})
 
-        def make(nbytes: int, fmt: str) -> MMIOView:
-            bars = {5: BarSpec(4096, backing=DwordRegisterFile(4096))}
-            dev = MockPCIDevice("T", f"mock:model{len(devices)}", bars=bars)
-            devices.append(dev)
-            return dev.map_bar(5, off=1024, size=nbytes, fmt=fmt)
-
-        return make
+        return bar_windows(open_device, 5, 1024)
 
 
 class TestUSBPCIeMMIO(MMIOConformance):
@@ -73,14 +74,7 @@ class TestUSBPCIeMMIO(MMIOConformance):
         from tg.drivers.mock.usb import MockASM24Bridge
         from tg.drivers.usb import USBPCIDevice
 
-        devices: list[USBPCIDevice] = []
-
-        def make(nbytes: int, fmt: str) -> MMIOView:
-            dev = USBPCIDevice("T", MockASM24Bridge(), f"usb:conf-{len(devices)}")
-            devices.append(dev)
-            return dev.map_bar(5, off=0x100, size=nbytes, fmt=fmt)
-
-        return make
+        return bar_windows(lambda n: USBPCIDevice("T", MockASM24Bridge(), f"usb:conf-{n}"), 5, 0x100)
 
 
 class TestUSBXdataMMIO(MMIOConformance):

@@ -274,6 +274,18 @@ def test_split_axis_finds_the_range_by_id_and_never_raises() -> None:
     assert k.try_apply(split(k.ranges.index(red), 5, AxisType.UNROLL)) is k
 
 
+def heuristic_vector_opts(ast: UOp, uses: AxisType, avoids: AxisType | None = None) -> tuple[ClangRenderer, list[Opt]]:
+    """The CPU heuristic's opts for `ast` on a 2-thread vector target (the test is skipped without vectors), checked
+    to split an axis as `uses` and none as `avoids`."""
+    ren = cpu_renderer(2)
+    if not ren.vector_bytes:
+        pytest.skip("needs a compiler target with vectors")
+    opts = list(apply_opts(ast, ren)[1])
+    assert any(o.arg[1] is uses for o in opts), [str(o) for o in opts]
+    assert not any(o.arg[1] is avoids for o in opts), [str(o) for o in opts]
+    return ren, opts
+
+
 def test_heuristic_vectorises_the_reduce_loop_of_a_matrix_vector_product() -> None:
     """W (n, k) @ x (k,) with W read along k (an LLM decode step's x @ W.T): the reduce loop is vectorised
     (GROUP_REDUCE over contiguous W and x), not a register tile of strided W rows."""
@@ -281,12 +293,7 @@ def test_heuristic_vectorises_the_reduce_loop_of_a_matrix_vector_product() -> No
     r0, r1 = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
     w, x, out = UOp.param(1, f32, n * k), UOp.param(2, f32, k), UOp.param(0, f32, n)
     ast = UOp.sink(out.index(r0).store((w.index(r0 * k + r1).load() * x.index(r1).load()).reduce(r1)).end(r0))
-    ren = cpu_renderer(2)
-    if not ren.vector_bytes:
-        pytest.skip("needs a compiler target with vectors")
-    opts = list(apply_opts(ast, ren)[1])
-    assert any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts), [str(o) for o in opts]
-    assert not any(o.arg[1] is AxisType.UPCAST for o in opts), [str(o) for o in opts]
+    ren, opts = heuristic_vector_opts(ast, AxisType.GROUP_REDUCE, avoids=AxisType.UPCAST)
     rng = np.random.default_rng(0)
     wn, xn = rng.standard_normal(n * k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
     got = run(ast, "CPU", ren, opts, (f32, n), [wn, xn])
@@ -302,11 +309,7 @@ def test_float16_matrix_vector_product_loads_vectors_and_converts_exactly() -> N
     w, x, out = UOp.param(1, dtypes.float16, n * k), UOp.param(2, f32, k), UOp.param(0, f32, n)
     ast = UOp.sink(out.index(r0).store((w.index(r0 * k + r1).load().cast(f32) * x.index(r1).load()).reduce(r1))
                    .end(r0))  # fmt: skip
-    ren = cpu_renderer(2)
-    if not ren.vector_bytes:
-        pytest.skip("needs a compiler target with vectors")
-    opts = list(apply_opts(ast, ren)[1])
-    assert any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts), [str(o) for o in opts]
+    ren, opts = heuristic_vector_opts(ast, AxisType.GROUP_REDUCE)
     assert "tg_h2f_tg_f32x" in get_program(ast, ren, opts).src
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 1 << 16, n * k).astype(np.uint16)
@@ -339,12 +342,7 @@ def test_heuristic_vectorises_the_output_axis_of_an_embedding_gradient() -> None
     rows = g.index(r2 * d_n + r1).load()
     picked = ids.index(r2).load().eq(r0.cast(i32)).where(rows, rows.const_like(0.0))
     ast = UOp.sink(out.index(r0 * d_n + r1).store(picked.reduce(r2)).end(r0, r1))
-    ren = cpu_renderer(2)
-    if not ren.vector_bytes:
-        pytest.skip("needs a compiler target with vectors")
-    opts = list(apply_opts(ast, ren)[1])
-    assert any(o.arg[1] is AxisType.UPCAST for o in opts), [str(o) for o in opts]
-    assert not any(o.arg[1] is AxisType.GROUP_REDUCE for o in opts), [str(o) for o in opts]
+    ren, opts = heuristic_vector_opts(ast, AxisType.UPCAST, avoids=AxisType.GROUP_REDUCE)
     rng = np.random.default_rng(0)
     idn, gn = rng.integers(0, v_n, r_n).astype(np.int32), rng.standard_normal(r_n * d_n).astype(np.float32)
     got = run(ast, "CPU", ren, opts, (f32, v_n * d_n), [idn, gn])

@@ -87,6 +87,17 @@ def _uninstall() -> None:
         _State.previous = {}
 
 
+def _raise_pending(exc: BaseException | None) -> None:
+    """Act on the signals deferred until now: raise `Interrupted` for the first (chained to `exc`, the exception
+    leaving the section), unless `exc` is already a `KeyboardInterrupt`; either way none stays pending."""
+    if not _State.pending:
+        return
+    signum = _State.pending[0]
+    _State.pending.clear()
+    if not isinstance(exc, KeyboardInterrupt):
+        raise Interrupted(signum) from exc
+
+
 def pending() -> int:
     """How many deferred signals are waiting for the next safe point."""
     return len(_State.pending)
@@ -126,13 +137,7 @@ class critical:
             return
         if self._installed:
             _uninstall()
-        if not _State.pending:
-            return
-        signum = _State.pending[0]
-        _State.pending.clear()
-        if isinstance(exc, KeyboardInterrupt):
-            return
-        raise Interrupted(signum) from exc
+        _raise_pending(exc)
 
 
 class signal_guard:
@@ -156,8 +161,5 @@ class signal_guard:
         if not self._active:
             return
         _uninstall()
-        if _State.guards == 0 and _State.pending and _State.depth == 0:
-            signum = _State.pending[0]
-            _State.pending.clear()
-            if not isinstance(exc, KeyboardInterrupt):
-                raise Interrupted(signum) from exc
+        if _State.guards == 0 and _State.depth == 0:
+            _raise_pending(exc)

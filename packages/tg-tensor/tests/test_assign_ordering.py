@@ -4,6 +4,9 @@ write-after-read orderings across kernels. Expected values are torch's (eager `c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from tg.tensor import Tensor
@@ -21,15 +24,22 @@ def test_read_between_two_assigns_of_a_pending_value() -> None:
     assert (a + v1).tolist() == [111.0]  # tinygrad 0.14 gives 408 (v1 sees the second value)
 
 
-def test_chain_of_assigns_and_reads() -> None:
-    a = r([1.0, 2.0])
+CHAIN_RESULT = [11.0, 17.0, 1.0, 2.0, 4.0, 6.0, 7.0, 11.0]
+
+
+def assign_chain(a: Any, assign: Callable[[Any, Any], Any]) -> list[Any]:
+    """Three assigns to `a` with reads between them (`assign(a, v)`: Tensor.assign, torch's copy_): [a, r1, r2, r3]."""
     r1 = a * 1
-    a.assign(a + 1)
+    assign(a, a + 1)
     r2 = a * 2
-    a.assign(a * 3)
+    assign(a, a * 3)
     r3 = a + r1
-    a.assign(r2 + r3)
-    assert Tensor.cat(a, r1, r2, r3).tolist() == [11.0, 17.0, 1.0, 2.0, 4.0, 6.0, 7.0, 11.0]
+    assign(a, r2 + r3)
+    return [a, r1, r2, r3]
+
+
+def test_chain_of_assigns_and_reads() -> None:
+    assert Tensor.cat(*assign_chain(r([1.0, 2.0]), Tensor.assign)).tolist() == CHAIN_RESULT
 
 
 def test_reductions_between_assigns() -> None:
@@ -183,11 +193,4 @@ def test_old_read_inline_with_its_assign_is_refused_clearly() -> None:
 @pytest.mark.torch
 def test_matches_torch_for_a_chain() -> None:
     torch = pytest.importorskip("torch")
-    a = torch.tensor([1.0, 2.0])
-    r1 = a * 1
-    a.copy_(a + 1)
-    r2 = a * 2
-    a.copy_(a * 3)
-    r3 = a + r1
-    a.copy_(r2 + r3)
-    assert torch.cat([a, r1, r2, r3]).tolist() == [11.0, 17.0, 1.0, 2.0, 4.0, 6.0, 7.0, 11.0]
+    assert torch.cat(assign_chain(torch.tensor([1.0, 2.0]), torch.Tensor.copy_)).tolist() == CHAIN_RESULT

@@ -11,7 +11,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from tg.ir import Context, Ops, UOp, dtypes
 from tg.ir.helpers import TRAINING  # training mode: `with Tensor.train():`, `Context(TRAINING=1)` or env TRAINING=1
@@ -82,28 +82,30 @@ class set_grad_enabled(contextlib.ContextDecorator):  # torch's lower-case name
         _grad_mode.enabled = self.prev
 
 
-class no_grad(contextlib.ContextDecorator):  # torch's lower-case name
+class _GradMode(contextlib.ContextDecorator):
+    """A `with` block (or decorator) running in grad mode `enabled`; the previous mode comes back on exit."""
+
+    enabled: ClassVar[bool]
+
+    def __enter__(self) -> Self:
+        self.prev = is_grad_enabled()
+        _grad_mode.enabled = self.enabled
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _grad_mode.enabled = self.prev
+
+
+class no_grad(_GradMode):  # torch's lower-case name
     """Results computed inside do not require grad (optimizer steps, evaluation): `with no_grad(): ...`."""
 
-    def __enter__(self) -> no_grad:
-        self.prev = is_grad_enabled()
-        _grad_mode.enabled = False
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _grad_mode.enabled = self.prev
+    enabled = False
 
 
-class enable_grad(contextlib.ContextDecorator):  # torch's lower-case name
+class enable_grad(_GradMode):  # torch's lower-case name
     """Turn grad mode back on inside a `no_grad` block."""
 
-    def __enter__(self) -> enable_grad:
-        self.prev = is_grad_enabled()
-        _grad_mode.enabled = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _grad_mode.enabled = self.prev
+    enabled = True
 
 
 class TrainingFlag:

@@ -486,17 +486,19 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
 
-    def _same_dtype_scalar(self, other: Any) -> UOp | None:
-        """`_operands`' constant view of a Python scalar that keeps self's dtype (`x + 1`: no operand tensors)."""
-        if other.__class__ in (int, float, bool) and (dt := weak_promote(self.dtype, other)) is self.dtype:
-            return _scalar_view(dt, checked_scalar_value(other, dt), self.device, self.uop.shape)
-        return None
+    def _operand_uops(self, other: Any, reverse: bool = False) -> tuple[UOp, UOp]:
+        """`_operands`' uops, with no operand tensors for a same-dtype weak scalar or same-shape tensor."""
+        u, v = self._uop, other._uop if isinstance(other, Tensor) else None
+        if v is None and other.__class__ in (int, float, bool) and (dt := weak_promote(u.dtype, other)) is u.dtype:
+            v = _scalar_view(dt, checked_scalar_value(other, dt), self.device, u.shape)
+        elif v is None or v.dtype is not u.dtype or v.shape != u.shape or v.device != u.device:
+            x, y = self._operands(other, reverse)
+            return x._uop, y._uop
+        return (v, u) if reverse else (u, v)
 
     def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
-        if (c := self._same_dtype_scalar(other)) is not None:  # no operand tensors
-            return Tensor(c.alu(op, self.uop) if reverse else self.uop.alu(op, c))
-        x, y = self._operands(other, reverse)
-        return Tensor(x.uop.alu(op, y.uop))
+        x, y = self._operand_uops(other, reverse)
+        return Tensor(x.alu(op, y))
 
     def add(self, x: Any, reverse: bool = False) -> Tensor:
         """self + x (broadcasting)."""
@@ -504,14 +506,13 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
 
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         """self - x (broadcasting)."""
-        if (x.__class__ is not bool and self.dtype is not dtypes.bool and (c := self._same_dtype_scalar(x)) is not None
-                and (_autograd.is_grad_enabled() or not _autograd.anything_tracked())):  # fmt: skip
-            # the fast path (`x - 1`, `1.0 - x`): the same nodes as below without the operand tensors (a deep graph
-            # builds many of these); under no_grad with tracked inputs the operand tensors' DETACHes matter: below
-            u, device = self.uop, self.device
-            return Tensor(c.alu(Ops.ADD, _negated(u, device)) if reverse else u.alu(Ops.ADD, _negated(c, device)))
-        a, b = self._operands(x, reverse)
-        return Tensor(a.uop.alu(Ops.ADD, (-b).uop))
+        if _autograd.is_grad_enabled() or not _autograd.anything_tracked():
+            # operand tensors change no node here (under no_grad a tracked input's is cut off by a DETACH: below)
+            a, b = self._operand_uops(x, reverse)
+            if b.dtype is not dtypes.bool:
+                return Tensor(a.alu(Ops.ADD, _negated(b, self.device)))
+        a_t, b_t = self._operands(x, reverse)
+        return Tensor(a_t.uop.alu(Ops.ADD, (-b_t).uop))
 
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
         """self * x (broadcasting)."""

@@ -35,6 +35,8 @@ def test_dev_amd_without_a_gpu_raises_one_clear_error() -> None:
     ("FOO+AMD", "AMD has no interface 'FOO'; available: KFD, MOCKKFD, PCI, USB, MOCKPCI, MOCKUSB"),
     ("MOCKKFD+AMD:CLANG", "has no renderer 'CLANG'; available: LLVM"),
     ("MOCKKFD+AMD:LLVM:gfx1030", "unknown AMD arch 'gfx1030'; available: gfx1100"),
+    ("MOCKPCI+AMD:LLVM:gfx1030", "unknown AMD arch 'gfx1030'; available: gfx1100"),  # the AM interfaces
+    ("MOCKUSB+AMD:CLANG", "has no renderer 'CLANG'; available: LLVM"),
 ])  # fmt: skip
 def test_device_strings_name_the_wrong_part(dev: str, error: str) -> None:
     with Context(DEV=dev), pytest.raises(TargetError, match=re.escape(error)):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import struct
 import tracemalloc
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,18 +253,28 @@ def test_hostile_safetensors_headers(tmp_path: Path, header: bytes, data: bytes,
         safe_load(fn)
 
 
+@contextlib.contextmanager
+def bounded_memory(limit: int = 1 << 20) -> Iterator[None]:
+    """Checks that the block's Python allocations peak below `limit` bytes (a hostile file's forged sizes are
+    never allocated)."""
+    tracemalloc.start()
+    try:
+        yield
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < limit
+
+
 def test_safetensors_header_size_cap_and_bounded_allocation(tmp_path: Path) -> None:
     fn = tmp_path / "huge.safetensors"
     fn.write_bytes(struct.pack("<Q", 2**62) + b"{}" + b" " * 1000)
-    tracemalloc.start()
-    with pytest.raises(FormatError, match="above the limit"):
-        safe_load(fn)
-    fn.write_bytes(struct.pack("<Q", 50_000_000) + b"{}")
-    with pytest.raises(FormatError, match="truncated"):
-        safe_load(fn)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert peak < 1 << 20
+    with bounded_memory():
+        with pytest.raises(FormatError, match="above the limit"):
+            safe_load(fn)
+        fn.write_bytes(struct.pack("<Q", 50_000_000) + b"{}")
+        with pytest.raises(FormatError, match="truncated"):
+            safe_load(fn)
 
 
 def _zip_with_pickle(pickle_bytes: bytes) -> bytes:
@@ -285,12 +297,8 @@ def _zip_with_pickle(pickle_bytes: bytes) -> bytes:
 def test_hostile_torch_pickles(tmp_path: Path, pickle_bytes: bytes, message: str) -> None:
     fn = tmp_path / "bad.pt"
     fn.write_bytes(_zip_with_pickle(pickle_bytes))
-    tracemalloc.start()
-    with pytest.raises(FormatError, match=message):
+    with bounded_memory(), pytest.raises(FormatError, match=message):
         torch_load(fn)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert peak < 1 << 20
 
 
 def test_torch_storage_checks(tmp_path: Path) -> None:
@@ -398,12 +406,8 @@ def _gguf_string(s: bytes) -> bytes:
 def test_hostile_gguf(tmp_path: Path, raw: bytes, message: str) -> None:
     fn = tmp_path / "bad.gguf"
     fn.write_bytes(raw)
-    tracemalloc.start()
-    with pytest.raises(FormatError, match=message):
+    with bounded_memory(), pytest.raises(FormatError, match=message):
         gguf_load(fn)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert peak < 1 << 20
 
 
 def test_gguf_overlapping_tensors(tmp_path: Path) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum, auto
 from typing import Any, ClassVar, Final
 
-from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT
+from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, ContextVar
 
 ConstType = float | int | bool
 
@@ -217,18 +218,12 @@ class DTypes:
     @property
     def default_float(self) -> DType:
         """The float dtype used for Python floats and float results of int inputs (env DEFAULT_FLOAT)."""
-        dt = to_dtype(DEFAULT_FLOAT.value)
-        if not dtypes.is_float(dt):
-            raise ValueError(f"DEFAULT_FLOAT={DEFAULT_FLOAT.value!r} is not a float dtype")
-        return dt
+        return _setting_dtype(DEFAULT_FLOAT, dtypes.is_float, "a float")
 
     @property
     def default_int(self) -> DType:
         """The int dtype used for Python ints (env DEFAULT_INT)."""
-        dt = to_dtype(DEFAULT_INT.value)
-        if not dtypes.is_int(dt):
-            raise ValueError(f"DEFAULT_INT={DEFAULT_INT.value!r} is not an int dtype")
-        return dt
+        return _setting_dtype(DEFAULT_INT, dtypes.is_int, "an int")
 
     @staticmethod
     def is_float(x: DType) -> builtins.bool:
@@ -330,6 +325,14 @@ def to_dtype(dtype: DTypeLike) -> DType:
     if isinstance(dtype, str) and (dt := DTYPES_DICT.get(dtype.lower())) is not None:
         return dt
     raise UnknownDTypeError(f"unknown dtype {dtype!r}, known: {sorted(DTYPES_DICT)}")
+
+
+def _setting_dtype(setting: ContextVar, has_kind: Callable[[DType], bool], kind: str) -> DType:
+    """The dtype a setting (DEFAULT_FLOAT, DEFAULT_INT) names, checked to be of its kind."""
+    dt = to_dtype(setting.value)
+    if not has_kind(dt):
+        raise ValueError(f"{setting.key}={setting.value!r} is not {kind} dtype")
+    return dt
 
 
 # The promotion lattice (a JAX-style lattice without weak types; Python scalars are handled by `weak_promote`).

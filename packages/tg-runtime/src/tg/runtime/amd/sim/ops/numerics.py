@@ -213,23 +213,17 @@ def fma_narrow(a: float, b: float, c: float, width: int) -> float:
 
 
 def _next_toward(x: float, direction: float, width: int) -> float:
-    if width == 32:
-        b = _round_one(x, 32)
-        if x == 0:
-            b = 1 if direction > 0 else 0x80000001
-        elif (x > 0) == (direction > 0):
-            b += 1
-        else:
-            b -= 1
-        return bits_f32(b)
-    b = _round_one(x, 16)
+    """The float32 (`width` 32, else float16) next to `x` toward the sign of `direction` (the smallest subnormal from
+    zero): one step of the bit pattern, up when moving away from zero, down when moving toward it."""
+    width = 32 if width == 32 else 16
+    b = _round_one(x, width)
     if x == 0:
-        b = 1 if direction > 0 else 0x8001
+        b = 1 if direction > 0 else (1 << (width - 1)) | 1
     elif (x > 0) == (direction > 0):
         b += 1
     else:
         b -= 1
-    return bits_f16(b)
+    return bits_f32(b) if width == 32 else bits_f16(b)
 
 
 # ---------------------------------------------------------------- IEEE-style helpers that never raise

@@ -58,7 +58,7 @@ QWEN_TEMPLATE = (
 def learn_bpe(text: str, n_merges: int, pre: str) -> tuple[list[str], list[str]]:
     """(tokens, merges): the 256 byte symbols then one token per merge, learned greedily (most frequent pair,
     ties broken by the pair itself) over the pre-tokens of `text`."""
-    from tg.llm.tokenizer import byte_alphabet, pre_tokenize
+    from tg.llm.tokenizer import byte_alphabet, merge_pair, pre_tokenize
 
     alphabet = byte_alphabet()
     words = collections.Counter(tuple(alphabet[b] for b in piece.encode()) for piece in pre_tokenize(text, pre))
@@ -76,15 +76,7 @@ def learn_bpe(text: str, n_merges: int, pre: str) -> tuple[list[str], list[str]]
         tokens.append(left + right)
         new_words: collections.Counter[tuple[str, ...]] = collections.Counter()
         for word, count in words.items():
-            out, i = [], 0
-            while i < len(word):
-                if i < len(word) - 1 and word[i] == left and word[i + 1] == right:
-                    out.append(left + right)
-                    i += 2
-                else:
-                    out.append(word[i])
-                    i += 1
-            new_words[tuple(out)] += count
+            new_words[tuple(merge_pair(word, left, right))] += count
         words = new_words
     return tokens, merges
 

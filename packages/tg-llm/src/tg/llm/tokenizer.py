@@ -58,6 +58,21 @@ def pre_tokenize(text: str, pre: str = "llama-bpe") -> list[str]:
     return split_pattern(pre).findall(text)
 
 
+def merge_pair(word: Sequence[str], left: str, right: str) -> list[str]:
+    """`word` (a sequence of BPE symbols) with every occurrence of the pair (`left`, `right`) merged into one
+    symbol, left to right (one BPE merge step)."""
+    merged: list[str] = []
+    i = 0
+    while i < len(word):
+        if i < len(word) - 1 and word[i] == left and word[i + 1] == right:
+            merged.append(left + right)
+            i += 2
+        else:
+            merged.append(word[i])
+            i += 1
+    return merged
+
+
 @functools.cache
 def byte_alphabet() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map used to spell byte-level BPE tokens."""
@@ -157,16 +172,7 @@ class Tokenizer:
                     best, best_rank = i, rank
             if best_rank is None:
                 break
-            left, right = word[best], word[best + 1]
-            merged, i = [], 0
-            while i < len(word):  # merge every occurrence of the best pair, left to right
-                if i < len(word) - 1 and word[i] == left and word[i + 1] == right:
-                    merged.append(left + right)
-                    i += 2
-                else:
-                    merged.append(word[i])
-                    i += 1
-            word = merged
+            word = merge_pair(word, word[best], word[best + 1])
         ids = []
         for sym in word:
             if sym not in self.vocab:

@@ -349,13 +349,8 @@ def fmax(a: float, b: float) -> float:
 
 
 def fmin(a: float, b: float) -> float:
-    if a != a:
-        return b
-    if b != b:
-        return a
-    if a == b == 0:
-        return a if math.copysign(1, a) < 0 else b
-    return a if a < b else b
+    """IEEE minNum, -0 < +0: fmax of the negated operands, negated (exact; a NaN input gives the other operand)."""
+    return -fmax(-a, -b)
 
 
 def fmed3(a: float, b: float, c: float) -> float:

@@ -1,27 +1,18 @@
 """All fusion policy in one place: which tensor-graph nodes are *stored* (end a kernel and get a buffer).
 
-Everything not stored is computed inline by the kernel that reads it. The rules (also in the package README,
-"## Scheduling"; the ids match `shared/specs/scheduler.md`):
+Everything not stored is computed inline by the kernel that reads it. The rules are the tables below, each row
+commented with what it matches and why (ids as in the package README's "## Scheduling" and
+`shared/specs/scheduler.md`). `rangeify.plan_stores` applies them in this order, each table in one pass:
 
-| id | when | decision |
-| -- | ---- | -------- |
-| S1 | a SINK source (a requested output) that is not already a buffer | store (new output buffer) |
-| S2 | `CONTIGUOUS(x)` | store, unless x is already one contiguous run of a buffer (alias, no kernel) |
-| S3 | `ASSIGN(t, v)` | store v into t's buffer |
-| H1 | an assign value that reads its target buffer at another index than the store's | v goes to a temporary first |
-| S5 | `COPY(x)` | x must be storage (or a contiguous run of a DISK buffer); else x is stored first |
-| R2 | a node read at different indices by its consumers (or by two kernels) | candidate |
-| R3 | a reduction or elementwise node under a broadcast (an EXPAND above it, no store in between) | candidate |
-| R4 | a reduction whose consumer reduces it again in the same kernel, of >= 2**15 input elements | candidate |
-| R5 | a reduction read through a PAD (a gradient of a slice, a `cat` of matmuls), no store in between | candidate |
-| C1 | a candidate whose region reads <= 3 buffers and has no reduction reading a buffer | un-store: recompute |
-| C2 | any other candidate | keep stored |
-| C3 | a C1 candidate under a broadcast (evaluated more than once per element) costing more than 2 ALU ops | keep |
-| C4 | an R4 or R5 candidate | keep stored |
-| L1 | an ALU op whose kernel would read more than `max_buffers - 1` buffers | store its computed sources |
-| D1 | a kept candidate (R2/R3/L1) whose value is constant along some axes | store it without them, expand on read |
-| P1 | float `REDUCE_AXIS(ADD)` or `MAX`, >= 2**14 per output, <= 255 outputs | stored partials, then their reduction |
-| P1a | a sum of a broadcast float constant c (no pad/shrink) | the constant c*n (one rounding) |
+| ids | rules here | applied by (order of the walk) |
+| --- | ---------- | ------------------------------ |
+| P1, P1a | `pm_split_reduce` | `create_schedule`'s graph rewrite before the others (long reductions with few outputs) |
+| S1-S5 | `pm_structural_stores` | `rangeify._structural_stores` (sources first): outputs, CONTIGUOUS, ASSIGN, COPY |
+| R2-R5 | `CANDIDATE_RULES` (R1: none holds, fuse) | `rangeify._range_walk` (consumers first: the index each reads) |
+| C1-C4 | `KEEP_RULES` (C1: none holds, recompute), `op_cost` | `rangeify._unstore_cheap` (sources first: regions) |
+| L1 | `over_buffer_limit` | `rangeify._limit_buffers` (sources first: the buffers each region reads) |
+| D1 | `constant_axes`, `SHRINKABLE` | `rangeify._drop_dead_axes` (sources first: the axes values are constant along) |
+| H1 | (kernels.py `_hazard`) | an assign that reads its target at another index computes into a temporary first |
 
 C3 is the fusion cost model: an elementwise producer is fused into its consumer only where each of its elements is
 evaluated once there, or where one evaluation costs at most `RECOMPUTE_MAX_COST` cheap ALU ops (`OP_COST`: a
@@ -39,21 +30,17 @@ reduction read through a PAD would run its whole loop at every padded position t
 select: the three matmuls of an attention's q/k/v gradient `cat`ed into one tensor ran 3x the work, unvectorised.
 P1 rewrites the graph before the other rules (`pm_split_reduce`): it gives long reductions with few outputs a
 parallel axis (THREAD on the CPU, work-items on GPUs) and keeps the final reduction small. Accuracy does not come
-from here: the lowering accumulates every long float sum in nested blocks (`lower/structure.py`).
-S-rules are structural (`pm_structural_stores`, applied to each node, sources first). R-rules need the indices consumers
-read at, so they run in the range walk (`rangeify.plan_stores`, consumers first). C-rules need everything below
-a candidate to be final, so they run after it (sources first), then L1 (sources first: the buffers each node's
-inline region reads), then D1 (sources first: the axes each value is constant along). Each is a single pass:
-nothing restarts. The buffer limit is the renderer's `max_buffers` for the kernel's device family
-(`Renderer.buffer_limits`), or `MAX_KERNEL_BUFFERS` when set (tests, or to force smaller kernels); it is part of the
-schedule cache key (`policy_key`).
-To add a rule (e.g. a split-reduce), add a row here and one matcher or predicate below; nothing else in the
-scheduler decides what is stored.
+from here: the lowering accumulates every long float sum in nested blocks (`lower/blocked.py`).
+The buffer limit is the renderer's `max_buffers` for the kernel's device family (`Renderer.buffer_limits`), or
+`MAX_KERNEL_BUFFERS` when set (tests, or to force smaller kernels); it is part of the schedule cache key
+(`policy_key`). To add a rule (e.g. a split-reduce), add a row to its table here (and to the README's); nothing else
+in the scheduler decides what is stored.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -152,20 +139,34 @@ pm_structural_stores = PatternMatcher([
 # ---- A2: candidates found in the range walk (consumers first) ------------------------------------------------------
 
 
-def candidate_reason(x: UOp, consumers_agree: bool, under_broadcast: bool, in_reduce: bool = False,
-                     under_pad: bool = False) -> str | None:  # fmt: skip
-    """R2-R5: the reason to make `x` a store candidate, given what its consumers ask for (`in_reduce`: a consumer
-    in the same kernel reduces over x's value; `under_pad`: a PAD above it, no store in between)."""
-    if not consumers_agree:
-        return MULTI_INDEX  # R2: computed once per distinct index otherwise
-    if under_broadcast and (x.op is Ops.REDUCE_AXIS or x.op in GroupOp.Elementwise):
-        return BROADCAST  # R3: computed once per broadcast element otherwise
-    if x.op is Ops.REDUCE_AXIS:
-        if in_reduce and _input_elements(x) >= NESTED_REDUCE_MIN:
-            return NESTED_REDUCE  # R4: an optimiser can only see the outer reduction
-        if under_pad:
-            return PADDED_REDUCE  # R5: its loop would also run at every padded position
-    return None
+@dataclass(frozen=True)
+class Reads:
+    """How a node's consumers read it, as the range walk found it (no store between them and the node)."""
+
+    node: UOp
+    consumers_agree: bool  # every consumer reads it at one index, in one kernel
+    under_broadcast: bool  # an EXPAND is above it
+    in_reduce: bool  # a consumer in the same kernel reduces over its value
+    under_pad: bool  # a PAD is above it
+
+
+# R2-R5: the first rule that holds makes the node a store candidate, for its reason (none holds: R1, it is fused)
+CANDIDATE_RULES: tuple[tuple[str, Callable[[Reads], bool]], ...] = (
+    # R2: read at different indices by its consumers (or by two kernels): inlined, it is computed once per index
+    (MULTI_INDEX, lambda r: not r.consumers_agree),
+    # R3: a reduction or elementwise node under a broadcast: inlined, it is computed once per broadcast element
+    (BROADCAST, lambda r: r.under_broadcast and (r.node.op is Ops.REDUCE_AXIS or r.node.op in GroupOp.Elementwise)),
+    # R4: a long reduction another reduction of its kernel reads in its loop: the optimiser sees only the outer one
+    (NESTED_REDUCE, lambda r: r.node.op is Ops.REDUCE_AXIS and r.in_reduce
+     and _input_elements(r.node) >= NESTED_REDUCE_MIN),
+    # R5: a reduction read through a PAD: its whole loop would also run at every padded position
+    (PADDED_REDUCE, lambda r: r.node.op is Ops.REDUCE_AXIS and r.under_pad),
+)  # fmt: skip
+
+
+def candidate_reason(reads: Reads) -> str | None:
+    """R2-R5: the reason to make `reads.node` a store candidate (the first of `CANDIDATE_RULES` that holds)."""
+    return next((reason for reason, holds in CANDIDATE_RULES if holds(reads)), None)
 
 
 def _input_elements(x: UOp) -> int:
@@ -231,9 +232,26 @@ def _reshape_axes(x: UOp, dead: int) -> int:
     return ret
 
 
+# D1: how a single-source op passes on the axes its source's value is constant along (bit masks over axes)
+CONSTANT_AXES_RULES: dict[Ops, Callable[[UOp, int], int]] = {
+    # a RESHAPE that only adds or removes size-1 axes keeps them (renumbered); any other loses them
+    Ops.RESHAPE: lambda x, dead: _reshape_axes(x, dead),
+    # a PERMUTE moves them with its axes
+    Ops.PERMUTE: lambda x, dead: _bits(i for i, p in enumerate(x.arg) if dead >> p & 1),
+    # shrinks, flips and markers keep every value where it was along the axis
+    **dict.fromkeys((Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), lambda x, dead: dead),
+    # zeros come in along the padded axes
+    Ops.PAD: lambda x, dead: dead & ~_bits(a for a, p in enumerate(x.arg) if p != (0, 0)),
+    # a reduction is constant along no reduced axis (it has size 1 there)
+    Ops.REDUCE_AXIS: lambda x, dead: dead & ~_bits(x.arg[1]),
+}  # fmt: skip
+
+
 def constant_axes(x: UOp, src_dead: list[int]) -> int:
     """The axes (of size > 1, as a bit mask) along which tensor node `x`'s value does not vary, given its
-    sources' masks (D1)."""
+    sources' masks (D1): an EXPAND adds the axes it broadcasts, an elementwise op keeps those all its shaped
+    sources share, the ops of `CONSTANT_AXES_RULES` map their source's, any other op (buffers, copies, assigns,
+    constants) has none."""
     op = x.op
     if op is Ops.EXPAND:
         ret = src_dead[0] | _bits(a for a, (s, n) in enumerate(zip(x.src[0].shape, x.shape, strict=True))
@@ -246,20 +264,10 @@ def constant_axes(x: UOp, src_dead: list[int]) -> int:
                 if not ret:
                     return 0
         ret = 0 if ret == -1 else ret
-    elif not src_dead or not src_dead[0]:  # buffers, copies, assigns, constants, or nothing constant below
+    elif not src_dead or not src_dead[0] or (rule := CONSTANT_AXES_RULES.get(op)) is None:
         return 0
-    elif op is Ops.RESHAPE:
-        ret = _reshape_axes(x, src_dead[0])
-    elif op is Ops.PERMUTE:
-        ret = _bits(i for i, p in enumerate(x.arg) if src_dead[0] >> p & 1)
-    elif op in (Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
-        ret = src_dead[0]
-    elif op is Ops.PAD:  # zeros come in along the padded axes
-        ret = src_dead[0] & ~_bits(a for a, p in enumerate(x.arg) if p != (0, 0))
-    elif op is Ops.REDUCE_AXIS:
-        ret = src_dead[0] & ~_bits(x.arg[1])
     else:
-        return 0
+        ret = rule(x, src_dead[0])
     return ret & ~_bits(a for a, s in enumerate(x.shape) if _is_one(s)) if ret else 0
 
 
@@ -276,17 +284,21 @@ class Region:
     cost: int = 0
 
 
+# C2-C4: a candidate is kept stored when one of these holds (the cost rule, sources first, with `region` the node's
+# inline region and `store` its Store); C1: a candidate none holds for is un-stored and recomputed by each reader
+KEEP_RULES: tuple[tuple[str, Callable[[Region, Store | None], bool]], ...] = (
+    # C2: recomputing would read more than MAX_RECOMPUTE_BUFFERS buffers, or reduce over memory, at every reader
+    ("C2", lambda region, store: len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer),
+    # C4: a nested reduction (R4) or one read through a PAD (R5) runs as a kernel of its own
+    ("C4", lambda region, store: store is not None and bool(store.reasons & {NESTED_REDUCE, PADDED_REDUCE})),
+    # C3: the fusion cost model: evaluated more than once per element and more than a scale and shift per evaluation
+    ("C3", lambda region, store: store is not None and store.repeated and region.cost > RECOMPUTE_MAX_COST),
+)  # fmt: skip
+
+
 def keep_candidate(region: Region, store: Store | None = None) -> bool:
-    """C1-C4: keep a candidate stored unless recomputing it is cheap: few buffers, no reduction over memory, and
-    either evaluated once per element by each kernel that reads it or cheap to evaluate (C3); nested reductions
-    stay stored (C4)."""
-    if len(region.buffers) > MAX_RECOMPUTE_BUFFERS or region.reduces_buffer:
-        return True  # C2
-    if store is None:
-        return False
-    if NESTED_REDUCE in store.reasons or PADDED_REDUCE in store.reasons:
-        return True  # C4
-    return store.repeated and region.cost > RECOMPUTE_MAX_COST  # C3
+    """C1-C4: whether a candidate stays stored (one of `KEEP_RULES` holds) or is recomputed (C1)."""
+    return any(holds(region, store) for _, holds in KEEP_RULES)
 
 
 # ---- P1: split long reductions with few outputs (a graph rewrite before the store rules) ------------------------

@@ -1,12 +1,15 @@
-"""Phase (a): decide which nodes are stored (`plan_stores`), by the rules of `policy.py`, in three linear passes.
+"""Phase (a): decide which nodes are stored (`plan_stores`) by the rule tables of `policy.py`, in five linear passes.
 
-1. `pm_structural_stores` (rules applied to each node, sources first): outputs, CONTIGUOUS, ASSIGN, COPY.
-2. The range walk (consumers before producers): every node gets the index its consumers read it at, in terms of
-   fresh RANGEs of the kernel that reads it (movement ops map indices with `movement_index`, reductions add REDUCE
-   ranges). A node whose consumers disagree (R2), that sits under a broadcast (R3), or a long reduction another
-   reduction reads in its loop (R4) becomes a store candidate.
-3. The cost rule (sources first): a candidate whose region is cheap to recompute is un-stored (C1); one evaluated
-   more than once per element stays stored unless it is cheap per evaluation (C3).
+Each pass is one walk over the graph in a fixed order that applies one table of `policy.py` to each node; the walks
+only carry what the rules need (the index a node is read at, the region it would recompute) and decide nothing
+themselves:
+
+1. `pm_structural_stores` (S1-S5, sources first): outputs, CONTIGUOUS, ASSIGN, COPY.
+2. The range walk (`CANDIDATE_RULES`, R2-R5, consumers before producers): every node gets the index its consumers
+   read it at, in terms of fresh RANGEs of the kernel that reads it (movement ops map indices with
+   `movement_index`, reductions add REDUCE ranges), and whether a broadcast, a reduction's loop or a PAD is above it.
+3. The cost rule (`KEEP_RULES`, C1-C4, sources first): the region each candidate would recompute decides it.
+4. The buffer limit (L1, sources first) and 5. the constant axes (D1, sources first).
 Then every kept store gets its buffer (an assign writes its target's buffer).
 """
 
@@ -200,8 +203,8 @@ def _range_walk(plan: Plan) -> None:
             out = (plan.fresh(x.shape), None, x)
         elif not asks:
             continue
-        elif (reason := policy.candidate_reason(x, all(_same(a, asks[0]) for a in asks[1:]), ub, in_reduce,
-                                                under_pad)) is not None:  # fmt: skip
+        elif (reason := policy.candidate_reason(policy.Reads(x, all(_same(a, asks[0]) for a in asks[1:]), ub,
+                                                             in_reduce, under_pad))) is not None:  # fmt: skip
             out = (plan.fresh(x.shape), None, x)
             plan.store(x, reason, removable=True)
             stores[x].repeated = ub

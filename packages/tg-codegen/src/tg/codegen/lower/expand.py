@@ -22,7 +22,8 @@ depends on it becomes one WMMA over all lanes' fragments (lane-major), each lane
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from tg.codegen.lower.structure import build_accumulator, combine, identity_element
 from tg.codegen.render.renderer import CORE_ID, Renderer
@@ -53,7 +54,8 @@ def widened_half_loads(topo: list[UOp], renderer: Renderer) -> set[UOp]:
 
 
 class Expander:
-    """One kernel's expansion (see the module docstring); `run()` returns the rewritten SINK."""
+    """One kernel's expansion (see the module docstring): `run()` applies `EXPAND_RULES` (below the class) to the
+    kernel in one iterative walk (`ex`) and returns the rewritten SINK."""
 
     def __init__(self, sink: UOp, renderer: Renderer, regs: Iterator[int]) -> None:
         self.ren, self.regs = renderer, regs
@@ -87,6 +89,7 @@ class Expander:
         for u in self.sink.toposort():
             self.touched[u] = u in special or any(self.touched[s] for s in u.src)
         self.memo: dict[tuple[UOp, tuple[tuple[UOp, int], ...]], UOp] = {}
+        self.rules: dict[UOp, ExpandRule] = {}  # node -> the rule that expands it
 
     # ---- choosing the vector axis --------------------------------------------------------------------------
 
@@ -156,8 +159,9 @@ class Expander:
     def ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
         """u expanded for the values `env` of the unrolled ranges.
 
-        Iterative, not recursive (kernels can be 10,000 ops deep): a request whose inputs (`_inputs`) are not all
-        expanded yet goes back on the stack under them; once they are, `_ex` builds it and finds them memoised."""
+        One iterative walk, not recursive (kernels can be 10,000 ops deep), applying `EXPAND_RULES`: a request
+        whose inputs (its rule's `inputs`) are not all expanded yet goes back on the stack under them; once they are,
+        the rule's `build` makes the node and finds them memoised."""
         if not self.touched[u]:
             return u
         if (m := self.memo.get(key := self._key(u, env))) is not None:
@@ -168,36 +172,21 @@ class Expander:
             if nkey in self.memo:
                 stack.pop()
                 continue
-            missing = [(s, senv, skey) for s, senv in self._inputs(node, nenv)
+            rule = self.rule(node)
+            missing = [(s, senv, skey) for s, senv in rule.inputs(self, node, nenv)
                        if self.touched[s] and (skey := self._key(s, senv)) not in self.memo]  # fmt: skip
             if missing:
                 stack.extend(reversed(missing))
                 continue
             stack.pop()
-            self.memo[nkey] = self._ex(node, nenv)
+            self.memo[nkey] = rule.build(self, node, nenv)
         return self.memo[key]
 
-    def _inputs(self, u: UOp, env: dict[UOp, int]) -> list[tuple[UOp, dict[UOp, int]]]:
-        """The (node, env) requests `_ex(u, env)` makes, so `ex` can expand them first: the rule table beside
-        `_ex`'s dispatch (loads/stores read their buffer with no env; END/REDUCE/warp WMMA add their ranges' values
-        to the env; every other op expands its sources in the same env)."""
-        if u.op is Ops.RANGE:
-            return []
-        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src) == 1:
-            return [(u.src[0].src[0], {})]
-        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-            return [(u.src[0].src[0], {}), (u.src[1], env)]
-        if u.op is Ops.END:
-            ended = [r for r in u.src[1:] if r in self.expanded]
-            return [(u.src[0], {**env, **a}) for a in self._assignments(ended, chunk_last=True)]
-        if u.op is Ops.REDUCE:
-            groups, unrolls = self._reduce_axes(u)
-            unrolled = self._assignments(unrolls)
-            return [(u.src[0], {**env, **g, **a}) for g in self._assignments(groups) for a in unrolled]
-        if u.op is Ops.WMMA and (warp := self._warp_of(u)) is not None:
-            rest = {r: v for r, v in env.items() if r is not warp}
-            return [(s, {**rest, warp: lane}) for s in u.src for lane in range(int(warp.range_size))]
-        return [(s, env) for s in u.src]
+    def rule(self, u: UOp) -> ExpandRule:
+        """The first of `EXPAND_RULES` that matches `u` (memoised: a node is expanded once per env)."""
+        if (r := self.rules.get(u)) is None:
+            r = self.rules[u] = next(r for r in EXPAND_RULES if r.matches(self, u))
+        return r
 
     def _warp_of(self, u: UOp) -> UOp | None:
         return next((r for r in self.deps[u] if r.axis_type is AxisType.WARP), None)
@@ -208,21 +197,29 @@ class Expander:
         group = [r for r in rngs if r.axis_type is AxisType.GROUP_REDUCE]
         return group, [r for r in rngs if r not in group]
 
-    def _ex(self, u: UOp, env: dict[UOp, int]) -> UOp:
-        if u.op is Ops.RANGE:
-            if u is self.lane:
-                return UOp.const(u.dtype.vec(self.width), tuple(range(self.width)))
-            return UOp.const(u.dtype, env[u]) if u in self.expanded else u
-        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src) == 1:
-            return self._load(u, env)
-        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-            return self._store(u, env)
-        if u.op is Ops.END:
-            return self._end(u, env)
-        if u.op is Ops.REDUCE:
-            return self._reduce(u, env)
-        if u.op is Ops.WMMA and (warp := self._warp_of(u)) is not None:
-            return self._warp_wmma(u, env, warp)
+    # ---- the builds of the rules (their inputs are expanded already) -------------------------------------------
+
+    def _range(self, u: UOp, env: dict[UOp, int]) -> UOp:
+        if u is self.lane:
+            return UOp.const(u.dtype.vec(self.width), tuple(range(self.width)))
+        return UOp.const(u.dtype, env[u]) if u in self.expanded else u
+
+    def _end_inputs(self, u: UOp, env: dict[UOp, int]) -> list[tuple[UOp, dict[UOp, int]]]:
+        ended = [r for r in u.src[1:] if r in self.expanded]
+        return [(u.src[0], {**env, **a}) for a in self._assignments(ended, chunk_last=True)]
+
+    def _reduce_inputs(self, u: UOp, env: dict[UOp, int]) -> list[tuple[UOp, dict[UOp, int]]]:
+        groups, unrolls = self._reduce_axes(u)
+        unrolled = self._assignments(unrolls)
+        return [(u.src[0], {**env, **g, **a}) for g in self._assignments(groups) for a in unrolled]
+
+    def _warp_inputs(self, u: UOp, env: dict[UOp, int]) -> list[tuple[UOp, dict[UOp, int]]]:
+        warp = self._warp_of(u)
+        assert warp is not None
+        rest = {r: v for r, v in env.items() if r is not warp}
+        return [(s, {**rest, warp: lane}) for s in u.src for lane in range(int(warp.range_size))]
+
+    def _elementwise(self, u: UOp, env: dict[UOp, int]) -> UOp:
         src = tuple(self.ex(s, env) for s in u.src)
         if self.lane is not None and any(s.dtype.count == self.width > 1 for s in src) and \
                 (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)):  # fmt: skip
@@ -279,8 +276,10 @@ class Expander:
             val = self.vec(val)
         return UOp(Ops.STORE, dtypes.void, (self._index(idx, off, gate), val, *u.src[2:]), u.arg)
 
-    def _warp_wmma(self, u: UOp, env: dict[UOp, int], warp: UOp) -> UOp:
+    def _warp_wmma(self, u: UOp, env: dict[UOp, int]) -> UOp:
         """A WMMA of an expanded WARP range: one op over every lane's fragments (lane-major), this lane's part."""
+        warp = self._warp_of(u)
+        assert warp is not None
         rest = {r: v for r, v in env.items() if r is not warp}
         key = self._key(u, rest)
         if (whole := self.warp_ops.get(key)) is None:
@@ -336,6 +335,45 @@ class Expander:
                 half = ret.dtype.count // 2
                 ret = combine(u.arg, ret.gep(tuple(range(half))), ret.gep(tuple(range(half, 2 * half))), self.ren)
         return ret
+
+
+class ExpandRule(NamedTuple):
+    """One rule of the expander: which nodes it takes, the (node, env) requests their expansion reads (expanded
+    first by `Expander.ex`), and how the node is built from them."""
+
+    matches: Callable[[Expander, UOp], bool]
+    inputs: Callable[[Expander, UOp, dict[UOp, int]], list[tuple[UOp, dict[UOp, int]]]]
+    build: Callable[[Expander, UOp, dict[UOp, int]], UOp]
+
+
+def _same_env(ex: Expander, u: UOp, env: dict[UOp, int]) -> list[tuple[UOp, dict[UOp, int]]]:
+    return [(s, env) for s in u.src]
+
+
+# the expander's rules, the first that matches a node applies; after them no expanded range is left: every value is
+# a scalar or a vector of the kernel's width, every END/REDUCE closes only loops
+EXPAND_RULES: tuple[ExpandRule, ...] = (
+    # a RANGE: the lane numbers (a vector constant) for the vector axis, its value in the env for an unrolled range
+    ExpandRule(lambda ex, u: u.op is Ops.RANGE, lambda ex, u, env: [], Expander._range),
+    # a LOAD through an INDEX: one vector load (index base + lane), one scalar load (splatted where the lane is
+    # used), or one load per lane (any other index, a gate that depends on the lane, bools); the buffer needs no env
+    ExpandRule(lambda ex, u: u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src) == 1,
+               lambda ex, u, env: [(u.src[0].src[0], {})], Expander._load),
+    # a STORE through an INDEX: the same three kinds of access, the value expanded in the env
+    ExpandRule(lambda ex, u: u.op is Ops.STORE and u.src[0].op is Ops.INDEX,
+               lambda ex, u, env: [(u.src[0].src[0], {}), (u.src[1], env)], Expander._store),
+    # an END: one body per value of its unrolled ranges (vector chunks of a tile row next to each other), grouped;
+    # the END keeps only its loops
+    ExpandRule(lambda ex, u: u.op is Ops.END, Expander._end_inputs, Expander._end),
+    # a REDUCE: one accumulator per GROUP_REDUCE value, UNROLL values folded into it in lane order, accumulators
+    # combined by a balanced tree, a vector axis reduced horizontally at the end
+    ExpandRule(lambda ex, u: u.op is Ops.REDUCE, Expander._reduce_inputs, Expander._reduce),
+    # a WMMA of an expanded WARP range (targets without local ids): one WMMA over every lane's fragments
+    ExpandRule(lambda ex, u: u.op is Ops.WMMA and ex._warp_of(u) is not None, Expander._warp_inputs,
+               Expander._warp_wmma),
+    # any other op: its sources in the same env; an ALU op or cast with a vector source becomes a vector op
+    ExpandRule(lambda ex, u: True, _same_env, Expander._elementwise),
+)  # fmt: skip
 
 
 def _ranges_listed(ctx: dict[UOp, tuple[UOp, tuple[UOp, ...]]], u: UOp) -> UOp | None:

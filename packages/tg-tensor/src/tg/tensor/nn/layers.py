@@ -98,6 +98,7 @@ def _conv_repr(layer: Any, out_padding: bool) -> str:
 
 class _ConvNd(Module):
     dims = 2  # spatial dims of the kernel (a subclass sets it)
+    transposed = False  # weight layout (in, out/groups, *k) and an output_padding (_ConvTransposeNd)
 
     def __init__(
         self,
@@ -113,7 +114,7 @@ class _ConvNd(Module):
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.weight, self.bias = _conv_weights(
-            self.dims, in_channels, out_channels, kernel_size, groups, bias, transposed=False
+            self.dims, in_channels, out_channels, kernel_size, groups, bias, self.transposed
         )
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
 
@@ -123,7 +124,7 @@ class _ConvNd(Module):
         )
 
     def extra_repr(self) -> str:
-        return _conv_repr(self, out_padding=False)
+        return _conv_repr(self, out_padding=self.transposed)
 
 
 class Conv1d(_ConvNd):
@@ -138,8 +139,9 @@ class Conv2d(_ConvNd):
     dims = 2
 
 
-class _ConvTransposeNd(Module):
-    dims = 2  # spatial dims of the kernel (a subclass sets it)
+class _ConvTransposeNd(_ConvNd):
+    transposed = True
+    padding: int | Sequence[int]  # no 'same'/'valid' for a transposed convolution
 
     def __init__(
         self,
@@ -153,16 +155,8 @@ class _ConvTransposeNd(Module):
         groups: int = 1,
         bias: bool = True,
     ) -> None:
-        super().__init__()
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.weight, self.bias = _conv_weights(
-            self.dims, in_channels, out_channels, kernel_size, groups, bias, transposed=True
-        )
-        self.stride, self.padding, self.output_padding = stride, padding, output_padding
-        self.dilation, self.groups = dilation, groups
-
-    def extra_repr(self) -> str:
-        return _conv_repr(self, out_padding=True)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+        self.output_padding = output_padding
 
     def forward(self, x: Tensor) -> Tensor:
         return x.conv_transpose2d(

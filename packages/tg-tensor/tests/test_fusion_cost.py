@@ -62,6 +62,26 @@ def test_softmax_feeding_a_matmul_computes_exp_once_per_kernel(rng: np.random.Ge
     np.testing.assert_allclose(got, (z / z.sum(1, keepdims=True)) @ w.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_cat_feeding_a_matmul_is_stored_once(rng: np.random.Generator) -> None:
+    # a cat of three parts (three PADs, two adds) read by a matmul's operand would be gathered from three gated loads
+    # per output column (an attention's q/k/v gradients read by the qkv weight and input gradients): stored first
+    a, b, c = _t(rng, 32, 8), _t(rng, 32, 8), _t(rng, 32, 8)
+    w, x = _t(rng, 24, 16), _t(rng, 32, 16)
+    cat = a.cat(b, c, dim=1)
+    assert kernels(cat @ w) == kernels(cat.T @ x) == 2
+    with count_ops() as n:
+        got = (cat @ w).numpy()
+    with count_ops() as alone:
+        stored = cat.realize()
+    with count_ops() as product:
+        (stored @ w).realize()
+    assert sum(n.values()) == sum(alone.values()) + sum(product.values())
+    want = np.concatenate([a.numpy(), b.numpy(), c.numpy()], 1)
+    np.testing.assert_allclose(got, want @ w.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((cat.T @ x).numpy(), want.T @ x.numpy(), rtol=1e-5, atol=1e-5)
+    assert kernels(a.pad(((0, 0), (4, 4))) @ w[:16]) == 1  # one PAD (one gated load) is still recomputed
+
+
 def test_cheap_producer_is_still_fused_into_the_matmul(rng: np.random.Generator) -> None:
     x, w = _t(rng, 8, 16), _t(rng, 16, 12)
     out = (x * 2 + 1) @ w

@@ -16,9 +16,10 @@ commented with what it matches and why (ids as in the package README's "## Sched
 
 C3 is the fusion cost model: an elementwise producer is fused into its consumer only where each of its elements is
 evaluated once there, or where one evaluation costs at most `RECOMPUTE_MAX_COST` cheap ALU ops (`OP_COST`: a
-transcendental is 16, a division or square root 4, the rest 1). A producer under a broadcast is evaluated once per
-broadcast element: GELU fused into the matmul that reads it would run once per output column, softmax's `exp` once
-per column of the product it feeds. Those are stored (computed once) instead; a scale, a shift or a cast is still
+transcendental is 16, a division or square root 4, a PAD (bounds check, select, gated load) 1, the rest 1). A producer
+under a broadcast is evaluated once per broadcast element: GELU fused into the matmul that reads it would run once per
+output column, softmax's `exp` once per column of the product it feeds, a `cat` of three gradients (three PADs, two
+adds) three gated loads per output column. Those are stored (computed once) instead; a scale, a shift or a cast is still
 recomputed. The threshold is low because the consumers that broadcast are mostly matmuls: an operand recomputed per
 register tile costs about as much as the tile's FMAs per op (measured: a ReLU fused into a 512x64x256 matmul's operand
 made it 40x slower than ReLU stored first), while storing costs one elementwise kernel the size of the operand.
@@ -79,6 +80,10 @@ OP_COST: dict[Ops, int] = {
     Ops.SQRT: 4, Ops.RECIPROCAL: 4, Ops.FDIV: 4, Ops.IDIV: 4, Ops.MOD: 4,
 }  # fmt: skip
 FREE_OPS = GroupOp.Movement | {Ops.BITCAST, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}
+# a PAD is a bounds check and a select, and its load is gated (never a vector load): one op. A `cat` of n parts is n
+# PADs and n - 1 adds, so one of 2+ parts under a broadcast is stored (an attention's q/k/v gradient `cat` read by
+# the qkv weight gradient and the input gradient: each element gathered from three gated loads per output column)
+PAD_COST = 1
 # C3: the most a region evaluated more than once per element may cost and still be recomputed (two adds, multiplies
 # or casts: a scale and shift)
 RECOMPUTE_MAX_COST = 2
@@ -87,6 +92,8 @@ COST_CAP = 1 << 20  # region costs add up over shared sources (an upper bound); 
 
 def op_cost(x: UOp) -> int:
     """C3: the cost of evaluating tensor node `x` once, its sources excluded."""
+    if x.op is Ops.PAD:
+        return PAD_COST
     if x.op in FREE_OPS or x.op not in GroupOp.Elementwise:
         return 0
     return OP_COST.get(x.op, 1)

@@ -113,12 +113,15 @@ class Handler(BaseHTTPRequestHandler):
         if self.server.verbose:
             super().log_message(format, *args)
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _head(self, status: int, headers: dict[str, str]) -> None:
+        """The status line and `headers`, after the CORS origin every response carries (browsers call the API)."""
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Access-Control-Allow-Origin", "*")
+        for name, value in {"Access-Control-Allow-Origin": "*", **headers}.items():
+            self.send_header(name, value)
         self.end_headers()
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self._head(status, {"Content-Type": content_type, "Content-Length": str(len(body))})
         self.wfile.write(body)
 
     def _json(self, status: int, obj: Any) -> None:
@@ -132,12 +135,14 @@ class Handler(BaseHTTPRequestHandler):
         return key is None or self.headers.get("Authorization", "") == f"Bearer {key}"
 
     def do_OPTIONS(self) -> None:
-        self.send_response(204)
-        self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-        self.send_header("Access-Control-Allow-Headers", "Content-Type, Authorization")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+        self._head(
+            204,
+            {
+                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                "Access-Control-Allow-Headers": "Content-Type, Authorization",
+                "Content-Length": "0",
+            },
+        )
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -219,12 +224,7 @@ class Handler(BaseHTTPRequestHandler):
         rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
         envelope = self._envelope(kind, rid)
         envelope["object"] = "chat.completion.chunk" if kind == "chat" else "text_completion"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Connection", "close")
-        self.end_headers()
+        self._head(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "Connection": "close"})
         self.close_connection = True
 
         def event(delta: str | None, finish: str | None, first: bool = False) -> None:

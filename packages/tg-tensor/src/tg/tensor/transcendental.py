@@ -12,9 +12,10 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tg.ir import DType, Ops, UOp, dtypes
+from tg.tensor.uopmath import Ew
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -26,6 +27,9 @@ _LN2_LO = {dtypes.float32: 1.428606765330187e-06, dtypes.float64: 1.908214929270
 _BITS = {dtypes.float32: (dtypes.int32, 23, 127), dtypes.float64: (dtypes.int64, 52, 1023)}
 # exp(x) is inf above HI and rounds to 0 below LO
 _EXP_RANGE = {dtypes.float32: (-104.0, 89.0), dtypes.float64: (-746.0, 710.0)}
+
+# the helpers shared by Tensor-level formulas and the `Ew` (UOp-level) ones take either and return the same kind
+V = TypeVar("V", "Tensor", Ew)
 
 
 def _narrow(x: Tensor) -> bool:
@@ -56,13 +60,13 @@ def _wide(x: Tensor) -> DType:
     return dtypes.float64 if dtypes.float64 in native else x.dtype
 
 
-def _pow2(n: Tensor, dt: DType) -> Tensor:
+def _pow2(n: V, dt: DType) -> V:
     """2**n for an int tensor n inside the normal exponent range, from the exponent bits."""
     mant, bias = _BITS[dt][1:]
     return ((n + bias) << mant).bitcast(dt)
 
 
-def _reduce_ln2(x: Tensor) -> tuple[Tensor, Tensor]:
+def _reduce_ln2(x: V) -> tuple[V, V]:
     """(n, r) with x = n*ln2 + r, |r| <= ln2/2 (n an int tensor; x must be finite and inside exp's range)."""
     dt = x.dtype
     if dt is dtypes.float32:
@@ -81,6 +85,11 @@ def _reduce_ln2(x: Tensor) -> tuple[Tensor, Tensor]:
 @_in_float32
 def exp(self: Tensor) -> Tensor:
     """e ** x: x = n*ln2 + r (exact Cody-Waite split), exp2(r*log2(e)) scaled by 2**n in two exact steps."""
+    return self._tensor_class()(_exp(Ew.of(self)).uop)
+
+
+def _exp(self: Ew) -> Ew:
+    """`exp` of a float32/float64 value, built on UOps (uopmath.py): the same nodes the Tensor operators build."""
     dt = self.dtype
     lo, hi = _EXP_RANGE[dt]
     xc = self.maximum(lo).minimum(hi)
@@ -164,6 +173,26 @@ def _tanh_series(terms: int) -> tuple[float, ...]:
 def tanh(self: Tensor) -> Tensor:
     """tanh(x): its odd Taylor series below 0.55 (exact near 0), (1 - e) / (1 + e) with e = exp(-2|x|) above (no
     cancellation there, no overflow: exactly 1 far out, with a zero gradient there), with the sign restored."""
+    y_u, e_u, small_u = _tanh(Ew.of(self))
+    cls = self._tensor_class()
+    y = cls(y_u)
+    # gradient from the result, not node by node through the series and exp (~80 nodes a layer for a deep tanh
+    # chain): 1 - y^2 where |y| < 0.5, 4e / (1 + e)^2 above (no cancellation as y -> 1; 0 where e underflows)
+    from tg.tensor.gradient import set_custom_gradient
+
+    def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
+        if not needed[0]:
+            return (None,)
+        yt, et = Ew(y_u, y.device), Ew(e_u, y.device)
+        ope = 1.0 + et
+        return (g_u.alu(Ops.MUL, Ew(small_u, y.device).where(1.0 - yt * yt, et * 4.0 / (ope * ope)).uop),)
+
+    set_custom_gradient(y.uop, (self.uop,), rule)
+    return y
+
+
+def _tanh(self: Ew) -> tuple[UOp, UOp, UOp]:
+    """(tanh(x), e, |x| < 0.55) of a float32/float64 value as UOps, e = exp(-2|x|) where |x| >= 0.55."""
     a = self.abs()
     small = a < 0.55
     xs = small.where(self, 0.0)  # the series only sees its own range: no overflow (and no NaN gradient) elsewhere
@@ -172,23 +201,10 @@ def tanh(self: Tensor) -> Tensor:
     acc = x2 * 0.0 + c[-1]
     for ck in reversed(c[:-1]):
         acc = acc * x2 + ck
-    e = (small.where(1.0, a) * -2.0).exp()  # <= 1/3 here and never overflows: finite gradients for huge |x|
+    e = _exp(small.where(1.0, a) * -2.0)  # <= 1/3 here and never overflows: finite gradients for huge |x|
     t = (1.0 - e) / (1.0 + e)
     y = small.where(xs * acc, (self < 0).where(-t, t))
-    # gradient from the result, not node by node through the series and exp (~80 nodes a layer for a deep tanh
-    # chain): 1 - y^2 where |y| < 0.5, 4e / (1 + e)^2 above (no cancellation as y -> 1; 0 where e underflows)
-    from tg.tensor.gradient import set_custom_gradient
-
-    cls, y_u, e_u, small_u = self._tensor_class(), y.uop, e.uop, small.uop
-
-    def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
-        if not needed[0]:
-            return (None,)
-        yt, et, ope = cls(y_u), cls(e_u), 1.0 + cls(e_u)
-        return ((cls(g_u) * cls(small_u).where(1.0 - yt * yt, et * 4.0 / (ope * ope))).uop,)
-
-    set_custom_gradient(y.uop, (self.uop,), rule)
-    return y
+    return y.uop, e.uop, small.uop
 
 
 @_in_float32

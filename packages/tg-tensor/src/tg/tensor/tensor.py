@@ -9,12 +9,11 @@ shortcuts (`t.float()`, `t.long()`, ...) come from `aliases.py`.
 from __future__ import annotations
 
 import builtins
-import functools
 import math
 from collections.abc import Callable
 from typing import Any, cast
 
-from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, sint, to_dtype, weak_promote
+from tg.ir import ConstType, DType, Ops, UOp, dtypes, least_upper_dtype, to_dtype, weak_promote
 from tg.tensor import aliases as _aliases
 from tg.tensor import autograd as _autograd
 from tg.tensor import movement as _movement
@@ -37,6 +36,7 @@ from tg.tensor.data import (
 from tg.tensor.errors import ArgumentError
 from tg.tensor.methods import TensorMethods
 from tg.tensor.shapes import broadcast_shape
+from tg.tensor.uopmath import scalar_view as _scalar_view
 
 
 def _to_dtype(dtype: DType | str | None) -> DType | None:
@@ -767,21 +767,6 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
 def _negated(u: UOp, device: str) -> UOp:
     """`u * -1`, the node of `-t` (-1 as the cached constant view: UOp.full's node, once per dtype/device/shape)."""
     return u.alu(Ops.MUL, _scalar_view(u.dtype, scalar_value(-1, u.dtype), device, u.shape))
-
-
-def _scalar_view(dt: DType, value: ConstType, device: str | tuple[str, ...], shape: tuple[sint, ...]) -> UOp:
-    """The constant `value` of `dt` on `device` viewed as `shape` (a weak scalar operand)."""
-    sign = math.copysign(1.0, value) if value.__class__ is float else 1.0  # -0.0 and 0.0 are one key otherwise
-    return _cached_scalar_view(dt, value, sign, device, shape)
-
-
-@functools.lru_cache(maxsize=1024, typed=True)
-def _cached_scalar_view(
-    dt: DType, value: ConstType, sign: float, device: str | tuple[str, ...], shape: tuple[sint, ...]
-) -> UOp:
-    """Kept alive for reuse: an eager loop (`x = (x + 1).realize()`) builds its constant once, not every step
-    (typed: 1, 1.0 and True stay apart)."""
-    return UOp.const(dt, value, device, shape)
 
 
 def _unpickle(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None) -> Tensor:

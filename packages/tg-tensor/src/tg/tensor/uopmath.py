@@ -11,13 +11,30 @@ final node in a Tensor, which sets up autograd for it as for any op result.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import TYPE_CHECKING
 
-from tg.ir import DType, Ops, UOp, dtypes, weak_promote
+from tg.ir import ConstType, DType, Ops, UOp, dtypes, sint, weak_promote
 from tg.tensor.data import checked_scalar_value, scalar_value
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
+
+
+def scalar_view(dt: DType, value: ConstType, device: str | tuple[str, ...], shape: tuple[sint, ...]) -> UOp:
+    """The constant `value` of `dt` on `device` viewed as `shape` (a weak scalar operand: Tensor's and Ew's)."""
+    sign = math.copysign(1.0, value) if value.__class__ is float else 1.0  # -0.0 and 0.0 are one key otherwise
+    return _cached_scalar_view(dt, value, sign, device, shape)
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _cached_scalar_view(
+    dt: DType, value: ConstType, sign: float, device: str | tuple[str, ...], shape: tuple[sint, ...]
+) -> UOp:
+    """Kept alive for reuse: an eager loop (`x = (x + 1).realize()`) builds its constant once, not every step
+    (typed: 1, 1.0 and True stay apart)."""
+    return UOp.const(dt, value, device, shape)
 
 
 class Ew:
@@ -42,9 +59,7 @@ class Ew:
         return Ew(u, self.device)
 
     def _view(self, dt: DType, value: bool | int | float) -> UOp:
-        from tg.tensor.tensor import _scalar_view  # (tensor.py imports the formula modules)
-
-        return _scalar_view(dt, value, self.device, self.uop.shape)
+        return scalar_view(dt, value, self.device, self.uop.shape)
 
     def _operand(self, x: Ew | float | int) -> UOp:
         """The other operand's node: an Ew of this dtype, or a weak scalar as a constant view of this shape."""

@@ -11,6 +11,7 @@ from enum import IntEnum, auto
 from typing import Any, ClassVar, Final
 
 from tg.ir.helpers import DEFAULT_FLOAT, DEFAULT_INT, ContextVar
+from tg.ir.ops import NamedEnum
 
 ConstType = float | int | bool
 
@@ -29,18 +30,12 @@ class DTypeMetaClass(type):
         return ret
 
 
-class AddrSpace(IntEnum):
+class AddrSpace(NamedEnum, IntEnum):
     """Where a pointer points: device global memory, workgroup-local (shared) memory, or registers."""
 
     GLOBAL = auto()
     LOCAL = auto()
     REG = auto()
-
-    def __repr__(self) -> str:
-        return f"AddrSpace.{self.name}"
-
-    def __str__(self) -> str:
-        return repr(self)
 
 
 @dataclass(frozen=True, eq=False)

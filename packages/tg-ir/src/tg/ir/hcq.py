@@ -24,19 +24,18 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from tg.ir.ops import NamedEnum
+
 __all__ = ["HCQ_ROLES", "HCQRole", "QOp", "QueueKey"]
 
 
-class QOp(Enum):
+class QOp(NamedEnum, Enum):
     """The abstract queue commands (kernels and copies are CALLs)."""
 
     WAIT = auto()  # src (signal, value): wait until (signal value & 0xFFFFFFFF) >= value
     SIGNAL = auto()  # src (signal, value): write value into the signal, after every earlier command completed
     TIMESTAMP = auto()  # src (signal,): the device's tick count into the signal's timestamp word (+8)
     BARRIER = auto()  # src (): make earlier memory writes of other queues/the host visible (cache flush)
-
-    def __repr__(self) -> str:
-        return f"QOp.{self.name}"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,21 @@ from enum import Enum, IntEnum, auto
 from typing import Any
 
 
-class Ops(IntEnum):
+class NamedEnum:
+    """Enum mixin: `repr`, `str` and f-strings of a member are `Class.NAME` (IntEnum's would be the number)."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return format(repr(self), spec)
+
+
+class Ops(NamedEnum, IntEnum):
     """Every UOp has one of these ops. The order of definition is also the tie-break order of toposorts."""
 
     # sources and definitions
@@ -116,12 +130,6 @@ class Ops(IntEnum):
     GETADDR = auto()  # uint64: the address device `arg` uses for src[0] (a slot PARAM or an HCQBUF)
     HCQBUF = auto()  # a placeholder resolved at link: src = (DEVICE,), arg = HCQRole(role, key)
 
-    def __repr__(self) -> str:
-        return f"Ops.{self.name}"
-
-    def __str__(self) -> str:
-        return f"Ops.{self.name}"
-
 
 class GroupOp:
     """Named sets of Ops used by rules and checks."""
@@ -155,7 +163,7 @@ class GroupOp:
     All = frozenset(Ops)
 
 
-class AxisType(Enum):
+class AxisType(NamedEnum, Enum):
     """The role of a loop (RANGE) in a kernel; decides how codegen maps it to hardware."""
 
     GLOBAL = auto()
@@ -168,12 +176,6 @@ class AxisType(Enum):
     UNROLL = auto()
     THREAD = auto()
     DEVICE = auto()
-
-    def __repr__(self) -> str:
-        return f"AxisType.{self.name}"
-
-    def __str__(self) -> str:
-        return f"AxisType.{self.name}"
 
 
 axis_letters = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.LOCAL: "l", AxisType.WARP: "w",

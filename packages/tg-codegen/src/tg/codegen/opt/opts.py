@@ -13,19 +13,16 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from tg.ir.ops import AxisType
+from tg.ir.ops import AxisType, NamedEnum
 
 
-class OptOps(Enum):
+class OptOps(NamedEnum, Enum):
     """Kernel optimisations."""
 
     SPLIT = auto()
     PADTO = auto()
     SWAP = auto()
     TC = auto()
-
-    def __repr__(self) -> str:
-        return f"OptOps.{self.name}"
 
 
 class KernelOptError(ValueError):

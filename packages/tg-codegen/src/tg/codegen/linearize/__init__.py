@@ -14,7 +14,14 @@ from tg.ir.dtype import dtypes
 from tg.ir.ops import Ops
 from tg.ir.uop import UOp
 
-# earlier in a loop body when otherwise unordered
+# The ordering rules, in the order they decide (`linearize` is one walk that applies them):
+# 1. a node goes into the innermost loop among the ranges it depends on (loop-invariant work is hoisted for free)
+# 2. a loop is its RANGE, its body, its END, placed in its parent loop's body as one item
+# 3. inside one loop body, a node comes after the items it depends on
+# 4. among the items whose dependencies are placed, by `_order_key`: the definitions the body's code refers to first
+#    (kernel parameters, then variables, then register and local buffers, then constants; every other op after
+#    them), kernel parameters by slot (the argument order)
+# 5. then the graph's toposort order (stable: the same graph always gives the same program)
 _PRIORITY = {Ops.PARAM: 0, Ops.DEFINE_VAR: 1, Ops.DEFINE_REG: 2, Ops.DEFINE_LOCAL: 2, Ops.CONST: 3}
 
 
@@ -39,25 +46,30 @@ def linearize(sink: UOp) -> list[UOp]:
             if len(u.src) != 2:
                 raise LinearizeError(f"END must close exactly one range, got {len(u.src) - 1}; run pm_split_ends first")
 
-    # loop tree: a loop's parent is the innermost range still open where it ends
+    # loop tree: a loop's parent is the innermost range still open where it ends (or that its bound needs). A loop is
+    # placed once every loop around it is: one depth-first walk with a stack (the toposort may list inner loops first)
     depth: dict[UOp, int] = {}
     parent: dict[UOp, UOp | None] = {}
-    pending = [u for u in topo if u.op is Ops.RANGE]
-    for r in pending:
+    ranges = [u for u in topo if u.op is Ops.RANGE]
+    for r in ranges:
         if r not in ends:
             raise LinearizeError(f"range {r.arg} is never closed by an END")
-    while pending:  # a loop is placed once every loop around it is (the toposort may list inner loops first)
-        later = []
-        for r in pending:
-            outer = live[ends[r]] | (live[r] - {r})  # open where it ends, or needed for its bound
-            if not all(o in depth for o in outer):
-                later.append(r)
-                continue
-            parent[r] = p = _innermost(outer, depth, parent, f"range {r.arg}")
-            depth[r] = 0 if p is None else depth[p] + 1
-        if len(later) == len(pending):
-            raise LinearizeError(f"ranges {sorted(str(r.arg) for r in later)} are nested in each other")
-        pending = later
+    around = {r: live[ends[r]] | (live[r] - {r}) for r in ranges}
+    on_path: set[UOp] = set()
+    for r in ranges:
+        stack = [(r, False)]
+        while stack:
+            x, loops_placed = stack.pop()
+            if loops_placed:
+                parent[x] = p = _innermost(around[x], depth, parent, f"range {x.arg}")
+                depth[x] = 0 if p is None else depth[p] + 1
+                on_path.discard(x)
+            elif x not in depth:
+                if x in on_path:  # reached again from a loop it must enclose
+                    raise LinearizeError(f"ranges {sorted(str(o.arg) for o in on_path)} are nested in each other")
+                on_path.add(x)
+                stack.append((x, True))
+                stack.extend((o, False) for o in around[x] if o not in depth)
 
     def chain(scope: UOp | None) -> list[UOp]:
         ret: list[UOp] = []
@@ -109,7 +121,7 @@ def linearize(sink: UOp) -> list[UOp]:
         for u in body:
             for p in preds[u]:
                 succs.setdefault(p, []).append(u)
-        heap = [(_PRIORITY.get(u.op, 9), _tiebreak(u), order[u], u) for u, n in remaining.items() if n == 0]
+        heap = [(*_order_key(u), order[u], u) for u, n in remaining.items() if n == 0]
         heapq.heapify(heap)
         done = 0
         while heap:
@@ -124,7 +136,7 @@ def linearize(sink: UOp) -> list[UOp]:
             for v in succs.get(u, []):
                 remaining[v] -= 1
                 if remaining[v] == 0:
-                    heapq.heappush(heap, (_PRIORITY.get(v.op, 9), _tiebreak(v), order[v], v))
+                    heapq.heappush(heap, (*_order_key(v), order[v], v))
         if done != len(body):
             raise LinearizeError("cycle between loop bodies while linearizing")
 
@@ -134,8 +146,9 @@ def linearize(sink: UOp) -> list[UOp]:
     return out
 
 
-def _tiebreak(u: UOp) -> int:
-    return u.arg if u.op is Ops.PARAM and isinstance(u.arg, int) else 0
+def _order_key(u: UOp) -> tuple[int, int]:
+    """Rule 4 for `u`: smaller goes first among the nodes of one loop body whose dependencies are placed."""
+    return _PRIORITY.get(u.op, 9), u.arg if u.op is Ops.PARAM and isinstance(u.arg, int) else 0
 
 
 def _innermost(ranges: frozenset[UOp], depth: dict[UOp, int], parent: dict[UOp, UOp | None], what: str) -> UOp | None:

@@ -192,9 +192,11 @@ def track_result(t: Tensor) -> None:
         t.uop = t.uop.detach()
 
 
-def note_realized(becomes: dict[UOp, UOp]) -> None:
+def note_realized(becomes: dict[UOp, UOp], fresh_from: int | None = None) -> None:
     """Called after a realize: a value that required grad and now lives in a buffer keeps requiring grad, and
-    gradients flow through the graph it was computed from (tg.tensor.origins: states of buffers, placeholders)."""
+    gradients flow through the graph it was computed from (tg.tensor.origins: states of buffers, placeholders).
+    `fresh_from`: the first UNIQUE number of the buffers this realize made (a value stored in one of those is in no
+    graph built before it: no walk asks)."""
     if not _tracked:
         return
     epoch = _origins.new_epoch()
@@ -224,7 +226,7 @@ def note_realized(becomes: dict[UOp, UOp]) -> None:
         if retired:  # what this realize's writes replaced is read as the previous state
             if (swapped := graph.substitute(retired)) is not graph:
                 graph, reads_old = _origins.drop_assigns_into(swapped, placeholders), True
-        if _reads(graph, new):
+        if not _made_since(new, fresh_from) and _reads(graph, new):
             continue  # the realize changed nothing (contiguous() of a stored value): the node stands for itself
         mark(new, True)
         _origins.record(new, graph, reads_old)
@@ -242,6 +244,15 @@ def keep_overwritten_reads(buf: UOp, value: Tensor) -> Tensor:
     old = cls.empty(buf.arg, dtype=buf.dtype, device=str(buf.device))
     old.assign(cls(buf, requires_grad=False)).realize()
     return cls(value.uop.substitute({buf: old.uop}))
+
+
+def _made_since(u: UOp, fresh_from: int | None) -> bool:
+    """Whether `u` is single-source ops over a BUFFER whose UNIQUE number is `fresh_from` or later."""
+    if fresh_from is None:
+        return False
+    while u.op is not Ops.BUFFER and len(u.src) == 1:
+        u = u.src[0]
+    return u.op is Ops.BUFFER and (n := u.src[0].arg).__class__ is int and n >= fresh_from
 
 
 def _reads(graph: UOp, node: UOp) -> bool:

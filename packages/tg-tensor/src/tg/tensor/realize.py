@@ -128,9 +128,9 @@ def pending_readers(buffers: set[UOp], exclude: Iterable[UOp] = ()) -> list[UOp]
     """Roots of live lazy tensors that read one of `buffers` in its current state (not through an ASSIGN of it),
     pending assigns whose value reads one included: they must be computed before an assign overwrites it. Views
     are not readers (they alias the buffer). Found through the index, not a scan."""
-    skip = set(exclude)
-    found = [r for r in index.affected(buffers) if r not in skip and not is_realized(r)]
-    return [r for r in found if index.tensors(r) and _pending_reader(r, buffers)]
+    skip = set(exclude)  # most affected roots are nodes of graphs whose tensors are gone: asked about first
+    return [r for r in index.affected(buffers)
+            if r not in skip and index.tensors(r) and not is_realized(r) and _pending_reader(r, buffers)]  # fmt: skip
 
 
 def has_value_readers(state: UOp, exclude: UOp) -> bool:
@@ -210,6 +210,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             "tensors instead"
         )
     roots = list(dict.fromkeys([t._uop for t in todo]))
+    fresh_from = UOp.unique().arg  # buffers this realize makes have this UNIQUE number or a later one
     called: dict[UOp, UOp] = {}  # root with @function calls -> the same value with the calls inlined
     if _function_calls:
         called = {r: i for r, i in zip(roots, inline_calls(roots), strict=True) if i is not r}
@@ -246,7 +247,7 @@ def realize_tensors(tensors: Iterable[Tensor]) -> None:
             becomes[root] = becomes[inlined]
     if index_checks:
         bounds.verify(index_checks, becomes)  # raises before any tensor takes an out-of-range result
-    note_realized(becomes)  # autograd: realized values that required grad keep their forward graph
+    note_realized(becomes, fresh_from)  # autograd: realized values that required grad keep their forward graph
     affected = [(r, ts) for r in index.affected(becomes) if (ts := index.tensors(r)) and not is_realized(r)]
     if not affected:
         return

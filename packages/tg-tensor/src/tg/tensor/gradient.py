@@ -172,18 +172,18 @@ def _target_path(root: UOp, targets: set[UOp], origins: Mapping[UOp, UOp]) -> li
     in_path: dict[UOp, bool] = {}
     order: list[UOp] = []
     entered: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    stack: list[tuple[UOp, tuple[UOp, ...] | None]] = [(root, None)]  # (node, its sources once entered)
     while stack:
-        node, visited = stack.pop()
+        node, srcs = stack.pop()
         if node in in_path:
             continue
-        srcs = _sources(node, origins, targets)
-        if not visited:
+        if srcs is None:
             if node in entered:  # reached again below itself: never loop, say what went wrong
                 raise RuntimeError(f"gradient: the graph reaches {node.op} {node.shape} again below itself (a cycle)")
             entered.add(node)
-            stack.append((node, True))
-            stack.extend((s, False) for s in reversed(srcs) if s not in in_path)
+            srcs = _sources(node, origins, targets)
+            stack.append((node, srcs))
+            stack.extend((s, None) for s in reversed(srcs) if s not in in_path)
             continue
         in_path[node] = node.op is not Ops.DETACH and any(s in targets or in_path[s] for s in srcs)
         if in_path[node]:

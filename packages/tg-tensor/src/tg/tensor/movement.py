@@ -41,6 +41,9 @@ def reshape(self: Tensor, *shape: Any) -> Tensor:
     counts agree symbolically (`t.reshape(v, 4)` for a tensor of `v*4` elements)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    old = self.uop.shape
+    if all(s.__class__ is int and s >= 0 for s in (*shape, *old)) and math.prod(shape) == math.prod(old):
+        return self if shape == old else _new(self, self.uop.reshape(shape))  # plain ints: nothing to canonicalise
     if any(s is None for s in shape):  # None keeps the dim at that position (tinygrad)
         if len(shape) > self.ndim:
             raise ArgumentError(f"reshape: None at a position past the {self.ndim} dims of {self.shape}")
@@ -89,6 +92,14 @@ def permute(self: Tensor, *order: Any) -> Tensor:
 
 def expand(self: Tensor, *shape: Any) -> Tensor:
     """Broadcast size-1 dims to `shape` (-1 keeps a dim): `t.expand(4, -1)`."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    if len(shape) >= len(have := self.uop.shape) and all(s.__class__ is int and s >= 0 for s in (*shape, *have)):
+        # plain ints (the broadcasts of binary ops): nothing to canonicalise
+        old = (1,) * (len(shape) - len(have)) + have
+        if all(o == n or o == 1 for o, n in zip(old, shape, strict=True)):
+            x = self.reshape(old) if len(old) != len(have) else self
+            return x if shape == old else _new(x, x.uop.expand(shape))
     new = shape_arg(shape)
     if len(new) < self.ndim:
         raise ArgumentError(f"expand: cannot expand shape {self.shape} to {new} (fewer dims)")
@@ -202,6 +213,12 @@ def _pad_mode(x: Tensor, pads: list[tuple[int, int]], mode: str) -> Tensor:
 
 def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim: `t.shrink(((1, 3), None))`."""
+    if len(arg) == len(shape := self.uop.shape):  # plain ints in range (windows, slices): nothing to canonicalise
+        ints = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, shape, strict=True))
+        if all(b.__class__ is int and e.__class__ is int and s.__class__ is int and 0 <= b <= e <= s
+               for (b, e), s in zip(ints, shape, strict=True)):  # fmt: skip
+            same = all(b == 0 and e == s for (b, e), s in zip(ints, shape, strict=True))
+            return self if same else _new(self, self.uop.shrink(ints))
     if len(arg) != self.ndim:
         raise ArgumentError(f"shrink: need one (start, end) per dim of {self.shape}, got {tuple(arg)}")
     bounds = tuple(

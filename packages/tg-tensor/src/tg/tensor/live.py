@@ -71,27 +71,36 @@ class TensorIndex:
         return None if (ref := n.__dict__.get(self._owner_key)) is None else ref()
 
     def _add_root(self, root: UOp) -> None:
+        # the hot loop of Tensor creation (every op result registers): `_link` and `_owner_of` inlined
         ref = weakref.ref(root)
-        if (owner := self._owner_of(root)) is not None:  # a node of another root's graph became a tensor's root
-            self._link(owner, ref)
+        owner_key, users_key = self._owner_key, self._users_key
+        if (owner_ref := root.__dict__.get(owner_key)) is not None and (owner := owner_ref()) is not None:
+            self._link(owner, ref)  # a node of another root's graph became a tensor's root
             return
-        tensors_key, owner_key = self._tensors_key, self._owner_key
-        stack, seen = list(root.src), {root}
+        tensors_key = self._tensors_key
+        stack, seen, visits = list(root.src), {root}, 0
         while stack:
             n = stack.pop()
             if n in seen:
                 continue
             seen.add(n)
-            self.visits += 1
-            if n.op in _SHARED_LEAVES or is_const_view(n):
+            visits += 1
+            if (op := n.op) in _SHARED_LEAVES or n.base.op is _CONST:  # constants and views of them: never owned
                 continue
-            if n.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or tensors_key in n.__dict__:
-                self._link(n, ref)
-            elif (owner := self._owner_of(n)) is not None:
-                self._link(owner, ref)
+            d = n.__dict__
+            if op in _STORAGE or tensors_key in d:
+                below = n
+            elif (owner_ref := d.get(owner_key)) is not None and (below := owner_ref()) is not None:
+                pass
             else:
-                n.__dict__[owner_key] = ref
+                d[owner_key] = ref
                 stack.extend(n.src)
+                continue
+            if (users := below.__dict__.get(users_key)) is None:
+                below.__dict__[users_key] = [ref]
+            else:
+                users.append(ref)
+        self.visits += visits
 
     def affected(self, nodes: Iterable[UOp]) -> list[UOp]:
         """Every registered root whose graph may contain one of `nodes` (the nodes themselves if they are roots)."""
@@ -137,6 +146,8 @@ def _forget(ts: dict[int, Any], key: int) -> Any:
 
 
 _SHARED_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.DEFINE_VAR, Ops.BIND})
+_STORAGE = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW})
+_CONST = Ops.CONST
 
 
 def is_const_view(n: UOp) -> bool:

@@ -61,10 +61,16 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ) -> None:
-        dt = None if dtype is None else _to_dtype(dtype)
         self._requires_grad: bool | None = None
         self._is_leaf = True
         self.grad: Tensor | None = None
+        if data.__class__ is UOp and dtype is None and requires_grad is None and data._shape is not None:
+            _realize.index.register(self, data)  # an op's result (the common case): the `uop` setter and the UOp
+            self._uop = data  # branch below without their checks
+            if _autograd.anything_tracked():
+                _autograd.track_result(self)
+            return
+        dt = None if dtype is None else _to_dtype(dtype)
         if isinstance(data, UOp) and _shapes.is_symbolic(data):  # a bound Variable (or an expression of some)
             self.uop = _shapes.symbolic_scalar(data, dt, canonical_device(device))
         elif isinstance(data, UOp):

@@ -106,6 +106,7 @@ def test_beam_search_is_called_by_the_runtime_not_by_codegen(fresh_kernels: None
     from tg.ir.helpers import Context
 
     x = Tensor(np.arange(5 * 19, dtype=np.float32).reshape(5, 19)).realize()
+    assert Device[x.device].renderer is not None  # set up before the trace (alone in a worker, it was built in it)
     with Context(BEAM=1, BEAM_TIME=0.5, TG_CACHE_DIR=str(tmp_path)):  # a short search, its cache in tmp_path
         calls = trace_package_calls((x * 0.5078125).sum(1).realize)
     upward = [c for c in calls if c[0] == "tg.codegen" or (c[0] == "tg.runtime" and c[1] == "tg.tensor")]

@@ -13,7 +13,7 @@ Measures (issue 20; targets: linear growth, 1,000 layers <= 5 s, first-call sche
 Run: `hatch run bench:depth [--layers N] [--no-tinygrad]`, or beside tinygrad:
 `PYTHONPATH=$(ls -d packages/*/src | paste -sd:) /path/to/venv-with-tinygrad/bin/python bench/bench_depth.py`.
 Times are CPU seconds of this process and of the compilers it runs (`resource.getrusage`): the shared development
-machine's load inflates wall time much more than these.
+machine's load inflates wall time much more than these; the tanh table adds the wall time of the whole backward.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import math
 import os
 import resource
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,15 +61,16 @@ def timed(fn: Callable[[], Any]) -> float:
 # ---- backward through a deep tanh chain -------------------------------------------------------------------------
 
 
-def tanh_backward(tensor: Any, layers: int, device: str) -> tuple[float, float, float]:
-    """(build, backward, realize) seconds for `layers` layers of `x = (x * w).tanh()` and all gradients."""
+def tanh_backward(tensor: Any, layers: int, device: str) -> tuple[float, float, float, float]:
+    """(build, backward, realize) CPU seconds for `layers` layers of `x = (x * w).tanh()` and all gradients, and the
+    wall seconds of the three together."""
     rng = np.random.default_rng(0)
     x0 = tensor(rng.standard_normal(16).astype(np.float32), device=device)
     ws = [tensor(rng.uniform(0.9, 1.3, 16).astype(np.float32), device=device) for _ in range(layers)]
     for t in (x0, *ws):
         t.requires_grad = True  # (tinygrad 0.14's constructor has no requires_grad argument)
     tensor.realize(x0, *ws)
-    start = clock()
+    wall, start = time.perf_counter(), clock()
     x = x0
     for w in ws:
         x = (x * w).tanh()
@@ -77,7 +79,7 @@ def tanh_backward(tensor: Any, layers: int, device: str) -> tuple[float, float, 
     differentiated = clock()
     tensor.realize(x0.grad, *[w.grad for w in ws])
     done = clock()
-    return built - start, differentiated - built, done - differentiated
+    return built - start, differentiated - built, done - differentiated, time.perf_counter() - wall
 
 
 def tanh_backward_graph(layers: int) -> Any:
@@ -148,7 +150,7 @@ def chain_realize(length: int) -> float:
     return timed(x.realize)
 
 
-def tinygrad_tanh_backward(layers: int) -> tuple[float, float, float]:
+def tinygrad_tanh_backward(layers: int) -> tuple[float, float, float, float]:
     from tinygrad import Tensor as TinyTensor
 
     return tanh_backward(TinyTensor, layers, "CPU")
@@ -169,18 +171,18 @@ def main() -> None:
     from tg.tensor import Tensor
 
     tanh_backward(Tensor, 4, "CPU")  # compile the kernels' first versions outside the measurement
-    print("\nbackward through x = (x * w_i).tanh(), 16 floats, realize of every gradient on CPU (CPU seconds):")
-    print("| layers | tg build | tg backward | tg realize | tg total | growth | tinygrad total | growth |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\nbackward through x = (x * w_i).tanh(), 16 floats, realize of every gradient on CPU (CPU seconds; wall):")
+    print("| layers | tg build | tg backward | tg realize | tg total | tg wall | growth | tinygrad total | growth |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     prev: tuple[float, float] | None = None
     for layers in (args.layers, 4 * args.layers, 16 * args.layers):
-        b, g, r = tanh_backward(Tensor, layers, "CPU")
+        b, g, r, wall = tanh_backward(Tensor, layers, "CPU")
         total = b + g + r
-        row = f"| {layers} | {b:.2f} s | {g:.2f} s | {r:.2f} s | {total:.2f} s | "
+        row = f"| {layers} | {b:.2f} s | {g:.2f} s | {r:.2f} s | {total:.2f} s | {wall:.2f} s | "
         row += f"x{total / prev[0]:.2f} |" if prev else "- |"
         tiny_total = math.nan
         if tiny:
-            tiny_total = sum(tinygrad_tanh_backward(layers))
+            tiny_total = sum(tinygrad_tanh_backward(layers)[:3])
             row += f" {tiny_total:.2f} s | " + (f"x{tiny_total / prev[1]:.2f} |" if prev else "- |")
         else:
             row += " - | - |"

@@ -162,6 +162,13 @@ def unify_ends(sink: UOp) -> UOp:
     ENDs of one range that are independent and sit in the same loops merge (their bodies become a GROUP). An END
     that depends on another END of the same range, or sits in different outer loops, gets a fresh copy of the range
     (merging those would run one body too often or form a cycle).
+
+    Still a worklist that finds the ENDs again after each step (issue 30 leaves it so, for now): a merge or a clone
+    rebuilds the nodes above it, which can make ENDs of outer ranges equal (hash-consing merges them for free) or give
+    them new dependencies, and fresh axis ids are given in the order of the steps, so a one-pass version must
+    reproduce that order to keep the generated code. It seldom has work: of the 2,190 lowerings of the kernel-text
+    workload (scripts/kernel_text.py; 1,095 kernels for AVX2 C and CUDA), 85 needed steps (128 merges, 47 clones
+    of a range in another nest, none of a dependent END), at most 13 for one kernel.
     """
     for _ in range(1000):
         shared = next(((r, es) for r, es in _ends_by_range(sink).items() if len(es) > 1), None)

@@ -130,7 +130,7 @@ def run_tensor_lib(framework: str, model: str, data: Any, steps: int) -> dict[st
 
         version = "tg"
         train_ctx = Tensor.train
-    p = {k[2:]: Tensor(data[k]).realize() for k in data.files if k.startswith("p:")}
+    p = {k[2:]: Tensor(data[k]).realize() for k in data if k.startswith("p:")}
     for t in p.values():
         t.requires_grad = True
     opt = Adam(list(p.values()), lr=1e-3)
@@ -159,7 +159,7 @@ def run_torch(framework: str, model: str, data: Any, steps: int) -> dict[str, An
 
     if framework == "torch-1":
         torch.set_num_threads(1)
-    p = {k[2:]: torch.tensor(data[k], requires_grad=True) for k in data.files if k.startswith("p:")}
+    p = {k[2:]: torch.tensor(data[k], requires_grad=True) for k in data if k.startswith("p:")}
     opt = torch.optim.Adam(list(p.values()), lr=1e-3)
     layout = MODELS[model][2]
 
@@ -223,7 +223,8 @@ def _loop(step: Callable[[Any, Any], Any], batch: Callable[[int], tuple[Any, Any
 
 def main() -> None:
     framework, model, path, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    data = np.load(path)
+    with np.load(path) as npz:  # read every array once: NpzFile[key] decompresses the whole array on each access
+        data = {k: npz[k] for k in npz.files}
     run = run_torch if framework.startswith("torch") else run_tensor_lib
     result = run(framework, model, data, steps)
     result["nan"] = any(math.isnan(v) for v in result["losses"])

@@ -9,6 +9,7 @@ whose order UNROLL/GROUP_REDUCE change (then within 1e-5 relative).
 from __future__ import annotations
 
 import random
+import subprocess
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +24,7 @@ from tg.codegen.render.renderer import Renderer
 from tg.ir.dtype import DType, dtypes
 from tg.ir.ops import AxisType, KernelInfo, Ops
 from tg.ir.uop import UOp
+from tg.runtime.c_compiler import CCompiler
 from tg.runtime.device import Buffer, Device
 from tg.runtime.engine import CompiledRunner
 
@@ -300,6 +302,30 @@ def test_heuristic_vectorises_the_reduce_loop_of_a_matrix_vector_product() -> No
     np.testing.assert_allclose(got, wn.reshape(n, k) @ xn, rtol=1e-5, atol=1e-5)
 
 
+def test_heuristic_unrolls_the_blocks_of_a_block_scaled_matrix_vector_product() -> None:
+    """out[n] = sum_b s[n, b] * sum_w W[n, b, w] x[8b + w] (a Q8_0 decode matvec: 8-wide blocks, one scale per
+    block): the short word axis is one vector (GROUP_REDUCE) and the block loop is UNROLLed, not the output axis
+    UPCAST (which gathered the matrix's words and scales lane by lane from 4 rows)."""
+    n, nb, bw = 32, 16, 8
+    r0, rb, rw = UOp.range(n, 0), UOp.range(nb, 1, AxisType.REDUCE), UOp.range(bw, 2, AxisType.REDUCE)
+    w, x = UOp.param(1, f32, n * nb * bw), UOp.param(2, f32, nb * bw)
+    sc, out = UOp.param(3, f32, n * nb), UOp.param(0, f32, n)
+    dot = w.index(r0 * (nb * bw) + rb * bw + rw).load() * x.index(rb * bw + rw).load()
+    ast = UOp.sink(out.index(r0).store((dot * sc.index(r0 * nb + rb).load()).reduce(rb, rw)).end(r0))
+    ren = cpu_renderer(2)
+    if ren.vector_bytes < 32:
+        pytest.skip("needs 8-lane float32 vectors")
+    opts = list(apply_opts(ast, ren)[1])
+    kinds = [o.arg[1] for o in opts]
+    assert AxisType.GROUP_REDUCE in kinds and AxisType.UNROLL in kinds and AxisType.UPCAST not in kinds, opts
+    rng = np.random.default_rng(0)
+    wn, xn = rng.standard_normal(n * nb * bw).astype(np.float32), rng.standard_normal(nb * bw).astype(np.float32)
+    sn = rng.standard_normal(n * nb).astype(np.float32)
+    got = run(ast, "CPU", ren, opts, (f32, n), [wn, xn, sn])
+    ref = ((wn.reshape(n, nb, bw) * xn.reshape(nb, bw)).sum(-1) * sn.reshape(n, nb)).sum(-1)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_float16_matrix_vector_product_loads_vectors_and_converts_exactly() -> None:
     """W (n, k) float16 @ x (k,) float32, W read along k (an F16 model's decode step): the reduce loop is vectorised
     with float16 vector loads widened by one conversion per vector (F16C's vcvtph2ps on x86), and every float16
@@ -330,6 +356,31 @@ def test_float16_matrix_vector_product_loads_vectors_and_converts_exactly() -> N
     for opts in ([], [split(0, 8, AxisType.UPCAST)], [split(0, 16, AxisType.UPCAST)], [split(0, 4, AxisType.UPCAST)]):
         got = run(cast, "CPU", ren, opts, (f32, n * k), [every.view(np.float16)])
         np.testing.assert_array_equal(got.view(np.uint32), every.view(np.float16).astype(np.float32).view(np.uint32))
+
+
+def test_float16_vector_conversion_compiles_to_vector_instructions() -> None:
+    """On a target with F16C the float16 matrix-vector product's inner loop is vector code: one vcvtph2ps per 8
+    weights and no scalar float compare. (The signalling-NaN fix of `half_helper` once tested `r != r` on the
+    converted floats; clang folds that into a float16 compare, which x86 only has as scalars, so every lane was
+    converted and compared on its own and the kernel ran 5x slower than the uint32 words it was to replace.)"""
+    compiler = Device["CPU"].compiler
+    if not isinstance(compiler, CCompiler) or not compiler.has_half_conversions:
+        pytest.skip("needs a C compiler targeting F16C")
+    assert isinstance(compiler, CCompiler)
+    n, k = 16, 256
+    r0, r1 = UOp.range(n, 0), UOp.range(k, 1, AxisType.REDUCE)
+    w, x, out = UOp.param(1, dtypes.float16, n * k), UOp.param(2, f32, k), UOp.param(0, f32, n)
+    ast = UOp.sink(out.index(r0).store((w.index(r0 * k + r1).load().cast(f32) * x.index(r1).load()).reduce(r1))
+                   .end(r0))  # fmt: skip
+    ren = cpu_renderer(2)
+    prg = get_program(ast, ren, list(apply_opts(ast, ren)[1]))
+    flags = [f for f in compiler.flags if f != "-shared"]
+    res = subprocess.run([compiler.cc, *flags, "-S", "-o", "-", "-x", "c", "-"], input=prg.src, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    asm = res.stdout.lower()
+    assert "ucomis" not in asm and "pinsrw" not in asm, "scalar float16 compares in the kernel"
+    conversions = [line for line in asm.splitlines() if "vcvtph2ps" in line]
+    assert conversions and all("%ymm" in line or "ymm" in line.split(",")[-1] for line in conversions), conversions
 
 
 def test_heuristic_vectorises_the_output_axis_of_an_embedding_gradient() -> None:

@@ -163,5 +163,11 @@ class CCompiler(Compiler):
         """Whether the target has fused multiply-add instructions (so a contracted a*b+c is one rounding)."""
         return bool(target_macros(self.cc, self.flags) & {"__FMA__", "__ARM_FEATURE_FMA"})
 
+    @property
+    def has_half_conversions(self) -> bool:
+        """Whether the target converts float16 vectors to float32 in one instruction (x86's F16C `vcvtph2ps`), so
+        float16 data read as vectors (ClangRenderer's `half_vector_loads`) costs about what float32 does."""
+        return "__F16C__" in target_macros(self.cc, self.flags)
+
     def __repr__(self) -> str:
         return f"<CCompiler {self.cc} {' '.join(self.flags)}>"

@@ -136,7 +136,7 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
                 if size >= (f if nested else 4 * f) and size % f == 0:
                     k = k.split_axis(red_r.axis_id, (AxisType.REDUCE,), f, AxisType.GROUP_REDUCE)
                     if f < 4 * lanes and nested:
-                        k = _independent_accumulators(k, loads, out_axes, 4 * lanes // f)
+                        k = _more_accumulators(k, reduces[0], loads, out_axes, 4 * lanes // f)
                     break
         elif contiguous_out is not None:
             size = const_size(contiguous_out)
@@ -197,6 +197,26 @@ def _dot_tile(k: OptKernel, red: UOp, out_axes: list[UOp], lanes: int) -> OptKer
     t = t.split_axis(m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
     t = t.split_axis(n_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), nr, AxisType.UPCAST)
     return t if len(t.applied) == len(k.applied) + 3 else None
+
+
+def _more_accumulators(k: OptKernel, red: UOp, loads: list[UOp], out_axes: list[UOp], want: int) -> OptKernel:
+    """More work per iteration of a short vectorised inner reduce nested in outer ones. A matrix-vector product read
+    along its reduce axes (a block-quantised weight: Q8_0's (block, word) reduce of 8-word blocks; `_is_matvec`)
+    UNROLLs the outer reduce loop: upcasting its output axis would gather the matrix's words and scales lane by
+    lane from several rows (the 4096x1024 Q8_0 matvec: 4 scalar loads and inserts per vector of words). Other
+    kernels get independent accumulators (`_independent_accumulators`)."""
+    ops = _matmul_operands(k, red)
+    n_axes = [r for r in out_axes if const_size(r) > 1]
+    if ops is not None and len(n_axes) == 1 and _is_matvec(red, ops, n_axes[0], out_axes):
+        outer = red.src[-2]
+        size = const_size(outer)
+        for f in (want, want // 2):
+            if f >= 2 and size % f == 0 and size > f:
+                split_k = k.split_axis(outer.axis_id, (AxisType.REDUCE,), f, AxisType.UNROLL)
+                if split_k is not k:
+                    return split_k
+        return k
+    return _independent_accumulators(k, loads, out_axes, want)
 
 
 def _independent_accumulators(k: OptKernel, loads: list[UOp], out_axes: list[UOp], want: int) -> OptKernel:

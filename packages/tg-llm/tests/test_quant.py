@@ -139,3 +139,39 @@ def test_unsupported_types_are_named() -> None:
         check_supported("blk.0.attn_q.weight", 13)
     with pytest.raises(UnsupportedWeightType, match="type 99"):
         check_supported("w", 99)
+
+
+def test_decode_matvec_kernels_read_the_weights_as_vectors(generator: ModuleType) -> None:
+    """A decode step's x @ W.T kernel (one row of x) reads the weight as whole vectors: F16 stored as float16 and
+    widened by vector conversions where the CPU has them (F16C), else F16 as uint32 words; Q8_0 words as contiguous
+    uint32 vectors, not gathered lane by lane from several rows."""
+    from tg.runtime import Device, engine
+
+    compiler = Device["CPU"].compiler
+    assert half_vectors("CPU") == bool(getattr(compiler, "has_half_conversions", False))
+    if not Device["CPU"].renderer.vector_bytes >= 32:
+        pytest.skip("needs 8-lane float32 vectors")
+    rows, cols = 512, 1024
+    rng = np.random.default_rng(3)
+    blocks = random_blocks(generator, "Q8_0", rows * cols // 32).reshape(rows, -1, 34)
+    f16 = Weight(Tensor(rng.standard_normal((rows, cols)).astype(np.float16)), 1, rows, cols)
+    q8 = Weight(Tensor(blocks), 8, rows, cols)
+    x = Tensor(rng.standard_normal((1, cols)).astype(np.float32)).realize()
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.sources: list[str] = []
+
+        def add(self, item: engine.ExecItem) -> None:
+            assert isinstance(item.runner, engine.CompiledRunner)
+            self.sources.append(item.runner.p.src)
+
+    for weight, wanted in ((f16, "tg_h2f_tg_f32x8(" if half_vectors("CPU") else "tg_u32x8 val"),
+                           (q8, "tg_u32x8 val")):  # fmt: skip
+        recorder = Recorder()
+        engine.capturing.append(recorder)
+        try:
+            linear(x, weight).realize()
+        finally:
+            engine.capturing.remove(recorder)
+        assert any(wanted in src for src in recorder.sources), recorder.sources[-1]

@@ -19,10 +19,11 @@ package's numpy dequantiser, so the values are bit-identical):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tg.ir import DType, dtypes
-from tg.tensor import Tensor
+from tg.tensor import Device, Tensor
 
 # ggml type id -> (name, elements per block, bytes per block); native types have block size 1
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -114,7 +115,7 @@ class Weight:
 # - Q6_K (210-byte blocks are not word-aligned): repacked once at load into one uint32 buffer: the 192 bytes of low
 #   nibbles and high bits as (rows, blocks, 48) words, followed by the 16 group scales d * scale as float32 (rows,
 #   blocks, 16): 256 bytes per 256 weights instead of 210; the input is permuted once into the words' order;
-# - F16 where `half_vectors` says so (nowhere for now): float16 as stored, read by `x @ W.T` (one vcvtph2ps per 8
+# - F16 where `half_vectors` says so (x86 with F16C): float16 as stored, read by `x @ W.T` (one vcvtph2ps per 8
 #   weights instead of ~12 integer ops);
 # - F32: as stored.
 
@@ -123,14 +124,16 @@ def _is_words(data: Tensor, ggml_type: int) -> bool:
     return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 12, 14)
 
 
+@functools.cache
 def half_vectors(device: str) -> bool:
     """Whether F16 matrices stay float16 on `device`, read by a plain `x @ W.T` whose kernel loads float16 vectors
-    and widens them with one conversion (tg-codegen's `half_vector_loads`: F16C's vcvtph2ps on x86). Off: in one
-    process on the 0.37B bench model (load ~15) the 72 FFN matvecs took 1967 ms this way against 687 ms for the
-    uint32 words, while random matrices of the same shape ran as fast or faster; until that is understood, F16 is
-    read as words everywhere."""
-    del device
-    return False
+    and widens them with one conversion: where the C renderer makes float16 vector loads (`half_vector_loads`)
+    and the compiler's target converts them in one instruction (`has_half_conversions`: F16C's vcvtph2ps on
+    x86). Elsewhere (no F16C, e.g. CPU:CLANG:x86-64-v2; CPU:LLVM; GPUs, untried) F16 is read as uint32 words."""
+    dev = Device[device]
+    if not getattr(dev.renderer, "half_vector_loads", False):
+        return False
+    return bool(getattr(dev.compiler, "has_half_conversions", False))
 
 
 def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:

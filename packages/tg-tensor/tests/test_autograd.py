@@ -185,6 +185,23 @@ def test_no_grad_and_detach_cut_paths(device):
         assert not (x * 2).requires_grad
 
 
+def test_broadcast_binary_ops_in_and_out_of_grad_mode(device):
+    """Same-dtype operands of different shapes (broadcast on the operands' nodes in grad mode, through operand tensors
+    under no_grad with tracked inputs): values and gradients as numpy's."""
+    a_np = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+    b_np = np.array([0.5, 2.0, -1.0], dtype=np.float32)
+    a = Tensor(a_np, device=device, requires_grad=True)
+    b = Tensor(b_np, device=device, requires_grad=True)
+    out = a * b - b + b.reshape(1, 3) * a
+    with no_grad():
+        frozen = a * b - b
+    assert not frozen.requires_grad
+    np.testing.assert_allclose(frozen.numpy(), a_np * b_np - b_np, rtol=1e-6)
+    (out.sum() + (a * frozen).sum()).backward()
+    np.testing.assert_allclose(a.grad.numpy(), 2 * b_np + (a_np * b_np - b_np), rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), (2 * a_np - 1).sum(0), rtol=1e-6)
+
+
 @no_grad()
 def _decorated(x: Tensor) -> Tensor:
     return x * 2

@@ -10,12 +10,13 @@ import itertools
 import math
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tg.ir import Ops, UOp, argsort, dtypes, least_upper_dtype
 from tg.ir.uop import resolve, sint_to_uop
 from tg.tensor.errors import ArgumentError, DimError, UnsupportedMode
 from tg.tensor.shapes import (
+    broadcast_shape,
     canonical_axis,
     concrete_dim,
     fmt_shape,
@@ -110,6 +111,23 @@ def expand(self: Tensor, *shape: Any) -> Tensor:
             raise ArgumentError(f"expand: cannot expand shape {fmt_shape(self.shape)} to {fmt_shape(new)}")
     x = self.reshape(old) if len(old) != self.ndim else self
     return x if same_shape(target, x.shape) else _new(x, x.uop.expand(target))
+
+
+def broadcast_uops(a: UOp, b: UOp) -> tuple[UOp, UOp] | None:
+    """`a` and `b` broadcast to one shape, the nodes `broadcast_to` gives, when every dim is a plain int (else None;
+    shapes that do not broadcast raise as in `broadcast_shape`)."""
+    if not all(d.__class__ is int for d in (*a.shape, *b.shape)):
+        return None
+    shape = broadcast_shape(cast(tuple[int, ...], a.shape), cast(tuple[int, ...], b.shape))
+    return _broadcast_uop(a, shape), _broadcast_uop(b, shape)
+
+
+def _broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
+    if (have := cast(tuple[int, ...], u.shape)) == shape:
+        return u
+    if len(old := (1,) * (len(shape) - len(have)) + have) != len(have):
+        u = u.reshape(old)
+    return u if old == shape else u.expand(shape)
 
 
 def broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:

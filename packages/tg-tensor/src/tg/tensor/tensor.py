@@ -493,13 +493,20 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
         return (y, x) if reverse else (x, y)
 
     def _operand_uops(self, other: Any, reverse: bool = False) -> tuple[UOp, UOp]:
-        """`_operands`' uops, with no operand tensors for a same-dtype weak scalar or same-shape tensor."""
+        """`_operands`' uops, with no operand tensors for a same-dtype weak scalar or tensor (broadcast over plain-int
+        shapes where operand tensors would change no node: in grad mode, or with nothing tracked)."""
         u, v = self._uop, other._uop if isinstance(other, Tensor) else None
-        if v is None and other.__class__ in (int, float, bool) and (dt := weak_promote(u.dtype, other)) is u.dtype:
-            v = _scalar_view(dt, checked_scalar_value(other, dt), self.device, u.shape)
-        elif v is None or v.dtype is not u.dtype or v.shape != u.shape or v.device != u.device:
-            x, y = self._operands(other, reverse)
-            return x._uop, y._uop
+        if v is None or v.dtype is not u.dtype or v.device != u.device:
+            if not (v is None and other.__class__ in (int, float, bool)) or weak_promote(u.dtype, other) is not u.dtype:
+                x, y = self._operands(other, reverse)
+                return x._uop, y._uop
+            v = _scalar_view(u.dtype, checked_scalar_value(other, u.dtype), self.device, u.shape)
+        elif v.shape != u.shape:
+            if not (_autograd.is_grad_enabled() or not _autograd.anything_tracked()) or (
+                    pair := _movement.broadcast_uops(u, v)) is None:  # fmt: skip
+                x, y = self._operands(other, reverse)
+                return x._uop, y._uop
+            u, v = pair
         return (v, u) if reverse else (u, v)
 
     def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:

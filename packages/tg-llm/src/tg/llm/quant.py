@@ -1,11 +1,12 @@
 """Weights as the GGUF file stores them, on the device, and the fused dequantise-matmul that reads them.
 
 A weight matrix stays quantized in device memory, in the layout its kernel reads (the "Kernel layouts" table below:
-F32 as is, F16/BF16 and Q4_K as the file's bytes typed uint32, Q8_0 and Q6_K repacked once at load into uint32
-words plus float32 scales). `linear(x, w)` builds the dequantisation as tensor operations feeding the matmul's
-reduction, so the scheduler fuses both into one kernel: each weight byte is read once per use and no float32 copy
-of the weights ever exists (a 1B-parameter Q4_K model takes ~0.6 GB on the device, not 4 GB). `dequantize` (raw
-blocks) and `Weight.dequantize` (any layout) give the float32 values.
+F32 as is, F16 as float16 where the CPU converts float16 vectors (F16C; `half_vectors`), F16 elsewhere, BF16 and
+Q4_K as the file's bytes typed uint32, Q8_0 and Q6_K repacked once at load into uint32 words plus float32 scales).
+`linear(x, w)` builds the dequantisation as tensor operations feeding the matmul's reduction, so the scheduler fuses
+both into one kernel: each weight byte is read once per use and no float32 copy of the weights ever exists (a
+1B-parameter Q4_K model takes ~0.6 GB on the device, not 4 GB). `dequantize` (raw blocks) and `Weight.dequantize`
+(any layout) give the float32 values.
 
 Dequantisation formulas (ggml's reference `dequantize_row_*`, in the same float32 operation order as the `gguf`
 package's numpy dequantiser, so the values are bit-identical):

@@ -250,7 +250,10 @@ def test_data_parallel_with_nn_optim_and_losses_read_after_step(optimizer: str) 
 
 # ---- uneven shards: ceil-size chunks, the last ones shorter or empty -------------------------------------------
 
-UNEVEN = [(5, 2), (7, 3), (4, 3), (9, 4), (1, 2)]  # (axis length, devices): 3+2, 3+3+1, 2+2+0, 3+3+3+0, 1+0
+# (axis length, devices): 3+2, 3+3+1, 2+2+0, 3+3+3+0, 1+0; the default run takes a short last shard (5, 2), empty ones
+# (4, 3) and a single element (1, 2); the bigger variants of the first two (7, 3) and (9, 4) run with --slow
+SLOW = pytest.mark.slow
+UNEVEN = [(5, 2), pytest.param(7, 3, marks=SLOW), (4, 3), pytest.param(9, 4, marks=SLOW), (1, 2)]
 
 
 @pytest.mark.parametrize(("size", "n"), UNEVEN)

@@ -179,9 +179,11 @@ def test_a_call_is_one_node_over_the_traced_body_reused_by_every_call() -> None:
     from tg.runtime.engine import method_cache
     from tg.tensor import plans
 
+    # 10 ops: the body's reuse is what this checks (with 50 the three calls fused into one 216 KB kernel, ~20 s of
+    # lowering and compiling); long chains through @function: test_deep_graphs.py (1,000 calls, a 1,000-op body)
     @function
     def chain(x: Tensor, w: Tensor) -> Tensor:
-        for _ in range(50):
+        for _ in range(10):
             x = (x * w + 1).tanh()
         return x
 
@@ -201,7 +203,7 @@ def test_a_call_is_one_node_over_the_traced_body_reused_by_every_call() -> None:
     compiled, hits = len(method_cache), cache_stats["hits"] + plans.stats["hits"]
     for o, (x, w) in zip(outs[1:], inputs[1:], strict=True):
         ref = x.numpy()
-        for _ in range(50):
+        for _ in range(10):
             ref = np.tanh(ref * w.numpy() + 1)
         np.testing.assert_allclose(o.numpy(), ref, rtol=1e-5, atol=1e-6)
     assert len(method_cache) == compiled  # same kernels

@@ -37,7 +37,8 @@ def test_svd_matches_numpy(shape):
     check_svd(RNG.standard_normal(shape).astype(np.float32))
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (3, 4, 6)])
+# (3, 4, 6): a batch of wide matrices by default; (2, 3, 5, 4), two batch axes of tall ones, with --slow
+@pytest.mark.parametrize("shape", [pytest.param((2, 3, 5, 4), marks=pytest.mark.slow), (3, 4, 6)])
 def test_svd_batched_and_reduced(shape):
     a = RNG.standard_normal(shape).astype(np.float32)
     check_svd(a, full_matrices=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tg.codegen.schedule import create_schedule
-from tg.ir import Ops, UOp
+from tg.ir import Ops, UOp, dtypes
 from tg.runtime.backends.python import count_ops
 from tg.tensor import Tensor
 
@@ -146,3 +146,24 @@ def test_non_overlapping_max_pool_backward_has_no_remainders(rng: np.random.Gene
     want = (win == win.max(-1, keepdims=True)) * np.arange(out.numel(), dtype=np.float32).reshape(2, 3, 3, 4, 1)
     want = want.reshape(2, 3, 3, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 6, 8)
     np.testing.assert_array_equal(x.grad.numpy(), want)
+
+
+def _stored_dtypes(*ts: Tensor) -> set:
+    linear = create_schedule(UOp(Ops.SINK, src=tuple(t.uop for t in ts))).linear
+    return {u.src[1].dtype.scalar() for c in linear.src if c.src[0].op is Ops.SINK
+            for u in c.src[0].toposort() if u.op is Ops.STORE}  # fmt: skip
+
+
+@pytest.mark.parametrize("length", [32, 5])
+def test_causal_attention_recomputes_its_mask(rng: np.random.Generator, length: int) -> None:
+    # the causal mask is a comparison of two aranges (cheap: recomputed where read), not a stored bool buffer, whose
+    # bool loads kept the scores and softmax-gradient kernels from vectorising
+    q = Tensor(rng.standard_normal((2, 3, length, 8)).astype(np.float32), device=P, requires_grad=True).realize()
+    k, v = _t(rng, 2, 3, 7 if length == 5 else length, 8), _t(rng, 2, 3, 7 if length == 5 else length, 8)
+    out = q.scaled_dot_product_attention(k, v, is_causal=True)
+    (g,) = out.sum().gradient(q)
+    assert _stored_dtypes(out, g) == {dtypes.float32}
+    s = q.numpy() @ k.numpy().transpose(0, 1, 3, 2) / np.sqrt(8)
+    s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), (w / w.sum(-1, keepdims=True)) @ v.numpy(), rtol=1e-5, atol=1e-6)

@@ -579,7 +579,10 @@ def scaled_dot_product_attention(
         raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal=True, not both (torch)")
     if is_causal:
         L, S = logits.shape[-2:]
-        attn_mask = cls.ones(L, S, dtype=dtypes.bool, device=self.device).tril()
+        # the comparison itself, not ones().tril() (a select more): cheap enough for the fusion cost model to recompute
+        # it in the scores and softmax-gradient kernels, which a stored bool mask would keep from vectorising
+        cols, rows = cls.arange(S, device=self.device).reshape(1, S), cls.arange(L, device=self.device).reshape(L, 1)
+        attn_mask = cols <= rows
     if attn_mask is not None:
         logits = attn_mask.where(logits, float("-inf")) if attn_mask.dtype is dtypes.bool else logits + attn_mask
     weights = logits.softmax(-1).cast(self.dtype)

@@ -49,6 +49,8 @@ def _np_conv_grads(
 # (input shape, weight shape, conv2d keyword arguments, the padding pairs they mean)
 CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any], list[tuple[int, int]]]] = [
     ((2, 3, 8, 8), (4, 3, 3, 3), {"padding": 1}, [(1, 1), (1, 1)]),
+    # even channel counts: the CPU weight gradient is a dot tile of Cout x Cin x the kernel column (heuristic.py)
+    ((4, 4, 8, 8), (4, 4, 3, 3), {"padding": (1, 1)}, [(1, 1), (1, 1)]),
     (
         (2, 4, 7, 6),
         (6, 2, 3, 2),
@@ -137,7 +139,9 @@ def test_weight_gradient_is_a_register_tile_of_dot_products(shape: tuple[int, ..
     """The weight gradient (output (Cout, Cin, 3, 3): no vector-wide contiguous output axis) reduces over the batch
     and the output positions, contiguous in both operands: the CPU heuristic splits that reduce into vector lanes
     and UPCASTs Cout and Cin (a tile of independent accumulators, each loaded vector used by several FMAs) instead of
-    one accumulator per output (a single FMA chain streaming both operands once per output)."""
+    one accumulator per output (a single FMA chain streaming both operands once per output). The kernel column kw
+    (the input's loads move by one element along it) is UPCAST too, all 3: each vector of the output gradient feeds
+    3x the FMAs, and both operands are streamed once per larger tile."""
     from tg.codegen.program import get_program
     from tg.codegen.render.cstyle import ClangRenderer
     from tg.ir import AxisType
@@ -152,8 +156,10 @@ def test_weight_gradient_is_a_register_tile_of_dot_products(shape: tuple[int, ..
     asts = [c.src[0] for c in linear.src if c.src[0].op is Ops.SINK]
     (ast,) = [a for a in asts if any(u.op is Ops.REDUCE for u in a.toposort())]
     ren = ClangRenderer(32, 1, True)  # AVX2-sized lanes, one thread
-    kinds = [o.arg[1] for o in get_program(ast, ren).applied_opts if isinstance(o.arg, tuple)]
-    assert kinds.count(AxisType.GROUP_REDUCE) == 1 and kinds.count(AxisType.UPCAST) == 2, kinds
+    opts = [o for o in get_program(ast, ren).applied_opts if isinstance(o.arg, tuple)]
+    kinds = [o.arg[1] for o in opts]
+    assert kinds.count(AxisType.GROUP_REDUCE) == 1 and kinds.count(AxisType.UPCAST) == 3, kinds
+    assert any(o.arg[:2] == (3, AxisType.UPCAST) for o in opts), opts  # the kernel column, whole
 
 
 def test_padded_input_is_stored_once_for_the_forward_and_the_weight_gradient() -> None:

@@ -40,7 +40,9 @@ def arr(*shape: int) -> np.ndarray:
     return np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) - 5
 
 
-N = [2, 3, 4]
+SLOW = pytest.mark.slow
+# device counts: 2 and 3 (an even and an odd ring) by default; 4, a bigger variant of 2, with --slow
+N = [2, 3, pytest.param(4, marks=SLOW)]
 
 
 @pytest.mark.parametrize("n", N)
@@ -252,7 +254,6 @@ def test_data_parallel_with_nn_optim_and_losses_read_after_step(optimizer: str) 
 
 # (axis length, devices): 3+2, 3+3+1, 2+2+0, 3+3+3+0, 1+0; the default run takes a short last shard (5, 2), empty ones
 # (4, 3) and a single element (1, 2); the bigger variants of the first two (7, 3) and (9, 4) run with --slow
-SLOW = pytest.mark.slow
 UNEVEN = [(5, 2), pytest.param(7, 3, marks=SLOW), (4, 3), pytest.param(9, 4, marks=SLOW), (1, 2)]
 
 

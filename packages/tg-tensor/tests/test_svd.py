@@ -29,10 +29,13 @@ def check_svd(a: np.ndarray, full_matrices: bool = True, atol: float = 2e-5) -> 
     )
 
 
-# 17x17: more Jacobi sweeps of the same kernels as 4x4 (~10 CPU-s), in the slow run
-@pytest.mark.parametrize(
-    "shape", [(4, 4), (6, 3), (3, 6), (1, 1), (7, 1), (1, 5), pytest.param((17, 17), marks=pytest.mark.slow)]
-)
+# 17x17: more Jacobi sweeps of the same kernels as 4x4 (~10 CPU-s), in the slow run; a wide matrix (3x6, transposed
+# to a tall one) with --slow too: test_svd_batched_and_reduced's (3, 4, 6) takes that path by default
+SLOW = pytest.mark.slow
+SHAPES = [(4, 4), (6, 3), pytest.param((3, 6), marks=SLOW), (1, 1), (7, 1), (1, 5), pytest.param((17, 17), marks=SLOW)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 def test_svd_matches_numpy(shape):
     check_svd(RNG.standard_normal(shape).astype(np.float32))
 

@@ -370,7 +370,8 @@ def test_fused_errors() -> None:
 def test_fused_step_runs_fewer_kernels() -> None:
     counts = {}
     for fused in (False, True):
-        params = [Tensor.ones(3 + i, 2, requires_grad=True) for i in range(8)]
+        # 3 parameters of different shapes show the fusion (8 compiled 68 kernels in a fresh cache, 3 compile 33)
+        params = [Tensor.ones(3 + i, 2, requires_grad=True) for i in range(3)]
         opt = optim.Adam(params, fused=fused)
         for _ in range(2):  # the second step is the steady state
             opt.zero_grad()

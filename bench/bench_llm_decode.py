@@ -53,7 +53,10 @@ def profile(path: str, replays: int) -> None:
     print(f"  kernel minima over {replays} replays, summed: {total * 1e3:.1f} ms/token ({1 / total:.2f} tok/s); "
           f"matrix kernels {mat * 1e3:.1f} ms ({100 * mat / total:.0f}%, {weight_bytes / mat / 1e9:.2f} GB/s), "
           f"the others {(total - mat) * 1e3:.1f} ms")  # fmt: skip
-    print(f"  wall per replay: min {min(walls) * 1e3:.0f} ms, median {sorted(walls)[replays // 2] * 1e3:.0f} ms")
+    medians = [sorted(t[i] for t in times)[replays // 2] for i in range(len(items))]
+    print(f"  kernel medians summed: {sum(medians) * 1e3:.1f} ms/token (matrix kernels "
+          f"{sum(medians[i] for i in matrix) * 1e3:.1f} ms); wall per replay: min {min(walls) * 1e3:.0f} ms, median "
+          f"{sorted(walls)[replays // 2] * 1e3:.0f} ms")  # fmt: skip
     print(f"  numpy copy {bandwidth / 1e9:.2f} GB/s (read + write): bound {bound:.2f} tok/s; the kernel minima are "
           f"{100 / total / bound:.0f}% of it")  # fmt: skip
     by_name: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])

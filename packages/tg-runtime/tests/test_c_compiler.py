@@ -11,7 +11,7 @@ import pytest
 from tg.ir.dtype import dtypes
 from tg.ir.helpers import Context
 from tg.runtime.backends.cpu import CPUDevice, CPUProgram
-from tg.runtime.c_compiler import CCompiler, CompilerNotFoundError, find_c_compiler, host_cpu_flags
+from tg.runtime.c_compiler import CCompiler, CompilerNotFoundError, direct_linker, find_c_compiler, host_cpu_flags
 from tg.runtime.device import Buffer, CompileError, Device, DeviceUnavailable
 
 ADD_SRC = """
@@ -129,6 +129,40 @@ def test_compiles_and_runs_with_only(name: str, tmp_path: Path, monkeypatch: pyt
     prg = CPUProgram("add", compiler.compile(ADD_SRC))
     out = run_add(prg, [1, 2, 3], [10, 20, 30])
     assert out == [11, 22, 33]
+
+
+# libm's expf and libgcc's 128-bit division (__divti3, __modti3): the libraries a kernel may need from its link
+HELPERS_SRC = """
+#include <math.h>
+void helpers(float* restrict out, const float* restrict a, long long* restrict q, const long long* restrict b) {
+  out[0] = expf(a[0]);
+  __int128 big = (__int128)b[0] * (__int128)b[1];
+  q[0] = (long long)(big / b[2]);
+  q[1] = (long long)(big % b[2]);
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["gcc", "clang"])
+@pytest.mark.usefixtures("no_cc")
+def test_direct_link_resolves_libm_and_libgcc(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Linux the driver compiles to an object and ld links it (one driver start, not two); the kernel's math and
+    compiler-helper calls resolve, and the results are exact."""
+    real = shutil.which(name)
+    if real is None or os.uname().sysname != "Linux":
+        pytest.skip(f"{name} is not installed here, or not Linux")
+    monkeypatch.setenv("CC", real)
+    compiler = CCompiler()
+    assert direct_linker(compiler.cc) is not None
+    prg = CPUProgram("helpers", compiler.compile(HELPERS_SRC))
+    out, a = Buffer("CPU", 1, dtypes.float32), Buffer("CPU", 1, dtypes.float32)
+    q, b = Buffer("CPU", 2, dtypes.int64), Buffer("CPU", 3, dtypes.int64)
+    a.copyin(struct.pack("f", 1.0))
+    x, y, d = 3_000_000_007, 5_000_000_011, 1_000_003  # the product needs 63+ bits, so the division is 128-bit
+    b.copyin(struct.pack("3q", x, y, d))
+    prg(out.ensure_allocated()._buf, a._buf, q.ensure_allocated()._buf, b._buf)
+    assert struct.unpack("f", out.as_memoryview()) == (struct.unpack("f", struct.pack("f", 2.718281828459045))[0],)
+    assert struct.unpack("2q", q.as_memoryview()) == ((x * y) // d, (x * y) % d)
 
 
 def run_add(prg: CPUProgram, xs: list[float], ys: list[float], device: str = "CPU") -> list[float]:

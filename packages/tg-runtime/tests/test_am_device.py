@@ -77,7 +77,7 @@ def test_a_kernel_end_to_end(iface: str) -> None:
     with Context(DEV=f"{iface}+AMD"):  # one target per board in a process (another string would open it again)
         dev = Device["AMD"]
         assert dev.arch == "gfx1100" and dev.emulated and dev.can_recover  # type: ignore[attr-defined]
-        assert not dev.can_map_host  # the mock's host memory is not reachable by its GPU (nor over USB)
+        assert not dev.can_map_host  # type: ignore[attr-defined]  # the mock's host memory is not reachable by its GPU (nor over USB)
         x = np.arange(300, dtype=np.float32)
         np.testing.assert_array_equal((Tensor(x, device="AMD") * 2 + 1).numpy(), x * 2 + 1)
         assert set(dev.hw_queues) == {"COMPUTE:0", "COPY:0"}  # type: ignore[attr-defined]
@@ -88,6 +88,30 @@ def test_a_kernel_end_to_end(iface: str) -> None:
         assert buf.va >= 0x2000_0000_0000 and buf.view is None and gpu.translate(buf.va) is not None
         with pytest.raises(ValueError, match="cannot use host memory at a raw pointer"):
             Tensor.from_blob(x.ctypes.data, (300,), device="AMD").realize()
+
+
+def test_switching_dev_between_two_boards_runs_each_kernel_on_its_own_board(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.drivers.pci.discovery import list_devices
+    from tg.runtime.amd.am.iface import AMD_GPU_IDS
+    from tg.tensor import Tensor
+
+    # "AMD" names another device under another DEV (each board stays open): the same schedule run again under the
+    # second DEV, after a failed open of a third, must run on the second board, not on the first with the second's
+    # buffers ("AMD memory cannot be mapped into AMD" before the HCQ launchers were keyed on DEV)
+    monkeypatch.delenv("REMOTE", raising=False)
+    if not list_devices(0x1002, ((0xFFFF, AMD_GPU_IDS),)):  # (a real AMD GPU would be reset and booted)
+        with Context(DEV="PCI+AMD"), pytest.raises(DeviceUnavailable):
+            Device["AMD"]
+    x = np.arange(300, dtype=np.float32)
+    boards: dict[str, object] = {}
+    dispatches: dict[str, int] = {}
+    for iface in ("MOCKPCI", "MOCKUSB", "MOCKPCI"):
+        with Context(DEV=f"{iface}+AMD"):
+            gpu = boards.setdefault(iface, Device["AMD"].am_mock)  # type: ignore[attr-defined]
+            np.testing.assert_array_equal((Tensor(x, device="AMD") * 2 + 1).numpy(), x * 2 + 1)
+            assert gpu.core.dispatches > dispatches.get(iface, 0) and gpu.violations == []  # type: ignore[attr-defined]
+            dispatches[iface] = gpu.core.dispatches  # type: ignore[attr-defined]
+    assert boards["MOCKPCI"] is not boards["MOCKUSB"]
 
 
 def test_the_compiled_submitter_is_refused_with_the_remedy() -> None:

@@ -1,7 +1,7 @@
 """Running schedules on HCQ devices: the engine's entry (hcq.md section 10) and the programs HCQ devices keep.
 
 - ``run(linear, var_vals)``: `tg.runtime.engine.run_linear` hands a schedule here when a call targets an HCQ device:
-  slot it, and run its :class:`HCQLauncher` (compiled once per slotted schedule, profile flag and runtime; linked
+  slot it, and run its :class:`HCQLauncher` (compiled once per slotted schedule, profile flag, runtime and DEV; linked
   once; kept in an LRU of HCQ_LINK_CACHE): execute its batches and run the host calls between them after the **host
   fence rule** (a host call first waits for the stamped epochs of the buffers it reads or writes).
 - ``one_call_program(dev, program, shape)``: a kernel called directly (``Program.__call__``: realize plans, BEAM,
@@ -17,7 +17,7 @@ import collections
 from typing import TYPE_CHECKING, Any
 
 from tg.ir import Ops, UOp, Variable, dtypes
-from tg.ir.helpers import DEBUG, HCQ_LINK_CACHE, HCQ_RUNTIME_DEV, PROFILE, GlobalCounters
+from tg.ir.helpers import DEBUG, DEV, HCQ_LINK_CACHE, HCQ_RUNTIME_DEV, PROFILE, GlobalCounters
 from tg.ir.uop import sym_infer
 from tg.runtime.device import Device
 from tg.runtime.engine import ExecItemLauncher, buffer_for, get_runner
@@ -67,9 +67,17 @@ _compiled: dict[tuple[Any, ...], CompiledProgram] = {}
 _launchers: collections.OrderedDict[tuple[Any, ...], HCQLauncher] = collections.OrderedDict()
 
 
+def _program_key(slotted: UOp) -> tuple[Any, ...]:
+    """The cache key of a slotted schedule's compiled and linked forms. A schedule names its devices ("AMD"), and the
+    device a name opens depends on ``DEV`` (``DEV=MOCKPCI+AMD`` and ``DEV=MOCKUSB+AMD`` give "AMD" two different
+    devices, each kept open): the forms hold the devices resolved when they were built, so DEV is part of the key, or
+    a schedule run again under another DEV would run on the first device with the second one's buffers."""
+    return (slotted, profiling(), runtime_name(), str(DEV.value))
+
+
 def compiled_program(slotted: UOp, slot_count: int) -> CompiledProgram:
-    """The compiled form of a slotted schedule (cached on it, the profile flag and the runtime)."""
-    key = (slotted, profiling(), runtime_name())
+    """The compiled form of a slotted schedule (cached on it, the profile flag, the runtime and DEV)."""
+    key = _program_key(slotted)
     if (prog := _compiled.get(key)) is None:
         prog = _compiled[key] = compile_linear(slotted, slot_count, ENV, profiling())
         if len(_compiled) > 4 * HCQ_LINK_CACHE.value:
@@ -124,7 +132,7 @@ class HCQLauncher:
 
 def launcher_for(slotted: UOp, slot_count: int) -> HCQLauncher:
     """The launcher of a slotted schedule (an LRU of HCQ_LINK_CACHE; an evicted one is released once idle)."""
-    key = (slotted, profiling(), runtime_name())
+    key = _program_key(slotted)
     if (launcher := _launchers.get(key)) is not None:
         _launchers.move_to_end(key)
         return launcher

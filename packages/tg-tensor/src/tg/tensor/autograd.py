@@ -128,6 +128,12 @@ def anything_tracked() -> bool:
     return bool(_tracked)
 
 
+def operand_tensors_add_nothing() -> bool:
+    """Whether an op built from its operands' uops has the nodes it would have from operand tensors: in grad mode,
+    or with nothing tracked (under no_grad a tracked operand's tensor is cut off by a DETACH)."""
+    return is_grad_enabled() or not anything_tracked()
+
+
 def mark(uop: UOp, flag: bool) -> None:
     """Record whether `uop` itself requires grad (a leaf being switched on or off)."""
     uop.__dict__[_MEMO] = flag

@@ -502,8 +502,7 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
                 return x._uop, y._uop
             v = _scalar_view(u.dtype, checked_scalar_value(other, u.dtype), self.device, u.shape)
         elif v.shape != u.shape:
-            if not (_autograd.is_grad_enabled() or not _autograd.anything_tracked()) or (
-                    pair := _movement.broadcast_uops(u, v)) is None:  # fmt: skip
+            if not _autograd.operand_tensors_add_nothing() or (pair := _movement.broadcast_uops(u, v)) is None:
                 x, y = self._operands(other, reverse)
                 return x._uop, y._uop
             u, v = pair
@@ -519,8 +518,7 @@ class Tensor(DTypeShortcuts, TensorMethods, TensorBase):
 
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         """self - x (broadcasting)."""
-        if _autograd.is_grad_enabled() or not _autograd.anything_tracked():
-            # operand tensors change no node here (under no_grad a tracked input's is cut off by a DETACH: below)
+        if _autograd.operand_tensors_add_nothing():
             a, b = self._operand_uops(x, reverse)
             if b.dtype is not dtypes.bool:
                 return Tensor(a.alu(Ops.ADD, _negated(b, self.device)))

@@ -53,6 +53,13 @@ def widened_half_loads(topo: list[UOp], renderer: Renderer) -> set[UOp]:
     return ok
 
 
+def _gathered_loads(loads: list[UOp], r: UOp) -> int:
+    """How many of `loads` move with range `r` other than by one element per step (vector lanes along `r` would load
+    them one by one)."""
+    return sum(1 for ld in loads if r in ld.src[0].src[1].toposort()
+               and ((a := affine(ld.src[0].src[1], r)) is None or a[0] != 1))  # fmt: skip
+
+
 class Expander:
     """One kernel's expansion (see the module docstring): `run()` applies `EXPAND_RULES` (below the class) to the
     kernel in one iterative walk (`ex`) and returns the rewritten SINK."""
@@ -118,7 +125,9 @@ class Expander:
                         if (a := affine(ld.src[0].src[1], r)) is not None and a[0] == 1:
                             cands.append((1, r, reduces[0].dtype))
                             break
-        for _, r, dt in sorted(cands, key=lambda c: c[0]):
+        # an output axis whose loads would be gathered lane by lane (`x @ W.T`'s columns, W read along K) gives way
+        # to a reduce axis that every load moving with it reads contiguously (a dot-product tile)
+        for _, r, dt in sorted(cands, key=lambda c: (_gathered_loads(loads, c[1]) > 0, c[0])):
             w = self._lanes_for(dt)
             while w > 1 and int(r.range_size) % w:
                 w //= 2

@@ -2,7 +2,9 @@
 
 From the renderer: W = lanes of its widest vector for the kernel's dtype, R = vector registers, T = threads.
 - matmul-like (a REDUCE ADD of a product of two loads, each missing a different output axis): a register tile
-  of MR rows x NR columns (UPCAST on both output axes, NR a multiple of W) and the reduce axis UNROLLed by 4;
+  of MR rows x NR columns (UPCAST on both output axes, NR a multiple of W, up to R accumulators) and the reduce axis
+  UNROLLed by 4 (by 2 when the accumulators fill the registers); when the operand that moves with the contiguous
+  output axis reads it strided (`x @ W.T`), a dot-product tile along the reduce axis instead (below);
 - matmul-like with the reduce axis contiguous in both operands and no output axis a vector width divides (a
   convolution's weight gradient, (Cout, Cin, 3, 3)): GROUP_REDUCE the reduce axis by W and UPCAST an output axis of
   each operand, MR x NR independent accumulators, times a short output axis along which one operand's loads move by
@@ -27,6 +29,13 @@ from tg.ir.uop import UOp
 
 THREAD_MIN_WORK = 1 << 20  # loop iterations (elements x reduce length) below which a kernel stays on one thread
 MAX_TILE_ACCUMULATORS = 24
+# A register tile may fill the whole register file with accumulators (AVX2: 8 rows x 2 vectors = 16 of its 16
+# registers); the column vectors and broadcasts of each K step then come from L1 (memory operands, a few spills), and
+# K is unrolled by 2 only. The larger tile reads each operand half as often, which is what the big reductions are
+# short of. Measured on the 2-core AVX2 box, one thread, thread CPU time (minimum of 2-5 runs, load 6-12), 4x16 K-unroll
+# 4 -> 8x16 K-unroll 2: (256x1024)@(1024x1024) with A stored transposed (a weight gradient) 10-12 -> 21-25 GFLOP/s,
+# 1024^3 18-19 -> 29-35, (1024x1024)@(1024x256) 28-30 -> 39-42, 256^3 32-36 -> 44-50.
+SPILLING_TILE_UNROLLS = (2,)
 THREAD_BLOCKS_PER_CORE = 4  # most THREAD blocks per core the heuristic makes (the legal limit is THREAD_IDS_PER_CORE)
 
 
@@ -293,10 +302,11 @@ def matmul_tile_variants(k: OptKernel) -> list[OptKernel]:
 
 def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp], lanes: int,
                  widths: tuple[int, ...] | None = None, rows: tuple[int, ...] = (8, 12, 6, 4, 3, 2),
-                 unrolls: tuple[int, ...] = (4, 2)) -> OptKernel:  # fmt: skip
+                 unrolls: tuple[int, ...] | None = None) -> OptKernel:  # fmt: skip
     """A register tile: UPCAST NR (vector) columns of the contiguous output axis, MR rows of another output axis
     that the column operand does not use, UNROLL the reduce axis; the first legal entry of `widths` (default 2W, W,
-    W/2), of `rows` (within the register budget) and of `unrolls` is taken."""
+    W/2), of `rows` (up to R accumulators) and of `unrolls` (default 4, 2; SPILLING_TILE_UNROLLS when the accumulators
+    fill the registers) is taken."""
     a, b = ops
     a_ranges, b_ranges = _ranges(a), _ranges(b)
     if n_axis not in b_ranges:
@@ -314,11 +324,13 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
     if m_axis is not None:
         vecs = max(nr // lanes, 1)
         for mr in rows:
-            if const_size(m_axis) % mr == 0 and mr * vecs + vecs + 1 <= regs and mr * vecs <= MAX_TILE_ACCUMULATORS:
+            if const_size(m_axis) % mr == 0 and mr * vecs <= min(regs, MAX_TILE_ACCUMULATORS):
                 k = k.split_axis(m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)
+                if unrolls is None and mr * vecs + vecs + 1 > regs:  # accumulators fill the registers
+                    unrolls = SPILLING_TILE_UNROLLS
                 break
     ksize = const_size(k_axis)
-    for u in unrolls:
+    for u in (4, 2) if unrolls is None else unrolls:
         if ksize % u == 0 and ksize > u:
             k = k.split_axis(k_axis.axis_id, (AxisType.REDUCE,), u, AxisType.UNROLL)
             break

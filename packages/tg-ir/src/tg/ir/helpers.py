@@ -212,6 +212,8 @@ TRAINING = ContextVar("TRAINING", 0)
 FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
 # 0: an eager optimizer step builds its update graph every step instead of replaying a captured update
 OPTIM_REPLAY = ContextVar("OPTIM_REPLAY", 1)
+# 0: every backward pass runs the gradient rules, also for a graph structure differentiated before (tg.tensor.gradcache)
+GRAD_CACHE = ContextVar("GRAD_CACHE", 1)
 # scheduler (tg.codegen.schedule): a kernel's buffer limit (0: the renderer's), no memory planning, the schedule cache
 MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)

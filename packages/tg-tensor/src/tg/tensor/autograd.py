@@ -1,5 +1,6 @@
 """Autograd bookkeeping with PyTorch's `requires_grad` model: grad mode, training mode, which graph nodes require
-grad, the registry of grad leaves, and `backward` / `gradient` on top of `gradient.compute_gradient`.
+grad, the registry of grad leaves, and `backward` / `gradient` on top of `gradient.compute_gradient`
+(through `gradcache.target_gradients`, which reuses the gradient graph of a structure differentiated before).
 
 A result requires grad when grad mode is on and its graph reaches a node that requires grad without passing a DETACH.
 That is decided once per new UOp (memoised per node, weakly) and costs nothing while no tensor requires grad.
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Self
 from tg.ir import Context, Ops, UOp, dtypes
 from tg.ir.helpers import TRAINING  # training mode: `with Tensor.train():`, `Context(TRAINING=1)` or env TRAINING=1
 from tg.tensor import origins as _origins
-from tg.tensor.gradient import compute_gradient
+from tg.tensor.gradcache import target_gradients
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -319,9 +320,8 @@ def gradient(root: Tensor, targets: Sequence[Tensor], grad: Tensor | None = None
         if not isinstance(t, cls):
             raise TypeError(f"gradient targets must be Tensors, got {type(t).__name__}")
     resolved = _origins.ResolvedOrigins()
-    grads = resolved.restore_values(
-        compute_gradient(root.uop, seed, {t.uop for t in targets}, resolved, stored=resolved.stored)
-    )
+    grads = target_gradients(root.uop, seed, {t.uop for t in targets}, resolved, resolved.stored)
+    grads = resolved.restore_values(grads)
     return [cls(grads[t.uop]) if t.uop in grads else t.zeros_like() for t in targets]
 
 
@@ -365,9 +365,8 @@ def backward(
         )
     seed = _seed(root, grad, "backward")
     resolved = _origins.ResolvedOrigins()
-    grads = resolved.restore_values(
-        compute_gradient(root.uop, seed, {t.uop for t in leaves}, resolved, stored=resolved.stored)
-    )
+    grads = target_gradients(root.uop, seed, {t.uop for t in leaves}, resolved, resolved.stored)
+    grads = resolved.restore_values(grads)
     if not (create_graph if retain_graph is None else retain_graph):
         root._backward_done = True
     for t in leaves:

@@ -157,6 +157,11 @@ def set_custom_gradient(node: UOp, inputs: tuple[UOp, ...], rule: CustomGradient
     node.__dict__[_CUSTOM] = (inputs, rule)
 
 
+def custom_gradient_of(node: UOp) -> tuple[tuple[UOp, ...], CustomGradient] | None:
+    """(inputs, rule) of a node given a custom gradient by `set_custom_gradient`, else None."""
+    return node.__dict__.get(_CUSTOM)
+
+
 def _sources(u: UOp, origins: Mapping[UOp, UOp], targets: set[UOp]) -> tuple[UOp, ...]:
     """The sources of `u` for differentiation: a realized buffer with a recorded forward graph stands for it, a node
     with a custom gradient has its rule's inputs."""

@@ -126,6 +126,11 @@ class Structure:
         if binds:
             self.var_vals = None if binds_conflict else {str(v.arg[0]): b.src[1].arg for v, b in binds.items()}
 
+    @property
+    def positions(self) -> dict[UOp, int]:
+        """Each walked node's position in `order` (read only)."""
+        return self._pos
+
 
 # ops whose argument may hold bound Variables: the same set callify.py unbinds (a test checks)
 _SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})

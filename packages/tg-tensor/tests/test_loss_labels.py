@@ -54,3 +54,18 @@ def test_ignored_labels_still_count_for_nothing() -> None:
 def test_float_labels_for_index_losses_raise() -> None:
     with pytest.raises(TypeError, match="integer tensor"):
         Tensor.randn(2, 3).sparse_categorical_crossentropy(Tensor([0.0, 1.0]))
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_known_labels_are_checked_when_the_loss_is_built(loss: str) -> None:
+    """Labels held in a buffer are checked on the host at once (no deferred check rides along with every realize of
+    the loss: the eager training step's cost); an ignored label is exempt."""
+    x = Tensor(np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32))
+    with pytest.raises(IndexOutOfRange, match=f"{loss}: index 4 is out of bounds"):
+        LOSSES[loss](x, Tensor([0, 4, 1]).realize())
+    ignored = {"cross_entropy": -100, "nll_loss": None, "sparse_categorical_crossentropy": -1}[loss]
+    if ignored is not None:
+        labels = np.array([ignored, 3, 1])
+        got = LOSSES[loss](x, Tensor(labels).realize()).item()
+        logp = x.log_softmax(1).numpy()
+        np.testing.assert_allclose(got, -(logp[1, 3] + logp[2, 1]) / 2, rtol=1e-5)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tg.ir import Ops, UOp
 
 if TYPE_CHECKING:
@@ -64,27 +66,30 @@ def _const_value(uop: UOp) -> Any:
     return base.arg if base.op is Ops.CONST else None
 
 
-def _host_bounds(index: Tensor) -> tuple[int, int] | None:
-    """(min, max) of the index values when they can be read without computing anything, else None."""
+def _host_values(index: Tensor) -> np.ndarray | None:
+    """The index values when they can be read without computing anything, else None."""
     from tg.runtime.engine import capturing
     from tg.tensor.live import buffer_of, tracing_functions
 
     if (c := _const_value(index.uop)) is not None:
-        return int(c), int(c)
+        return np.array([int(c)])
     if capturing or tracing_functions or isinstance(index.uop.device, tuple) or buffer_of(index.uop) is None:
         return None
-    values = index.numpy()
-    return int(values.min()), int(values.max())
+    return index.numpy()
 
 
-def check_now(index: Tensor, size: int, *, op: str, dim: int, negative_ok: bool) -> bool:
+def check_now(index: Tensor, size: int, *, op: str, dim: int, negative_ok: bool, skip: int | None = None) -> bool:
     """Check the values of integer tensor `index` against [0, size) (or [-size, size) when `negative_ok`) if they
-    can be read without computing anything; False when they cannot (then `defer` the check)."""
+    can be read without computing anything; False when they cannot (then `defer` the check). Values equal to `skip`
+    (an `ignore_index`) are not checked."""
     if index.numel() == 0:
         return True
-    if (host := _host_bounds(index)) is None:
+    if (values := _host_values(index)) is None:
         return False
-    _raise_if_out(op, dim, size, *host, negative_ok)
+    if skip is not None:
+        values = values[values != skip]
+    if values.size:
+        _raise_if_out(op, dim, size, int(values.min()), int(values.max()), negative_ok)
     return True
 
 

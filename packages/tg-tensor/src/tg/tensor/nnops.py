@@ -447,7 +447,7 @@ def sparse_categorical_crossentropy(
         raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     log_probs = self.log_softmax(-1)
     keep = Y != ignore_index
-    picked = _pick_class(log_probs, Y, keep, "sparse_categorical_crossentropy", self.ndim - 1)
+    picked = _pick_class(log_probs, Y, keep, "sparse_categorical_crossentropy", self.ndim - 1, ignore_index)
     loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep)
     return _reduce_loss("sparse_categorical_crossentropy", loss, reduction, keep.sum())
 
@@ -458,18 +458,19 @@ def _classes_last(x: Tensor, cdim: int) -> Tensor:
     return x if cdim == x.ndim - 1 else x.permute(*[i for i in range(x.ndim) if i != cdim], cdim)
 
 
-def _pick_class(values: Tensor, labels: Tensor, keep: Tensor, op: str, dim: int) -> Tensor:
-    """values[..., labels] along the last dim, 0 where `keep` is False (one-hot select, differentiable). A kept label
-    outside [0, classes) raises IndexOutOfRange (as torch does) when the labels are known, else when the result is
-    realized: without the check that row would silently count for nothing."""
+def _pick_class(values: Tensor, labels: Tensor, keep: Tensor, op: str, dim: int, ignore: int | None) -> Tensor:
+    """values[..., labels] along the last dim, 0 where `keep` (labels other than `ignore`) is False (one-hot select,
+    differentiable). A kept label outside [0, classes) raises IndexOutOfRange (as torch does) when the labels are
+    known, else when the result is realized: without the check that row would silently count for nothing."""
     from tg.tensor import bounds
 
     if dtypes.is_float(labels.dtype) or labels.dtype is dtypes.bool:
         raise TypeError(f"{op}: class labels must be an integer tensor, got {labels.dtype.name}")
-    classes = values.arange(values.shape[-1], device=values.device, dtype=labels.dtype)
+    n = values.shape[-1]
+    classes = values.arange(n, device=values.device, dtype=labels.dtype)
     hit = (labels.unsqueeze(-1) == classes) & keep.unsqueeze(-1)
-    checked = keep.where(labels, 0)
-    bounds.check_index(checked, values.shape[-1], op=op, dim=dim, negative_ok=False, selection=hit)
+    if not bounds.check_now(labels, n, op=op, dim=dim, negative_ok=False, skip=ignore):
+        bounds.defer(keep.where(labels, 0), n, op=op, dim=dim, negative_ok=False, selection=hit)
     return hit.where(values, 0).sum(-1)
 
 
@@ -504,14 +505,14 @@ def cross_entropy(
         )
     keep = Y != ignore_index
     weighted = log_probs * w if w is not None else log_probs
-    picked = _pick_class(weighted, Y, keep, "cross_entropy", cdim)
+    picked = _pick_class(weighted, Y, keep, "cross_entropy", cdim, ignore_index)
     smooth = weighted.sum(-1) / n_classes * keep
     loss = -((1 - label_smoothing) * picked + label_smoothing * smooth)
     if reduction != "mean":
         return _reduce_loss("cross_entropy", loss, reduction)
     if w is None:
         return loss.sum() / keep.sum()
-    count = _pick_class(w.expand(log_probs.shape), Y, keep, "cross_entropy", cdim).sum()
+    count = _pick_class(w.expand(log_probs.shape), Y, keep, "cross_entropy", cdim, ignore_index).sum()
     return loss.sum() / count
 
 
@@ -528,10 +529,10 @@ def nll_loss(
     if weight is not None:
         w = weight.reshape(*[1] * (values.ndim - 1), -1).expand(values.shape)
         values = values * w
-        count: Tensor | None = _pick_class(w, Y, keep, "nll_loss", cdim).sum()
+        count: Tensor | None = _pick_class(w, Y, keep, "nll_loss", cdim, ignore_index).sum()
     else:
         count = keep.sum()
-    loss = -_pick_class(values, Y, keep, "nll_loss", cdim)
+    loss = -_pick_class(values, Y, keep, "nll_loss", cdim, ignore_index)
     return _reduce_loss("nll_loss", loss, reduction, count)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tg.ir import UOp, dtypes
-from tg.llm.quant import GGML_TYPES, NATIVE_DTYPES, Weight, dequantize, linear
+from tg.llm.quant import GGML_TYPES, NATIVE_DTYPES, Activations, Weight, dequantize, linear
 from tg.llm.weights import GGUFModelFile, default_device, rope_tables
 from tg.tensor import Tensor, Variable
 
@@ -126,9 +126,10 @@ class Transformer:
     def attention(self, layer: Layer, x: Tensor, start_pos: Any, T: int) -> Tensor:
         cfg = self.config
         H, KV, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        q = linear(x, layer.wq).reshape(T, H, hd)
-        k = linear(x, layer.wk).reshape(T, KV, hd)
-        v = linear(x, layer.wv).reshape(T, KV, hd)
+        shared = Activations(x)  # quantised once for the three matrices (Q8_0's int8 path)
+        q = linear(shared, layer.wq).reshape(T, H, hd)
+        k = linear(shared, layer.wk).reshape(T, KV, hd)
+        v = linear(shared, layer.wv).reshape(T, KV, hd)
         if layer.q_norm is not None and layer.k_norm is not None:
             q, k = rms_norm(q, layer.q_norm, cfg.norm_eps), rms_norm(k, layer.k_norm, cfg.norm_eps)
         cos, sin = self.cos[start_pos : start_pos + T], self.sin[start_pos : start_pos + T]
@@ -156,7 +157,7 @@ class Transformer:
         x = self.embed(rows)
         for layer in self.layers:
             x = x + self.attention(layer, rms_norm(x, layer.attn_norm, cfg.norm_eps), start_pos, T)
-            h = rms_norm(x, layer.ffn_norm, cfg.norm_eps)
+            h = Activations(rms_norm(x, layer.ffn_norm, cfg.norm_eps))
             x = x + linear(linear(h, layer.w_gate).silu() * linear(h, layer.w_up), layer.w_down)
         x = rms_norm(x[last : last + 1], self.output_norm, cfg.norm_eps)
         return linear(x, self.output).reshape(cfg.vocab_size)

@@ -75,19 +75,20 @@ def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], i
     out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
     contiguous_out = next((r for r in out_axes if index_stride(store_idx, r) == 1 and const_size(r) > 1), None)
-    if contiguous_out is None or lanes < 2 or _is_matvec(reduces[0], ops, contiguous_out, out_axes):
+    op_loads = [u for op in ops for u in op.toposort() if u.op is Ops.LOAD]
+    if contiguous_out is None or lanes < 2 or _is_matvec(reduces[0], op_loads, contiguous_out, out_axes):
         return None
     return reduces[0], ops, contiguous_out, out_axes, lanes, _work(k)
 
 
-def _is_matvec(red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_axes: list[UOp]) -> bool:
-    """A matrix-vector product `W @ x` with W read along the reduce axis (an LLM decode step's `x @ W.T`): one
-    output axis, every load that moves with it strided, a load contiguous in the innermost reduce loop. A register
-    tile would UPCAST the output axis over strided (gathered) matrix loads; the reduction rules vectorise the
-    contiguous reduce loop instead (GROUP_REDUCE: vector loads of W and x, vector accumulators)."""
+def _is_matvec(red: UOp, loads: list[UOp], n_axis: UOp, out_axes: list[UOp]) -> bool:
+    """A matrix-vector product `W @ x` with W read along the reduce axis (an LLM decode step's `x @ W.T`; `loads`:
+    those of the reduced expression): one output axis, every load that moves with it strided, a load contiguous in
+    the innermost reduce loop. A register tile would UPCAST the output axis over strided (gathered) matrix loads;
+    the reduction rules vectorise the contiguous reduce loop instead (GROUP_REDUCE: vector loads of W and x, vector
+    accumulators)."""
     if any(r is not n_axis and const_size(r) > 1 for r in out_axes):
         return False
-    loads = [u for op in ops for u in op.toposort() if u.op is Ops.LOAD]
     moving = [ld for ld in loads if n_axis in _ranges(ld.src[0].src[1])]
     if not moving or any(index_stride(ld.src[0].src[1], n_axis) == 1 for ld in moving):
         return False
@@ -249,11 +250,11 @@ def _more_accumulators(k: OptKernel, red: UOp, loads: list[UOp], out_axes: list[
     """More work per iteration of a short vectorised inner reduce nested in outer ones. A matrix-vector product read
     along its reduce axes (a block-quantised weight: Q8_0's (block, word) reduce of 8-word blocks; `_is_matvec`)
     UNROLLs the outer reduce loop: upcasting its output axis would gather the matrix's words and scales lane by
-    lane from several rows (the 4096x1024 Q8_0 matvec: 4 scalar loads and inserts per vector of words). Other
-    kernels get independent accumulators (`_independent_accumulators`)."""
-    ops = _matmul_operands(k, red)
+    lane from several rows (the 4096x1024 Q8_0 matvec: 4 scalar loads and inserts per vector of words). That holds
+    whatever the reduced expression is, a product or a sum of scaled group dot products (Q4_K, Q6_K). Other kernels
+    get independent accumulators (`_independent_accumulators`)."""
     n_axes = [r for r in out_axes if const_size(r) > 1]
-    if ops is not None and len(n_axes) == 1 and _is_matvec(red, ops, n_axes[0], out_axes):
+    if len(n_axes) == 1 and _is_matvec(red, loads, n_axes[0], out_axes):
         outer = red.src[-2]
         size = const_size(outer)
         for f in (want, want // 2):

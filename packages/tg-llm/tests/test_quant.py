@@ -156,13 +156,19 @@ def test_int8_linear_is_close_to_the_float_product(generator: ModuleType) -> Non
 
 
 def test_quantized_weights_stay_in_file_format_on_the_device(tiny_models: dict[tuple[str, str], Path]) -> None:
+    """A loaded Q4_K matrix keeps the file's nibbles as they are (no float32 copy), followed by the decoded float32
+    sub-block scales and offsets: 192 bytes per 256 weights."""
+    import gguf
+
     file = open_model_file(tiny_models[("llama", "Q4_K")])
     info = file.infos["blk.0.ffn_down.weight"]
     weight = file.matrix("blk.0.ffn_down.weight", 256, 512, "CPU")
-    assert weight.data.dtype is dtypes.uint32 and weight.data.shape == (256, 2, 36)  # the blocks' bytes as words
-    assert weight.nbytes == info.nbytes == weight.data.nbytes  # no float32 copy: the device holds the blocks
-    raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset)
-    np.testing.assert_array_equal(weight.data.numpy().view(np.uint8).reshape(-1), raw)
+    assert weight.data.dtype is dtypes.uint32 and weight.nbytes == info.nbytes // 144 * 192
+    raw = np.fromfile(file.path, np.uint8, count=info.nbytes, offset=info.offset).reshape(256, 2, 144)
+    nibbles = weight.data.numpy()[: 256 * 2 * 32].view(np.uint8).reshape(256, 2, 128)
+    np.testing.assert_array_equal(nibbles, raw[..., 16:])
+    dense = gguf.quants.dequantize(raw.reshape(256, -1), gguf.GGMLQuantizationType.Q4_K)
+    np.testing.assert_array_equal(weight.dequantize().numpy().view(np.uint32), dense.view(np.uint32))
 
 
 @pytest.mark.parametrize("wtype", ["F32", "F16", "BF16"])
@@ -184,7 +190,7 @@ def test_float_weights_are_the_file_bytes(tiny_models: dict[tuple[str, str], Pat
 
 @pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "Q6_K", "F16", "BF16"])
 def test_packed_weights_dequantize_bit_exact(generator: ModuleType, name: str) -> None:
-    """The uint32-word layouts linear() reads (Q8_0 and Q6_K repacked, Q4_K and F16/BF16 as words) give the reference
+    """The uint32-word layouts linear() reads (Q8_0, Q4_K and Q6_K repacked, F16/BF16 as words) give the reference
     values exactly, float16 subnormals, infinities, NaN and signed zeros included."""
     import gguf
 
@@ -196,7 +202,7 @@ def test_packed_weights_dequantize_bit_exact(generator: ModuleType, name: str) -
         dense = gguf.quants.dequantize(blocks.reshape(rows, -1), gguf.GGMLQuantizationType[name])
         weight = Weight(Tensor(blocks), ggml_type, rows, cols)
         assert weight.data.dtype is dtypes.uint32
-        assert weight.nbytes == (blocks.nbytes if name == "Q4_K" else rows * cols)  # Q6_K: 256 bytes per block
+        assert weight.nbytes == rows * cols // 256 * (192 if name == "Q4_K" else 256)  # bytes per block
     elif name == "Q8_0":
         blocks = random_blocks(generator, name, rows * cols // 32).reshape(rows, -1, 34)
         blocks[0, 0, :2] = np.array([0x0001], np.uint16).view(np.uint8)  # a subnormal scale

@@ -90,9 +90,13 @@ class Weight:
             values = scales.reshape(self.rows, -1, 2, 4, 2, 1) * q.cast(dtypes.float32)
             return values.reshape(self.rows, self.cols)
         if _is_words(self.data, self.ggml_type) and self.ggml_type == 12:
-            down = Tensor([1, 1 << 8, 1 << 16, 1 << 24], dtype=dtypes.uint32, device=self.data.device)
-            blocks = ((self.data.unsqueeze(-1) // down) & 255).cast(dtypes.uint8).reshape(self.rows, -1, 144)
-            return dequantize(blocks, 12).reshape(self.rows, self.cols)
+            words, scales, offsets = _q4_k_words(self.data, self.rows, self.cols)
+            down = Tensor([[1, 1 << 8, 1 << 16, 1 << 24], [1 << 4, 1 << 12, 1 << 20, 1 << 28]], dtype=dtypes.uint32,
+                          device=words.device).reshape(2, 1, 4)  # fmt: skip
+            nibbles = (words.reshape(self.rows, -1, 4, 1, 8, 1) // down) & 15  # (rows, blocks, c, h, u, i)
+            group = (self.rows, -1, 4, 2, 1, 1)  # sub-block 2c + h holds the values 64c + 32h + 4u + i
+            values = scales.reshape(group) * nibbles.cast(dtypes.float32) - offsets.reshape(group)
+            return values.reshape(self.rows, self.cols)
         if _is_words(self.data, self.ggml_type):  # shifts by a small tensor of powers of two, not a cat (adds 0.0)
             if self.ggml_type == 8:
                 words, scales = _q8_0_words(self.data, self.rows, self.cols)
@@ -114,10 +118,12 @@ class Weight:
 # - Q8_0: repacked once at load into one uint32 buffer: the int8 values, (rows, blocks, 8) words whose byte i of
 #   word w is the value 8i + w of the block (so the 8 words of a block line up with 8 consecutive inputs for each
 #   i), followed by the block scales as float32 (rows, blocks): 36 bytes per 32 weights instead of 34;
-# - Q4_K: the file's blocks as is, typed uint32 (rows, blocks, 36): word 0 holds d and dmin, words 1-3 the 6-bit
-#   scales and mins, words 4 + 8c + u (c < 4, u < 8) bytes i of nibbles: low nibble = value 64c + 4u + i, high
-#   = 64c + 32 + 4u + i; the input is permuted once to that order (one small kernel), so the 8 words u meet 8
-#   consecutive inputs;
+# - Q4_K: repacked once at load into one uint32 buffer: the 128 bytes of nibbles of each block as (rows, blocks, 32)
+#   words, word 8c + u (c < 4, u < 8) byte i: low nibble = value 64c + 4u + i, high = 64c + 32 + 4u + i (the file's
+#   words 4-35), followed by the 8 sub-block scales d * scale and the 8 offsets dmin * min as float32 (rows,
+#   blocks, 16): 192 bytes per 256 weights instead of 144 (the 6-bit scales decoded once, not by 16 small kernels
+#   per matrix and token); the input is permuted once to the nibbles' order, so the 8 words u meet 8 consecutive
+#   inputs;
 # - Q6_K (210-byte blocks are not word-aligned): repacked once at load into one uint32 buffer: the 192 bytes of low
 #   nibbles and high bits as (rows, blocks, 48) words, followed by the 16 group scales d * scale as float32 (rows,
 #   blocks, 16): 256 bytes per 256 weights instead of 210; the input is permuted once into the words' order;
@@ -127,7 +133,10 @@ class Weight:
 
 
 def _is_words(data: Tensor, ggml_type: int) -> bool:
-    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 12, 14)
+    """Whether `data` is already in its kernel layout (Q4_K: the packed buffer, not the file's blocks as words)."""
+    if ggml_type == 12:
+        return data.dtype == dtypes.uint32 and data.ndim == 1
+    return data.dtype == dtypes.uint32 and ggml_type in (1, 30, 8, 14)
 
 
 @functools.cache
@@ -166,8 +175,13 @@ def pack(data: Tensor, ggml_type: int, rows: int, cols: int) -> Tensor:
         )
         return Tensor.cat(words.reshape(-1), scales.reshape(-1)).contiguous().realize()
     if ggml_type == 12:
-        b = data.reshape(rows, cols // 256, 36, 4).cast(dtypes.uint32)
-        return (b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)).contiguous().realize()
+        if data.dtype == dtypes.uint32:  # the file's blocks as words (rows, blocks, 36)
+            words = data.reshape(rows, cols // 256, 36)
+        else:
+            b = data.reshape(rows, cols // 256, 36, 4).cast(dtypes.uint32)
+            words = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+        factors = Tensor.cat(*_q4_k_scales(words), dim=-1).bitcast(dtypes.uint32)  # (rows, blocks, 16)
+        return Tensor.cat(words[..., 4:].reshape(-1), factors.reshape(-1)).contiguous().realize()
     return data
 
 
@@ -244,30 +258,47 @@ def _q6_k_linear(x: Tensor, w: Weight) -> Tensor:
     return total.sum((-2, -1)).contiguous()
 
 
+def _q4_k_scales(words: Tensor) -> tuple[Tensor, Tensor]:
+    """The 8 sub-block scales d * scale and offsets dmin * min (float32 (rows, blocks, 8) each) of Q4_K blocks given
+    as the file's words (rows, blocks, 36): d and dmin in word 0, the 12 bytes of 6-bit scales and mins in 1-3."""
+    d, dmin = _f16_bits_to_float(words[..., 0:1] & 0xFFFF), _f16_bits_to_float(words[..., 0:1] >> 16)
+
+    def byte(k: int) -> Tensor:  # byte k of the 12 scale bytes, (rows, blocks, 1)
+        return (words[..., 1 + k // 4 : 2 + k // 4] >> (8 * (k % 4))) & 255
+
+    scales, mins = [], []
+    for j in range(8):
+        if j < 4:
+            scales.append(byte(j) & 63)
+            mins.append(byte(j + 4) & 63)
+        else:
+            scales.append((byte(j + 4) & 15) | ((byte(j - 4) >> 6) << 4))
+            mins.append((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4))
+    sc, mn = Tensor.cat(*scales, dim=-1).cast(dtypes.float32), Tensor.cat(*mins, dim=-1).cast(dtypes.float32)
+    return d * sc, dmin * mn
+
+
+def _q4_k_words(data: Tensor, rows: int, cols: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A packed Q4_K buffer as (nibble words (rows, blocks, 32) uint32, scales and offsets (rows, blocks, 8))."""
+    nb = cols // 256
+    n = rows * nb * 32
+    factors = data[n:].bitcast(dtypes.float32).reshape(rows, nb, 16)
+    return data[:n].reshape(rows, nb, 32), factors[..., :8], factors[..., 8:]
+
+
 def _q4_k_linear(x: Tensor, w: Weight) -> Tensor:
-    """x @ w.T for Q4_K words (see the layout table): one reduction over (block, word u) of the 8 sub-blocks'
-    `scale_j * sum_i x * nibble - offset_j * sum_i x`, the 6-bit scales decoded per block from words 1-3."""
-    words, nb = w.data, w.cols // 256
+    """x @ w.T for packed Q4_K (see the layout table): one reduction over (block, word u) of the 8 sub-blocks'
+    `scale_j * sum_i x * nibble - offset_j * sum_i x`."""
+    words, scales, offsets = _q4_k_words(w.data, w.rows, w.cols)
+    nb = w.cols // 256
     lead = x.shape[:-1]
     L = len(lead)
     # inputs in the words' order: (block, chunk c, half h, byte i, word u) from value 64c + 32h + 4u + i
     xp = x.reshape(*lead, nb, 4, 2, 8, 4).permute(*range(L), L, L + 1, L + 2, L + 4, L + 3).contiguous().unsqueeze(L)
-    d, dmin = _f16_bits_to_float(words[..., 0] & 0xFFFF), _f16_bits_to_float(words[..., 0] >> 16)
-
-    def byte(k: int) -> Tensor:  # byte k of the 12 scale bytes, (rows, blocks)
-        return (words[..., 1 + k // 4] >> (8 * (k % 4))) & 255
-
     total: Tensor | None = None
     for j in range(8):
         c, h = divmod(j, 2)
-        if j < 4:
-            sc, mn = byte(j) & 63, byte(j + 4) & 63
-        else:
-            sc = (byte(j + 4) & 15) | ((byte(j - 4) >> 6) << 4)
-            mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4)
-        scale = (d * sc.cast(dtypes.float32)).unsqueeze(-1)
-        offset = (dmin * mn.cast(dtypes.float32)).unsqueeze(-1)
-        qs = words[..., 4 + 8 * c : 12 + 8 * c]  # (rows, blocks, 8)
+        qs = words[..., 8 * c : 8 * c + 8]  # (rows, blocks, 8)
         dot: Tensor | None = None
         xsum: Tensor | None = None
         for i in range(4):
@@ -275,7 +306,7 @@ def _q4_k_linear(x: Tensor, w: Weight) -> Tensor:
             nibble = ((qs >> (8 * i + 4 * h)) & 15).cast(dtypes.float32)
             dot, xsum = (xi * nibble, xi) if dot is None or xsum is None else (dot + xi * nibble, xsum + xi)
         assert dot is not None and xsum is not None
-        term = scale * dot - offset * xsum
+        term = scales[..., j : j + 1] * dot - offsets[..., j : j + 1] * xsum
         total = term if total is None else total + term
     assert total is not None
     return total.sum((-2, -1)).contiguous()

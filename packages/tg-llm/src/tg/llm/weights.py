@@ -146,7 +146,7 @@ class GGUFModelFile:
             data = self._disk(dtypes.uint32)[start : start + rows * cols // 2].to(device).realize()
             data = data.reshape(rows, cols // 2)
         elif info.ggml_type == 12 and info.offset % 4 == 0:
-            # Q4_K blocks (144 bytes) as uint32 words, the layout tg.llm.quant.linear reads (the same bytes)
+            # Q4_K blocks (144 bytes) as uint32 words, which Weight repacks on the device (tg.llm.quant.pack)
             start = info.offset // 4
             data = self._disk(dtypes.uint32)[start : start + info.nbytes // 4].to(device).realize()
             data = data.reshape(rows, cols // block_elems, block_bytes // 4)

@@ -79,7 +79,7 @@ def test_stored_weight_types_match(tiny_models: dict[tuple[str, str], Path], arc
 def test_q8_0_int8_inputs_stay_close(tiny_models: dict[tuple[str, str], Path], arch: str) -> None:
     """Q8_0 with the default int8 path (each matrix's input rounded to 8 bits per block of 32, as llama.cpp does):
     transformers dequantises the weights and multiplies float32 inputs, so the logits differ by the inputs'
-    rounding; within 3% of the largest logit at every position (measured ~0.5%)."""
+    rounding; within 3% of the largest logit at every position."""
     path = tiny_models[(arch, "Q8_0")]
     expected = reference_logits(path, PROMPT)
     model = Transformer(open_model_file(path), max_context=64, chunk=16)

@@ -45,6 +45,15 @@ def matmul_ast(m: int, n: int, k: int, layout: str) -> UOp:
     return UOp.sink(out.index(r_m * n + r_n).store(product).end(r_m, r_n))
 
 
+def run_cpu(prg: ProgramSpec, out_shape: tuple[int, int], inputs: list[np.ndarray]) -> np.ndarray:
+    """Run `prg` on the CPU with `inputs` as buffers 1, 2, ...; its float32 output buffer 0 as an array."""
+    bufs = [Buffer("CPU", out_shape[0] * out_shape[1], f32).ensure_allocated()]
+    for arr in inputs:
+        bufs.append(Buffer("CPU", arr.size, f32).ensure_allocated().copyin(memoryview(np.ascontiguousarray(arr).data)))
+    CompiledRunner(prg, "CPU")(bufs, {})
+    return np.frombuffer(bytes(bufs[0].as_memoryview()), dtype=np.float32).reshape(out_shape)
+
+
 def run_numpy_check(m: int, n: int, k: int, layout: str, ren: ClangRenderer) -> ProgramSpec:
     """Compile `matmul_ast` with the heuristic's opts, run it on the CPU and compare with numpy."""
     ast = matmul_ast(m, n, k, layout)
@@ -52,11 +61,7 @@ def run_numpy_check(m: int, n: int, k: int, layout: str, ren: ClangRenderer) -> 
     rng = np.random.default_rng(m * 1000 + n * 10 + k)
     a_np = rng.standard_normal((m, k) if layout[0] == "N" else (k, m)).astype(np.float32)
     b_np = rng.standard_normal((k, n) if layout[1] == "N" else (n, k)).astype(np.float32)
-    bufs = [Buffer("CPU", m * n, f32).ensure_allocated()]
-    for arr in (a_np, b_np):
-        bufs.append(Buffer("CPU", arr.size, f32).ensure_allocated().copyin(memoryview(np.ascontiguousarray(arr).data)))
-    CompiledRunner(prg, "CPU")(bufs, {})
-    got = np.frombuffer(bytes(bufs[0].as_memoryview()), dtype=np.float32).reshape(m, n)
+    got = run_cpu(prg, (m, n), [a_np, b_np])
     want = (a_np if layout[0] == "N" else a_np.T).astype(np.float64) @ (b_np if layout[1] == "N" else b_np.T)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=f"{layout} {ren}")
     return prg
@@ -96,3 +101,28 @@ def test_linear_forward_reduces_along_the_shared_contiguous_axis(ren: ClangRende
 def test_odd_sizes_match_numpy(ren: ClangRenderer, layout: str, shape: tuple[int, int, int]) -> None:
     """Sizes no vector width divides (or only half of one), a single row, a reduce of one: numpy's results."""
     run_numpy_check(*shape, layout, ren)
+
+
+@pytest.mark.parametrize("ren", renderers(), ids=lambda r: f"{r.vector_bytes}B")
+@pytest.mark.parametrize("layout", VECTOR_LAYOUTS)
+def test_fused_row_operand_matches_numpy(ren: ClangRenderer, layout: str) -> None:
+    """A row operand summed from two buffers in the matmul (a gradient accumulated by autograd, fused into its
+    consumer): numpy's results, and the columns still load whole vectors."""
+    m, n, k = 24, 48, 40
+    r_m, r_n, r_k = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisType.REDUCE)
+    a1, a2 = UOp.param(1, f32, m * k), UOp.param(3, f32, m * k)
+    b, out = UOp.param(2, f32, k * n), UOp.param(0, f32, m * n)
+    a_index = r_m * k + r_k if layout[0] == "N" else r_k * m + r_m
+    b_index = r_k * n + r_n if layout[1] == "N" else r_n * k + r_k
+    row = a1.index(a_index).load() + a2.index(a_index).load()
+    ast = UOp.sink(out.index(r_m * n + r_n).store((row * b.index(b_index).load()).reduce(r_k)).end(r_m, r_n))
+    prg = get_program(ast, ren, list(hand_coded_opts(OptKernel(ast, ren)).applied))
+    rng = np.random.default_rng(7)
+    a_shape = (m, k) if layout[0] == "N" else (k, m)
+    a1_np, a2_np = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(a_shape).astype(np.float32)
+    b_np = rng.standard_normal((k, n) if layout[1] == "N" else (n, k)).astype(np.float32)
+    got = run_cpu(prg, (m, n), [a1_np, b_np, a2_np])
+    a_sum = (a1_np + a2_np) if layout[0] == "N" else (a1_np + a2_np).T
+    want = a_sum.astype(np.float64) @ (b_np if layout[1] == "N" else b_np.T)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert not gathered_vectors(prg), f"{layout}: gathers with {[str(o) for o in prg.applied_opts]}"

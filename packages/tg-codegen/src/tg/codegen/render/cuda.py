@@ -81,6 +81,7 @@ class CUDARenderer(CStyleLanguage):
     buffer_suffix = " __restrict__"
     local_prefix = "__shared__ "
     barrier = "__syncthreads();"
+    math_prelude = ""  # the math functions are built into CUDA
     global_max = (2**31 - 1, 65535, 65535)
     infinity = {
         dtypes.float32: "__int_as_float(0x7f800000)",
@@ -164,8 +165,6 @@ class CUDARenderer(CStyleLanguage):
             tc = TENSOR_CORES[need[5:]]
             helpers.append(_MMA.format(name=tc.name, t="bf16" if tc.dtype_in is dtypes.bfloat16 else "f16"))
         for text in super().render_prelude(needs):
-            if text.startswith("#include"):
-                continue  # CUDA's math functions are built in
             if "tg_h2f" in text:
                 text = _CUDA_HALF
             for old, new in _CUDA_SPELLING:

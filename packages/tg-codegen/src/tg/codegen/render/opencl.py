@@ -53,6 +53,7 @@ class OpenCLRenderer(CStyleLanguage):
     buffer_prefix = "__global "
     local_prefix = "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    math_prelude = ""  # the math functions are built into OpenCL C
     infinity = {dtypes.float32: "INFINITY", dtypes.float64: "((double)INFINITY)"}
     nan = {dtypes.float32: "NAN", dtypes.float64: "((double)NAN)"}
     type_map = {
@@ -143,8 +144,6 @@ class OpenCLRenderer(CStyleLanguage):
         """The C helpers respelled for OpenCL (no <math.h>: the math built-ins are part of the language)."""
         helpers = []
         for text in super().render_prelude(needs):
-            if text.startswith("#include"):
-                continue
             if "tg_h2f" in text:
                 helpers.append(_HALF_NATIVE if self.has_half else _HALF_STORAGE)
                 continue

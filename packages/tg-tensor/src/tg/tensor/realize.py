@@ -105,8 +105,18 @@ def _lower_multi(sink: UOp) -> tuple[UOp, dict[UOp, Any]]:
 
 
 def _reads_buffer_raw(uop: UOp, buffers: set[UOp]) -> bool:
-    """True if `uop`'s graph reads one of `buffers` directly (not through an ASSIGN of it)."""
-    return any(u.op is Ops.BUFFER and u in buffers for u in uop.toposort(lambda u: u.op is not Ops.ASSIGN))
+    """True if `uop`'s graph reads one of `buffers` directly (not through an ASSIGN of it). A depth-first search that
+    stops at the first such read (the usual answer for a reader: a whole forward graph is not walked to find it)."""
+    seen: set[UOp] = set()
+    stack = [uop]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.BUFFER and u in buffers:
+            return True
+        if u.op is not Ops.ASSIGN and u not in seen:
+            seen.add(u)
+            stack.extend(u.src)
+    return False
 
 
 def _is_view(uop: UOp) -> bool:

@@ -2,10 +2,10 @@
 
 An eager training loop differentiates a new graph of one structure every step. The gradient rules (tensor-level
 ops, custom rules such as the convolution's) then run again to build the same gradient graph over new buffers.
-Here the first backward of a structure runs `compute_gradient` and keeps the targets' gradients with every node of
-the forward graph replaced by a placeholder for its position in the walk (so a template holds no buffer of the
-step it came from); a later backward of the same structure puts this graph's nodes in the placeholders' places,
-which rebuilds only the gradient-only nodes (hash-consing gives back the very nodes the rules would have built).
+Here the first backward of a structure runs `compute_gradient` and keeps its targets' gradients as a template: the
+gradient-only nodes as a program over the forward nodes they read, named by position in the walk (so a template
+holds no buffer of the step it came from); a later backward of the same structure runs the program over this
+graph's nodes (hash-consing gives back the very nodes the rules would have built).
 
 The structure key is `tg.tensor.plans.Structure`'s (op, dtype, arg, tag and source positions per node, buffers by
 first appearance) plus what else decides the rules' output: which nodes are targets and which have a custom
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg.ir import Ops, UOp
+from tg.ir.dtype import DType
 from tg.ir.helpers import GRAD_CACHE
 from tg.tensor.gradient import compute_gradient, custom_gradient_of
 from tg.tensor.plans import Structure
@@ -36,16 +37,26 @@ _UNCACHED_OPS = frozenset({Ops.FUNCTION, Ops.GETTUPLE, Ops.BIND})
 
 @dataclass
 class _Template:
-    """Target gradients over placeholders: `sink` is SINK(gradient of the target at position `targets[i]`, ...)."""
+    """A program that rebuilds the target gradients over a new forward graph. Slots hold, in order: the forward nodes
+    the gradients read (at walk positions `inputs`), `made` fresh UNIQUE markers, then one node per entry of `nodes`
+    (op, dtype, source slots, arg, tag); target `targets[i]`'s gradient is in slot `outputs[i]`."""
 
-    sink: UOp
+    inputs: tuple[int, ...]
+    made: int
+    nodes: tuple[tuple[Ops, DType, tuple[int, ...], Any, Any], ...]
     targets: tuple[int, ...]
-    placeholders: tuple[tuple[UOp, int], ...]  # (placeholder, position of the forward node it stands for)
-    made: tuple[UOp, ...]  # UNIQUE markers of storage the rules made (fresh ones at every instantiation)
+    outputs: tuple[int, ...]
+
+    def instantiate(self, order: list[UOp]) -> dict[UOp, UOp]:
+        """The gradients over the forward graph whose nodes in walk order are `order`."""
+        slots = [order[i] for i in self.inputs]
+        slots.extend(UOp.unique() for _ in range(self.made))
+        for op, dtype, src, arg, tag in self.nodes:
+            slots.append(UOp(op, dtype, tuple([slots[i] for i in src]), arg, tag))
+        return {order[t]: slots[o] for t, o in zip(self.targets, self.outputs, strict=True)}
 
 
 _templates: OrderedDict[tuple[Any, ...], _Template] = OrderedDict()
-_MARK = "gradient template"
 
 
 def clear_gradient_templates() -> None:
@@ -67,11 +78,7 @@ def target_gradients(
     if (template := _templates.get(key)) is not None:
         stats["hits"] += 1
         _templates.move_to_end(key)
-        order = walk.order
-        fill = {ph: order[i] for ph, i in template.placeholders}
-        fill.update({u: UOp.unique() for u in template.made})
-        sink = template.sink.substitute(fill)
-        return {order[i]: g for i, g in zip(template.targets, sink.src, strict=True)}
+        return template.instantiate(walk.order)
     stats["misses"] += 1
     grads = _only_targets(compute_gradient(root, seed, targets, origins, stored=stored), targets)
     if len(_templates) >= _MAX_TEMPLATES:
@@ -104,12 +111,18 @@ def _key(walk: Structure, targets: set[UOp], origins: Mapping[UOp, UOp]) -> tupl
 
 
 def _make_template(grads: dict[UOp, UOp], walk: Structure) -> _Template:
-    """The gradients with the forward graph's nodes as placeholders (no buffer of this backward stays pinned)."""
+    """The program that rebuilds `grads` (they read the forward graph by walk position: no buffer of this backward
+    stays pinned). Storage a rule made (a `contiguous()` UNIQUE marker) is made anew by each instantiation."""
     pos = walk.positions
-    swap = {u: UOp(Ops.NOOP, u.dtype, arg=(_MARK, i)) for u, i in pos.items()}
-    sink = UOp(Ops.SINK, src=tuple(grads.values())).substitute(swap)
-    leaves = [u for u in sink.toposort() if u.op in (Ops.NOOP, Ops.UNIQUE)]
-    placeholders = tuple(u for u in leaves if u.op is Ops.NOOP and u.arg.__class__ is tuple and u.arg[0] == _MARK)
-    # storage a rule made (`contiguous()`: a UNIQUE marker) is made anew at every instantiation, as the rule would
-    made = tuple(u for u in leaves if u.op is Ops.UNIQUE)
-    return _Template(sink, tuple(pos[t] for t in grads), tuple((u, u.arg[1]) for u in placeholders), made)
+    sink = UOp(Ops.SINK, src=tuple(grads.values()))
+    built = [u for u in sink.toposort(gate=lambda u: u not in pos) if u is not sink]
+    inputs = list(dict.fromkeys(s for u in (*built, sink) for s in u.src if s in pos))
+    made = [u for u in built if u.op is Ops.UNIQUE]
+    slot = {u: i for i, u in enumerate((*inputs, *made))}
+    nodes = []
+    for u in built:
+        if u.op is not Ops.UNIQUE:
+            nodes.append((u.op, u.dtype, tuple(slot[s] for s in u.src), u.arg, u.tag))
+            slot[u] = len(slot)
+    return _Template(tuple(pos[u] for u in inputs), len(made), tuple(nodes), tuple(pos[t] for t in grads),
+                     tuple(slot[g] for g in grads.values()))  # fmt: skip

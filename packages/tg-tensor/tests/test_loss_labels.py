@@ -69,3 +69,13 @@ def test_known_labels_are_checked_when_the_loss_is_built(loss: str) -> None:
         got = LOSSES[loss](x, Tensor(labels).realize()).item()
         logp = x.log_softmax(1).numpy()
         np.testing.assert_allclose(got, -(logp[1, 3] + logp[2, 1]) / 2, rtol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "sparse_categorical_crossentropy"])
+def test_a_minus_infinite_logit_of_another_class_keeps_the_loss_finite(loss: str) -> None:
+    """As torch: without label smoothing only the label's log-probability counts (the smoothing term, an average
+    over all classes, is -inf here and used to turn the loss into 0 * -inf = nan)."""
+    x = Tensor(np.array([[0.0, -np.inf, 1.0], [2.0, 0.0, -np.inf]], dtype=np.float32))
+    got = LOSSES[loss](x, Tensor([2, 0]).realize()).item()
+    want = -(1.0 - np.log(1.0 + np.e) + 2.0 - np.log(np.exp(2.0) + 1.0)) / 2
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -448,7 +448,10 @@ def sparse_categorical_crossentropy(
     log_probs = self.log_softmax(-1)
     keep = Y != ignore_index
     picked = _pick_class(log_probs, Y, keep, "sparse_categorical_crossentropy", self.ndim - 1, ignore_index)
-    loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep)
+    if label_smoothing:  # the smoothing term costs a reduction: built only when it counts
+        loss = -((1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep)
+    else:
+        loss = -picked
     return _reduce_loss("sparse_categorical_crossentropy", loss, reduction, keep.sum())
 
 
@@ -506,8 +509,10 @@ def cross_entropy(
     keep = Y != ignore_index
     weighted = log_probs * w if w is not None else log_probs
     picked = _pick_class(weighted, Y, keep, "cross_entropy", cdim, ignore_index)
-    smooth = weighted.sum(-1) / n_classes * keep
-    loss = -((1 - label_smoothing) * picked + label_smoothing * smooth)
+    if label_smoothing:  # the smoothing term costs a reduction: built only when it counts
+        loss = -((1 - label_smoothing) * picked + label_smoothing * (weighted.sum(-1) / n_classes * keep))
+    else:
+        loss = -picked
     if reduction != "mean":
         return _reduce_loss("cross_entropy", loss, reduction)
     if w is None:

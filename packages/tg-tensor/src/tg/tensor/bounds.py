@@ -24,11 +24,11 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tg.ir import Ops, UOp
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from tg.tensor.tensor import Tensor
 
 
@@ -72,6 +72,8 @@ def _host_values(index: Tensor) -> np.ndarray | None:
     from tg.tensor.live import buffer_of, tracing_functions
 
     if (c := _const_value(index.uop)) is not None:
+        import numpy as np  # numpy is imported only when data crosses to the host
+
         return np.array([int(c)])
     if capturing or tracing_functions or isinstance(index.uop.device, tuple) or buffer_of(index.uop) is None:
         return None

@@ -2,11 +2,14 @@
 not one libm call per lane, within the numerics contract's 2 ulp over a sample of every float32 bit pattern, with
 the special values right; and the kernels that use them are vectorised."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
 from tg.codegen.render.llvmir import LLVMRenderer
-from tg.ir import Context
+from tg.ir import Context, Ops
+from tg.runtime.backends.python import count_ops
 from tg.runtime.device import Device
 from tg.tensor import Tensor
 
@@ -88,3 +91,28 @@ def test_gelu_and_erf_kernels_are_float32_vectors(device: str, capsys: pytest.Ca
     src = capsys.readouterr().out
     body = src[src.index(start) :]  # the kernel, after the prelude's typedefs
     assert f32_vector in body and not any(t in body for t in f64) and not any(call in body for call in libm)
+
+
+def _float_ops_per_element(fn: object, x: np.ndarray) -> tuple[float, Counter]:
+    t = Tensor(x, device="PYTHON").realize()
+    with count_ops() as n:
+        fn(t).realize()  # type: ignore[operator]
+    return sum(n.values()) / x.size, n
+
+
+def test_float32_exp_reduces_its_argument_once() -> None:
+    # e**r by its Taylor polynomial after the Cody-Waite reduction, not EXP2(r/ln2): an EXP2 without hardware (CPU
+    # vector lanes) reduces, clamps and checks NaN again (47 ops per element before, counting EXP2 as one)
+    per_element, n = _float_ops_per_element(Tensor.exp, np.linspace(-80, 80, 64, dtype=np.float32))
+    assert n[Ops.EXP2] == 0 and per_element <= 36
+    x = Tensor(np.float32([-80.0, -3.0, 0.5, 2.0, 80.0]), requires_grad=True)
+    x.exp().sum().backward()  # the gradient is the rule g * exp(x), not the polynomial differentiated
+    assert x.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(np.float64([-80.0, -3.0, 0.5, 2.0, 80.0])), rtol=2e-7)
+
+
+def test_float32_gelu_costs_one_exp_and_a_short_polynomial() -> None:
+    # Phi from exp(-x**2/2) * t * Q(u) with one division: 89 float ops per element (220 with the erf series and the
+    # 20-term Chebyshev sum, each evaluated for every element by the vector selects)
+    per_element, n = _float_ops_per_element(Tensor.gelu, np.linspace(-6, 6, 64, dtype=np.float32))
+    assert per_element <= 100 and n[Ops.FDIV] == 64

@@ -88,15 +88,34 @@ def exp(self: Tensor) -> Tensor:
     return self._tensor_class()(_exp(Ew.of(self)).uop)
 
 
+# e**r for |r| <= ln2/2 in float32: Taylor to degree 7, truncated below 6e-9 relative (0.1 ulp)
+_EXP_TAYLOR_F32 = tuple(1 / math.factorial(k) for k in range(8))
+
+
 def _exp(self: Ew) -> Ew:
-    """`exp` of a float32/float64 value, built on UOps (uopmath.py): the same nodes the Tensor operators build."""
+    """`exp` of a float32/float64 value, built on UOps (uopmath.py): the same nodes the Tensor operators build.
+
+    float32 evaluates e**r by its Taylor polynomial, not as EXP2(r/ln2): a target without EXP2 (vector lanes on the
+    CPU) would reduce the argument a second time and check its range, NaN and overflow again (~45 vector ops per exp
+    in a softmax instead of ~25). Its gradient is then the rule g * exp(x), not the polynomial's derivative."""
     dt = self.dtype
     lo, hi = _EXP_RANGE[dt]
     xc = self.maximum(lo).minimum(hi)
     n, r = _reduce_ln2(xc)
     half = n >> 1
-    ret = (r * (1 / math.log(2))).exp2() * _pow2(half, dt) * _pow2(n - half, dt)
-    return self.isnan().where(self, ret)
+    if dt is dtypes.float32:
+        er = r * _EXP_TAYLOR_F32[-1] + _EXP_TAYLOR_F32[-2]
+        for c in reversed(_EXP_TAYLOR_F32[:-2]):
+            er = er * r + c
+    else:
+        er = (r * (1 / math.log(2))).exp2()
+    ret = self.isnan().where(self, er * _pow2(half, dt) * _pow2(n - half, dt))
+    if dt is dtypes.float32:
+        from tg.tensor.gradient import set_custom_gradient
+
+        ret_u = ret.uop
+        set_custom_gradient(ret_u, (self.uop,), lambda g_u, needed: (g_u.alu(Ops.MUL, ret_u) if needed[0] else None,))
+    return ret
 
 
 def _expm1_small(r: Tensor) -> Tensor:
@@ -348,48 +367,58 @@ def erf(self: Tensor) -> Tensor:
     return (a < split).where(small, self.isnan().where(self, large))
 
 
-# erfc(z) = t * exp(-z**2 + P(t)), t = 1 / (1 + z/2), z >= 0: Chebyshev-fitted P of degree 9, relative error below
-# 1.2e-7 for every z (Press et al., Numerical Recipes, erfcc)
-_ERFCC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
-          -0.82215223, 0.17087277)  # fmt: skip
+# erfc(z) = exp(-z**2) * t * Q(u) for 0 <= z <= 4, t = 1 / (1 + P z), u = P z t = 1 - t in [0, 5/7]: Q(0) = 1
+# exactly, so Q keeps full precision near x = 0 where 1 - t would lose it. Coefficients: Lawson-weighted least
+# squares (relative error of erfc) on 3,000 Chebyshev nodes of u in float64, rounded to float32; truncation 7.7e-9
+# relative. P = 5/8 gave the smallest float32 error of gelu among P in [0.5, 0.8] in a numpy emulation of this float32
+# evaluation (4.2 ulp): t's rounding reaches erfc with factor ~1, the rest is the exp and the products.
+_PHI_P = 0.625
+_PHI_Q = (1.0, -0.8054078, -0.05075881, 0.18166107, 0.097344555, -0.041580155, 0.038948823, -0.13778408, 0.07044447)
 
 
-def _phi_for_gradient(x: Tensor) -> Tensor:
-    """Phi(x) for gelu's float32 gradient: one exp, one division and 9 FMAs (the forward's 1-ulp Phi is ~150 vector
-    ops, evaluated again in the backward matmul's epilogue); the gradient Phi + x * pdf is within 3e-7 of float64
-    (measured on a 1e-4 grid over [-10, 10]: about 4 ulp of its O(1) values, tests/test_autograd.py)."""
-    z = x.abs() * (1 / math.sqrt(2))
-    t = 1.0 / (1.0 + 0.5 * z)
-    p = t * 0.0 + _ERFCC[-1]
-    for c in reversed(_ERFCC[:-1]):
-        p = p * t + c
-    half_erfc = t * (p - z * z).exp() * 0.5
-    return (x < 0).where(half_erfc, 1.0 - half_erfc)
+def _decay_and_half_erfc(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(exp(-x**2/2) for |x| < 10 (clamped there), erfc(|x|/sqrt2)/2) of float32 x, the second 0 from |x| = 4 sqrt2
+    on (below 8e-9: gelu is -0 there, as torch's float32 gelu): one exp, one division and 8 multiply-adds, within a
+    few ulp everywhere (the negative tail keeps its relative accuracy: no 1 + erf cancels)."""
+    a = x.abs()
+    decay = _exp_neg_square(a.minimum(10.0), 0.5)
+    pz = a * (_PHI_P / math.sqrt(2))
+    t = 1.0 / (1.0 + pz)
+    u = pz * t
+    q = u * _PHI_Q[-1] + _PHI_Q[-2]
+    for c in reversed(_PHI_Q[:-2]):
+        q = q * u + c
+    return decay, (pz < 4 * _PHI_P).where(decay * (t * q) * 0.5, 0.0)
+
+
+def _phi_f32(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(Phi(x), exp(-x**2/2)) of float32 x: Phi = erfc(|z|)/2 below 0, 1 - erfc(|z|)/2 above (z = x/sqrt2)."""
+    decay, half_erfc = _decay_and_half_erfc(x)
+    return (x < 0).where(half_erfc, 1.0 - half_erfc), decay
 
 
 def gelu_erf(x: Tensor) -> Tensor:
-    """GELU with erf, x * Phi(x), in x's float dtype: Phi(x) = 1 - erfc(|z|)/2 for x >= 0 and erfc(|z|)/2 below
-    (z = x/sqrt(2)), erfc(|z|) = exp(-x**2/2) * g(|z|) with x**2 unrounded, so the negative tail keeps its relative
-    accuracy where 1 + erf(z) would cancel (gelu(-5) = -1.4e-6: the erf formula is off by 6e5 ulp there). float32:
-    within 5 ulp (worst near x = -1.35, from the float32 Chebyshev sum of g), 1 ulp for x >= 0."""
-    z = x * (1 / math.sqrt(2))
-    a = z.abs()
+    """GELU with erf, x * Phi(x), in x's float dtype. float32: Phi from erfc(|z|) = exp(-x**2/2) t Q(u) (z = x/sqrt2,
+    `_decay_and_half_erfc`: ~60 vector ops), x**2 unrounded, so the negative tail keeps its relative accuracy where
+    1 + erf(z) would cancel (gelu(-5) = -1.4e-6: the erf formula is off by 6e5 ulp there); within 5 ulp (4.7 measured
+    in tests/test_transcendental_f32.py's sample, worst near x = -2.6). Other dtypes: 1 - erfc(|z|)/2 or erfc(|z|)/2
+    from erf's Chebyshev series of erfc * exp(z**2), Taylor series of erf below |z| = 0.75."""
     if x.dtype is dtypes.float32:
-        decay = _exp_neg_square(x.abs().minimum(_ERF_END * math.sqrt(2)), 0.5)
+        phi, _ = _phi_f32(x)
     else:
-        decay = (-(a * a)).exp()
-    tail = (a < _ERF_END).where(decay * _erfc_scaled(a), 0.0) * 0.5  # erfc(|z|) / 2
-    near = a < _ERF_SPLIT
-    # switches at 0.75: below x = -1.06, 0.5 + erf/2 cancels; the series sees only its range (its powers of a large
-    # z would overflow and turn the unused branch's gradient into NaN)
-    small = 0.5 + _erf_small(near.where(z, 0.0)) * 0.5
-    phi = near.where(small, (x < 0).where(tail, 1.0 - tail))
+        z = x * (1 / math.sqrt(2))
+        a = z.abs()
+        tail = (a < _ERF_END).where((-(a * a)).exp() * _erfc_scaled(a), 0.0) * 0.5  # erfc(|z|) / 2
+        near = a < _ERF_SPLIT
+        # switches at 0.75: below x = -1.06, 0.5 + erf/2 cancels; the series sees only its range (its powers of a
+        # large z would overflow and turn the unused branch's gradient into NaN)
+        small = 0.5 + _erf_small(near.where(z, 0.0)) * 0.5
+        phi = near.where(small, (x < 0).where(tail, 1.0 - tail))
     y = x * phi
-    # gradient Phi(x) + x * pdf(x), not node by node through the erf series and the Chebyshev sum (their derivatives
-    # are chains of powers of x, recomputed in the backward matmul's epilogue: 13-17 ms of a char GPT's ~80 ms
-    # step); float32 takes a cheaper Phi than the forward's (_phi_for_gradient: that epilogue 8 -> 2.7 ms), other
-    # dtypes the forward's; the pdf term is 0 from |x| = 10 on (x * pdf(x) < 1e-21 there; inf * 0 would be NaN)
-    # and NaN at NaN
+    # gradient Phi(x) + x * pdf(x), not node by node through the erfc polynomial or the erf series (their
+    # derivatives are chains of powers of x, recomputed in the backward matmul's epilogue: 13-17 ms of a char GPT's
+    # ~80 ms step); float32 shares exp(-x**2/2) between Phi and pdf (one exp), other dtypes take the forward's Phi;
+    # the pdf term is 0 from |x| = 10 on (x * pdf(x) < 1e-21 there; inf * 0 would be NaN) and NaN at NaN
     from tg.tensor.gradient import set_custom_gradient
 
     cls, x_u, phi_u = x._tensor_class(), x.uop, phi.uop
@@ -400,8 +429,11 @@ def gelu_erf(x: Tensor) -> Tensor:
         xt = cls(x_u)
         inside = xt.abs() < 10.0
         xc = inside.where(xt, 0.0)
-        pdf = (xc * xc * -0.5).exp() * (1 / math.sqrt(2 * math.pi))
-        phi = _phi_for_gradient(xt) if xt.dtype is dtypes.float32 else cls(phi_u)
+        if xt.dtype is dtypes.float32:
+            phi, decay = _phi_f32(xt)
+        else:
+            phi, decay = cls(phi_u), (xc * xc * -0.5).exp()
+        pdf = decay * (1 / math.sqrt(2 * math.pi))
         return ((cls(g_u) * (phi + inside.where(xc * pdf, xt.isnan().where(xt, 0.0)))).uop,)
 
     set_custom_gradient(y.uop, (x.uop,), rule)

@@ -328,9 +328,12 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
         # summed by autograd) is computed row by row in scalar registers, which share the register file: no spilling
         # (the transformer's fc2 input gradient: 65 ms with 8 rows, 30 with 4). Contiguous along the rows (g.T @ x,
         # the weight gradient) it is computed a vector at a time and the large tile pays (55-67 -> 22-26 ms).
+        # Nor does a reduce over several loops, or one that the short unroll does not divide (a 3x3 convolution's
+        # (ci, kh, kw): ResNet block conv forward 2.6-2.7 ms with 4 rows, 3.8-3.9 with 8 and no K unroll).
         a_loads = [u for u in a.toposort() if u.op is Ops.LOAD]
         fused_rows = _computed(a) and _gathers(a_loads, m_axis) > 0
-        budget = regs - vecs - 1 if fused_rows else regs
+        long_reduce = len(red.src) == 2 and const_size(k_axis) % min(SPILLING_TILE_UNROLLS) == 0
+        budget = regs if long_reduce and not fused_rows else regs - vecs - 1
         for mr in rows:
             if const_size(m_axis) % mr == 0 and mr * vecs <= min(budget, MAX_TILE_ACCUMULATORS):
                 k = k.split_axis(m_axis.axis_id, (AxisType.LOOP, AxisType.GLOBAL), mr, AxisType.UPCAST)

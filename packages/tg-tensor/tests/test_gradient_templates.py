@@ -39,12 +39,13 @@ def _params(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, Tensor, T
 
 def test_a_repeated_structure_hits_and_gives_each_batch_its_gradients(rng):
     wn, bn, w, b = _params(rng)
-    batches = [rng.standard_normal((4, 5)).astype(np.float32) for _ in range(3)]
+    batches = [rng.standard_normal((4, 5)).astype(np.float32) for _ in range(4)]
     for i, x in enumerate(batches):
         got = _mlp_grads(x, w, b)
         for g, want in zip(got, _numpy_mlp_grads(x, wn, bn), strict=True):
             np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
-        assert gradcache.stats == {"hits": i, "misses": 1}
+        # the first backward from such a root is not walked, the second makes the template, later ones use it
+        assert gradcache.stats == {"hits": max(i - 1, 0), "misses": min(i + 1, 2)}
 
 
 @pytest.mark.parametrize(
@@ -55,6 +56,7 @@ def test_a_different_structure_misses(rng, change):
     wn, bn, w, b = _params(rng)
     x = rng.standard_normal((4, 5)).astype(np.float32)
     _mlp_grads(x, w, b)
+    _mlp_grads(x, w, b)  # the second backward of the structure makes its template
     if change == "shape":
         x2 = rng.standard_normal((6, 5)).astype(np.float32)
         got, want = _mlp_grads(x2, w, b), _numpy_mlp_grads(x2, wn, bn)
@@ -76,19 +78,19 @@ def test_a_different_structure_misses(rng, change):
                                 bn.astype(np.float16).astype(np.float32))  # fmt: skip
         for g, v in zip(got, want, strict=True):
             np.testing.assert_allclose(g, v, rtol=2e-2, atol=2e-2)
-        assert gradcache.stats == {"hits": 0, "misses": 2}
+        assert gradcache.stats == {"hits": 0, "misses": 3}
         return
     for g, v in zip(got, want, strict=True):
         np.testing.assert_allclose(g, v, rtol=1e-5, atol=1e-5)
-    assert gradcache.stats == {"hits": 0, "misses": 2}
+    assert gradcache.stats == {"hits": 0, "misses": 3}
 
 
 def test_templates_pin_no_buffer_and_see_assigned_weights(rng):
     _, bn, w, b = _params(rng)
-    x = Tensor(rng.standard_normal((4, 5)).astype(np.float32))
-    w.grad = b.grad = None
-    ((x @ w + b).relu() * 2.0).sum().backward()
-    w.grad = b.grad = None
+    for _ in range(2):  # the second backward makes the template
+        x = Tensor(rng.standard_normal((4, 5)).astype(np.float32))
+        ((x @ w + b).relu() * 2.0).sum().backward()
+        w.grad = b.grad = None
     first_input = weakref.ref(x.uop)
     del x
     gc.collect()
@@ -118,7 +120,7 @@ def test_convolution_templates_equal_the_full_path(rng):
     with Context(GRAD_CACHE=0):
         want = [grads(x) for x in xs]
     got = [grads(x) for x in xs]
-    assert gradcache.stats == {"hits": 2, "misses": 1}
+    assert gradcache.stats == {"hits": 1, "misses": 2}
     for g, v in zip(got, want, strict=True):
         np.testing.assert_array_equal(g[0], v[0])
 

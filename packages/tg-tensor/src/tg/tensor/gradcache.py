@@ -2,10 +2,11 @@
 
 An eager training loop differentiates a new graph of one structure every step. The gradient rules (tensor-level
 ops, custom rules such as the convolution's) then run again to build the same gradient graph over new buffers.
-Here the first backward of a structure runs `compute_gradient` and keeps its targets' gradients as a template: the
+Here a backward of a structure seen before runs `compute_gradient` and keeps its targets' gradients as a template: the
 gradient-only nodes as a program over the forward nodes they read, named by position in the walk (so a template
 holds no buffer of the step it came from); a later backward of the same structure runs the program over this
-graph's nodes (hash-consing gives back the very nodes the rules would have built).
+graph's nodes (hash-consing gives back the very nodes the rules would have built). The first backward from a root
+of a kind (op, dtype, arg, number of targets) is not even walked: a graph differentiated once costs nothing extra.
 
 The structure key is `tg.tensor.plans.Structure`'s (op, dtype, arg, tag and source positions per node, buffers by
 first appearance) plus what else decides the rules' output: which nodes are targets and which have a custom
@@ -57,11 +58,13 @@ class _Template:
 
 
 _templates: OrderedDict[tuple[Any, ...], _Template] = OrderedDict()
+_seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()  # roots differentiated before (see target_gradients)
 
 
 def clear_gradient_templates() -> None:
     """Forget every template."""
     _templates.clear()
+    _seen.clear()
     stats.update(hits=0, misses=0)
 
 
@@ -70,9 +73,19 @@ def target_gradients(
 ) -> dict[UOp, UOp]:
     """Gradients of `root` (seeded with `seed`) for the `targets` it depends on, as `compute_gradient` gives them,
     from a template when a graph of the same structure was differentiated before."""
-    walk = Structure(UOp(Ops.SINK, src=(root, seed))) if GRAD_CACHE.value else None
+    # a graph is walked for its key only when a backward from a root like this one (op, dtype, arg, number of
+    # targets) ran before: a graph differentiated once (a deep one-off graph, a loop's first step) pays nothing
+    first = (root.op, root.dtype, root.arg, len(targets))
+    if GRAD_CACHE.value and first not in _seen:
+        if len(_seen) >= _MAX_TEMPLATES:
+            _seen.popitem(last=False)
+        _seen[first] = None
+        walk = None
+    else:
+        walk = Structure(UOp(Ops.SINK, src=(root, seed))) if GRAD_CACHE.value else None
     key = _key(walk, targets, origins) if walk is not None else None
     if key is None:
+        stats["misses"] += GRAD_CACHE.value > 0
         return _only_targets(compute_gradient(root, seed, targets, origins, stored=stored), targets)
     assert walk is not None
     if (template := _templates.get(key)) is not None:
@@ -97,8 +110,9 @@ def _key(walk: Structure, targets: set[UOp], origins: Mapping[UOp, UOp]) -> tupl
         return None
     pos = walk.positions
     decided: list[Any] = []  # (position, custom rule's code, its inputs' positions) and target positions
+    any_origins = len(origins) > 0
     for i, u in enumerate(walk.order):
-        if u.op in _UNCACHED_OPS or (u in origins and u not in targets):
+        if u.op in _UNCACHED_OPS or (any_origins and u in origins and u not in targets):
             return None
         if u in targets:
             decided.append(i)

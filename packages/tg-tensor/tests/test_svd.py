@@ -9,8 +9,10 @@ from tg.tensor import Tensor, dtypes
 RNG = np.random.default_rng(12)
 
 
-def check_svd(a: np.ndarray, full_matrices: bool = True, atol: float = 2e-5) -> None:
-    u, s, vh = (t.numpy().astype(np.float64) for t in Tensor(a).svd(full_matrices=full_matrices))
+def check_svd(a: np.ndarray, full_matrices: bool = True, atol: float = 2e-5) -> tuple[Tensor, Tensor, Tensor]:
+    """Checks Tensor(a).svd() against numpy (values, reconstruction, orthogonality, shapes); returns (u, s, vh)."""
+    result = Tensor(a).svd(full_matrices=full_matrices)
+    u, s, vh = (t.numpy().astype(np.float64) for t in result)
     m, n = a.shape[-2:]
     k = min(m, n)
     batch = a.shape[:-2]
@@ -27,6 +29,7 @@ def check_svd(a: np.ndarray, full_matrices: bool = True, atol: float = 2e-5) -> 
     np.testing.assert_allclose(
         vh @ np.swapaxes(vh, -1, -2), np.broadcast_to(np.eye(rows_vh), (*batch, rows_vh, rows_vh)), atol=atol
     )
+    return result
 
 
 # 17x17: more Jacobi sweeps of the same kernels as 4x4 (~10 CPU-s), in the slow run; a wide matrix (3x6, transposed
@@ -58,14 +61,16 @@ def test_svd_rank_deficient_matrices_keep_orthonormal_vectors():
     check_svd(np.ones((3, 3), np.float32))
 
 
-def test_svd_ill_conditioned_float64():
+# one decomposition per case (~30 kernels in float64); full_matrices=True (U completed to 12x12, the path the float32
+# shapes above take by default) with --slow
+@pytest.mark.parametrize("full_matrices", [False, pytest.param(True, marks=SLOW)])
+def test_svd_ill_conditioned_float64(full_matrices):
     q1, _ = np.linalg.qr(RNG.standard_normal((12, 12)))
     q2, _ = np.linalg.qr(RNG.standard_normal((9, 9)))
     a = q1[:, :9] @ np.diag(np.logspace(0, -10, 9)) @ q2
-    s = Tensor(a).svd(full_matrices=False)[1]
+    s = check_svd(a, full_matrices=full_matrices, atol=1e-12)[1]
     assert s.dtype == dtypes.float64
     np.testing.assert_allclose(s.numpy(), np.logspace(0, -10, 9), rtol=1e-6, atol=1e-14)
-    check_svd(a, atol=1e-12)
 
 
 def test_svd_dtypes_and_errors():

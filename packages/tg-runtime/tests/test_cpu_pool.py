@@ -1,11 +1,15 @@
 """The CPU thread pool (`cpu_pool.c`): threaded kernels run every thread id once, through their entry wrapper,
 with buffers and variables passed intact; many back-to-back launches, more threads than cores, the Python-pool
-fallback and a forked child all give the single-threaded result."""
+fallback and a forked child all give the single-threaded result; a kernel whose threaded launches are slower (a worker
+stalls holding an id, as a descheduled one does) runs on the caller alone, and every id still runs exactly once."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -17,7 +21,7 @@ from tg.codegen.render.cstyle import ClangRenderer
 from tg.ir.dtype import dtypes
 from tg.ir.ops import AxisType
 from tg.ir.uop import UOp
-from tg.runtime.backends.cpu_program import c_thread_pool
+from tg.runtime.backends.cpu_program import CThreadPool, c_thread_pool
 from tg.runtime.device import Buffer, Device
 from tg.runtime.engine import CompiledRunner
 
@@ -105,3 +109,85 @@ def test_pool_works_in_a_forked_child(src: np.ndarray) -> None:
         proc.join(10)
         if proc.is_alive():
             proc.kill()
+
+
+# ---- the pool itself, driven with a Python entry (ctypes takes the GIL for each id) ----------------------------------
+
+ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int)
+
+
+class Recorder:
+    """An entry for the pool that records which thread ran each id; ids run by a worker sleep `worker_stall` seconds
+    (a worker descheduled while it holds an id), ids run by the caller `caller_s`."""
+
+    def __init__(self, worker_stall: float = 0.0, caller_s: float = 0.0) -> None:
+        self.worker_stall, self.caller_s = worker_stall, caller_s
+        self.runs: list[tuple[int, int]] = []  # (id, thread ident)
+        self.caller = threading.get_ident()
+        self.entry = ENTRY(self._run)
+        self.address = ctypes.cast(self.entry, ctypes.c_void_p).value
+
+    def _run(self, args: Any, t: int) -> None:
+        me = threading.get_ident()
+        self.runs.append((t, me))
+        time.sleep(self.caller_s if me == self.caller else self.worker_stall)
+
+    def launch(self, pool: CThreadPool, ids: int, threads: int) -> list[tuple[int, int]]:
+        self.runs = []
+        pool.run(self.address, [], ids, threads)
+        return self.runs
+
+
+def c_pool() -> CThreadPool:
+    pool = c_thread_pool()
+    assert pool is not None, "the C pool builds wherever the CPU device works"
+    return pool
+
+
+@pytest.mark.parametrize("ids,threads", [(37, 2), (37, 4), (5, 8), (12, 1)])
+def test_every_id_runs_exactly_once(ids: int, threads: int) -> None:
+    """More ids than threads, more threads than ids, and one thread (CPU_COUNT=1): each id once per launch."""
+    rec, pool = Recorder(), c_pool()
+    for _ in range(20):
+        assert sorted(t for t, _ in rec.launch(pool, ids, threads)) == list(range(ids))
+
+
+def test_one_thread_runs_every_id_on_the_caller() -> None:
+    rec, pool = Recorder(), c_pool()
+    before = pool.stats()
+    assert {who for _, who in rec.launch(pool, 12, 1)} == {rec.caller}
+    assert pool.stats()["threaded"] == before["threaded"], "a one-thread launch is not offered to workers"
+
+
+def test_a_kernel_whose_workers_stall_runs_on_the_caller() -> None:
+    """Threaded launches of this kernel wait 50 ms for a worker sleeping in its id, solo ones take 8 ms: after its
+    first two launches (one each way) it runs on the caller alone, except every 16th launch, which re-times the
+    threaded way; every id still runs exactly once."""
+    rec, pool = Recorder(worker_stall=0.05, caller_s=0.001), c_pool()
+    first = rec.launch(pool, 8, 2)
+    assert sorted(t for t, _ in first) == list(range(8))
+    if {who for _, who in first} == {rec.caller}:
+        pytest.skip("no worker was scheduled within the caller's 8 ms of ids: nothing stalled")
+    rec.launch(pool, 8, 2)  # the second launch times the caller alone
+    est = pool.stats(rec.address)
+    assert 0 < est["solo_ns"] < est["threaded_ns"], est
+    before = pool.stats()
+    for _ in range(15):
+        runs = rec.launch(pool, 8, 2)
+        assert sorted(t for t, _ in runs) == list(range(8)) and {who for _, who in runs} == {rec.caller}
+    after = pool.stats()
+    assert after["solo"] - before["solo"] == 15 and after["threaded"] == before["threaded"], (before, after)
+    rec.launch(pool, 8, 2)  # the 16th: offered to the workers again
+    assert pool.stats()["threaded"] == after["threaded"] + 1
+
+
+def test_a_threaded_kernel_is_exact_both_ways(src: np.ndarray) -> None:
+    """A real kernel's results are the same whichever way the pool runs its launches (its first launches try both;
+    later ones follow the timing)."""
+    runner = CompiledRunner(get_program(add_n_kernel(), renderer(2), [split(0, 6, AxisType.THREAD, True)]), "CPU")
+    pool = c_pool()
+    before = pool.stats()
+    for n in range(40):
+        np.testing.assert_array_equal(launch(runner, src, n), src.reshape(ROWS, COLS) * 2 + n)
+    after = pool.stats()
+    assert after["threaded"] > before["threaded"] and after["solo"] > before["solo"], (before, after)

@@ -100,7 +100,9 @@ class CThreadPool:
     ``run(entry, args, n, threads)`` calls the kernel's entry wrapper ``entry(args, t)`` once for every t in [0, n) on
     up to `threads` OS threads (the caller is one) and returns once all are done; `args` are the buffer addresses then
     the variable values. Ids are handed out one at a time, so a kernel split into more ids than cores keeps every
-    core busy even when another process takes one of them for a while.
+    core busy even when another process takes one of them for a while. Each kernel's launches are timed both threaded
+    and on the caller alone, and run the way that has been faster lately (on a loaded machine, often the caller
+    alone; `stats` counts both). Which thread runs an id never changes the result.
     """
 
     def __init__(self, lib: ctypes.CDLL) -> None:
@@ -118,6 +120,15 @@ class CThreadPool:
     def workers(self) -> int:
         """Worker threads started so far (they live as long as the process)."""
         return int(self._lib.tg_pool_workers())
+
+    def stats(self, entry: int | None = None) -> dict[str, int]:
+        """Launch counters since the process started: ``threaded`` (launches offered to the workers) and ``solo``
+        (multi-id launches run on the caller alone, because that had been faster for the kernel lately); with an
+        `entry`, also that kernel's current launch-time estimates in ns, ``solo_ns`` and ``threaded_ns`` (0: not
+        measured yet)."""
+        out = (ctypes.c_longlong * 4)()
+        self._lib.tg_pool_stats(ctypes.c_void_p(entry), out)
+        return dict(zip(("threaded", "solo", "solo_ns", "threaded_ns"), map(int, out), strict=True))
 
 
 _pool = ThreadPool()

@@ -6,7 +6,8 @@
  * int core_id)` (rendered by ClangRenderer), so one pool serves every kernel.
  *
  * A launch publishes the job and starts a new generation in `state`; workers spin on it (with a pause
- * instruction) for TG_SPIN_NS after their last job, then sleep on a condition variable. Spinning makes
+ * instruction) for TG_SPIN_NS after their last job (less once the caller runs kernels alone, see solo_streak),
+ * then sleep on a condition variable. Spinning makes
  * back-to-back launches cost about a microsecond; sleeping keeps an idle process from burning a core. 1 ms
  * outlasts the Python an eager loop runs between two kernels (100 us did not: a 256^3 matmul loop paid a wake-up
  * per step).
@@ -31,6 +32,7 @@
 
 #define TG_MAX_WORKERS 255
 #define TG_SPIN_NS 1000000LL /* how long an idle worker spins before it sleeps */
+#define TG_SOLO_SLEEP 2      /* solo launches in a row after which idle workers sleep at once */
 
 typedef void (*tg_entry)(const long long *args, int core_id);
 
@@ -74,6 +76,9 @@ typedef struct {
 } kernel_timing;
 static kernel_timing timings[TG_KERNEL_SLOTS];
 static long long launches_threaded, launches_solo; /* counters for tests and benchmarks */
+/* Solo launches since the last threaded one. Read by spinning workers: when the caller runs kernels alone, the next
+ * threaded launch may be many launches away, and a worker spinning for it would take the caller's share of the CPU. */
+static int solo_streak;
 
 /* The timing slot of a kernel, made on first use when `create` (null without it when the kernel has none). When its
  * TG_PROBES slots are taken by other kernels, the first is reset and given to this one: lookups stay bounded, and a
@@ -125,7 +130,8 @@ static void *worker(void *arg) {
     unsigned spins = 0;
     while (current_generation() == seen) {
       cpu_relax();
-      if ((++spins & 255) == 0 && now_ns() - spin_start > TG_SPIN_NS) {
+      if ((++spins & 255) == 0 && (now_ns() - spin_start > TG_SPIN_NS ||
+                                   __atomic_load_n(&solo_streak, __ATOMIC_RELAXED) >= TG_SOLO_SLEEP)) {
         pthread_mutex_lock(&mu);
         sleepers++;
         while (current_generation() == seen) pthread_cond_wait(&wake, &mu);
@@ -211,6 +217,7 @@ int tg_pool_run(tg_entry fn, const long long *args, int n, int threads) {
     record_time(timing, workers > 0, now_ns() - start);
     if (workers) launches_threaded++;
     else launches_solo++;
+    __atomic_store_n(&solo_streak, workers ? 0 : solo_streak + 1, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&job_mu);
   return workers;

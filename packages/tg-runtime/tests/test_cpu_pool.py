@@ -114,6 +114,7 @@ def test_pool_works_in_a_forked_child(src: np.ndarray) -> None:
 # ---- the pool itself, driven with a Python entry (ctypes takes the GIL for each id) ----------------------------------
 
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int)
+_recorders: list[Recorder] = []
 
 
 class Recorder:
@@ -126,6 +127,7 @@ class Recorder:
         self.caller = threading.get_ident()
         self.entry = ENTRY(self._run)
         self.address = ctypes.cast(self.entry, ctypes.c_void_p).value
+        _recorders.append(self)  # kept alive: a new entry at a freed one's address would inherit its timing
 
     def _run(self, args: Any, t: int) -> None:
         me = threading.get_ident()

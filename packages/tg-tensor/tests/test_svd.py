@@ -51,14 +51,15 @@ def test_svd_batched_and_reduced(shape):
     check_svd(a, full_matrices=False)
 
 
+# the shapes of test_svd_matches_numpy (6x3, 4x4): the same ~30 kernels a shape, compiled once for both tests
 def test_svd_rank_deficient_matrices_keep_orthonormal_vectors():
-    low_rank = (RNG.standard_normal((6, 2)) @ RNG.standard_normal((2, 5))).astype(np.float32)
+    low_rank = (RNG.standard_normal((6, 2)) @ RNG.standard_normal((2, 3))).astype(np.float32)  # rank 2 of 3
     check_svd(low_rank)
-    zero_col = RNG.standard_normal((5, 5)).astype(np.float32)
+    zero_col = RNG.standard_normal((4, 4)).astype(np.float32)
     zero_col[:, 2] = 0
     check_svd(zero_col)
-    check_svd(np.zeros((4, 3), np.float32))  # every singular value 0: U and V still orthogonal
-    check_svd(np.ones((3, 3), np.float32))
+    check_svd(np.zeros((6, 3), np.float32))  # every singular value 0: U and V still orthogonal
+    check_svd(np.ones((4, 4), np.float32))  # rank 1
 
 
 # one decomposition per case (~30 kernels in float64); full_matrices=True (U completed to 12x12, the path the float32
@@ -81,7 +82,7 @@ def test_svd_dtypes_and_errors():
     u, s, vh = Tensor(h).svd(full_matrices=False)  # float16 computes in float32 and returns float16
     assert (u.dtype, s.dtype, vh.dtype) == (dtypes.float16,) * 3
     np.testing.assert_allclose(s.numpy(), np.linalg.svd(h.astype(np.float64), compute_uv=False), rtol=2e-3)
-    nan = np.eye(3, dtype=np.float32)
+    nan = np.eye(4, dtype=np.float32)  # 4x4: test_svd_matches_numpy's kernels
     nan[1, 1] = np.nan
     assert np.isnan(Tensor(nan).svd()[1].numpy()).any()  # NaN in, NaN out (a fixed number of sweeps: no hang)
     with pytest.raises(ValueError, match=r"svd: needs a matrix .* got shape \(3,\)"):

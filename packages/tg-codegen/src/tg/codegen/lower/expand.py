@@ -53,7 +53,7 @@ def widened_half_loads(topo: list[UOp], renderer: Renderer) -> set[UOp]:
     return ok
 
 
-def _gathered_loads(loads: list[UOp], r: UOp) -> int:
+def gathered_loads(loads: list[UOp], r: UOp) -> int:
     """How many of `loads` move with range `r` other than by one element per step (vector lanes along `r` would load
     them one by one)."""
     return sum(1 for ld in loads if r in ld.src[0].src[1].toposort()
@@ -127,7 +127,7 @@ class Expander:
                             break
         # an output axis whose loads would be gathered lane by lane (`x @ W.T`'s columns, W read along K) gives way
         # to a reduce axis that every load moving with it reads contiguously (a dot-product tile)
-        for _, r, dt in sorted(cands, key=lambda c: (_gathered_loads(loads, c[1]) > 0, c[0])):
+        for _, r, dt in sorted(cands, key=lambda c: (gathered_loads(loads, c[1]) > 0, c[0])):
             w = self._lanes_for(dt)
             while w > 1 and int(r.range_size) % w:
                 w //= 2

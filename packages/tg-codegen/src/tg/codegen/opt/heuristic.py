@@ -20,7 +20,7 @@ Every step is skipped when it is not legal (KernelOptError); the heuristic never
 
 from __future__ import annotations
 
-from tg.codegen.lower.expand import VECTOR_DTYPES, widened_half_loads
+from tg.codegen.lower.expand import VECTOR_DTYPES, gathered_loads, widened_half_loads
 from tg.codegen.opt.gpu_heuristic import gpu_opts
 from tg.codegen.opt.kernel import THREAD_IDS_PER_CORE, OptKernel, const_size, index_stride, vector_lanes
 from tg.codegen.opt.opts import split
@@ -75,8 +75,7 @@ def _matmul_parts(k: OptKernel) -> tuple[UOp, tuple[UOp, UOp], UOp, list[UOp], i
     out_axes = [r for r in k.ranges if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     store_idx = stores[0].src[0].src[1]
     contiguous_out = next((r for r in out_axes if index_stride(store_idx, r) == 1 and const_size(r) > 1), None)
-    op_loads = [u for op in ops for u in op.toposort() if u.op is Ops.LOAD]
-    if contiguous_out is None or lanes < 2 or _is_matvec(reduces[0], op_loads, contiguous_out, out_axes):
+    if contiguous_out is None or lanes < 2 or _is_matvec(reduces[0], _operand_loads(ops), contiguous_out, out_axes):
         return None
     return reduces[0], ops, contiguous_out, out_axes, lanes, _work(k)
 
@@ -100,8 +99,12 @@ def _columns_gathered(ops: tuple[UOp, UOp], n_axis: UOp) -> bool:
     contiguous along K): vector columns of a register tile would load it lane by lane, so a dot-product tile along
     the reduce axis (contiguous in both operands) replaces it. Measured on the 2-core AVX2 box, one thread, thread CPU
     time: (1024x1024)@(1024x256)^T 13 -> 41 GFLOP/s, (512x64)@(64x256)^T 11 -> 39-51."""
-    loads = [u for op in ops for u in op.toposort() if u.op is Ops.LOAD]
-    return _gathers(loads, n_axis) > 0
+    return gathered_loads(_operand_loads(ops), n_axis) > 0
+
+
+def _operand_loads(ops: tuple[UOp, UOp]) -> list[UOp]:
+    """The LOADs the two operands of a matmul-like reduction read."""
+    return [u for op in ops for u in op.toposort() if u.op is Ops.LOAD]
 
 
 def _lanes(k: OptKernel, topo: list[UOp], stores: list[UOp]) -> int:
@@ -152,7 +155,9 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
         # vectorise the reduce loop unless that gathers more loads than vectorising the contiguous output axis (an
         # embedding's gradient: the token ids run along the reduce, the gradient rows along the output)
         along_reduce = any(index_stride(ld.src[0].src[1], red_r) == 1 for ld in loads)
-        if along_reduce and (contiguous_out is None or _gathers(loads, red_r) <= _gathers(loads, contiguous_out)):
+        if along_reduce and (
+            contiguous_out is None or gathered_loads(loads, red_r) <= gathered_loads(loads, contiguous_out)
+        ):
             size = const_size(red_r)
             if (dot := _dot_tile(k, reduces[0], out_axes, lanes)) is not None:
                 return _threads(dot, work)
@@ -180,11 +185,6 @@ def hand_coded_opts(k: OptKernel) -> OptKernel:
                 k = k.split_axis(contiguous_out.axis_id, loop_t, f, AxisType.UPCAST)
                 break
     return _threads(k, work)
-
-
-def _gathers(loads: list[UOp], r: UOp) -> int:
-    """How many of `loads` move with `r` but not contiguously (vectorising r would load them lane by lane)."""
-    return sum(r in _ranges(ld.src[0].src[1]) and index_stride(ld.src[0].src[1], r) != 1 for ld in loads)
 
 
 def _dot_tile(k: OptKernel, red: UOp, out_axes: list[UOp], lanes: int) -> OptKernel | None:
@@ -331,7 +331,7 @@ def _matmul_tile(k: OptKernel, red: UOp, ops: tuple[UOp, UOp], n_axis: UOp, out_
         # Nor does a reduce over several loops, or one that the short unroll does not divide (a 3x3 convolution's
         # (ci, kh, kw): ResNet block conv forward 2.6-2.7 ms with 4 rows, 3.8-3.9 with 8 and no K unroll).
         a_loads = [u for u in a.toposort() if u.op is Ops.LOAD]
-        fused_rows = _computed(a) and _gathers(a_loads, m_axis) > 0
+        fused_rows = _computed(a) and gathered_loads(a_loads, m_axis) > 0
         long_reduce = len(red.src) == 2 and const_size(k_axis) % min(SPILLING_TILE_UNROLLS) == 0
         budget = regs if long_reduce and not fused_rows else regs - vecs - 1
         for mr in rows:

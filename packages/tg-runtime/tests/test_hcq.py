@@ -216,6 +216,34 @@ def test_copy_with_a_variable_size(dev: HCQDevice) -> None:
         assert got[:n] == (bytes(range(256)) * 16)[:n] and got[n:] == bytes(4096 - n)
 
 
+def test_transfer_program_follows_the_device_a_name_opens_under_dev() -> None:
+    from tg.runtime.hcq.run import transfer_program
+
+    # the same name is another device under another DEV: the cached transfer program must link the current one
+    if _dev_setting() != "HCQ+CPU":
+        pytest.skip("needs two HCQ+CPU targets for one name")
+    with Context(DEV="HCQ+CPU"):
+        src, first = Device["CPU"], Device["CPU:1"]
+        to_first = transfer_program(src, "CPU:1")
+    with Context(DEV="HCQ+CPU:CLANG:x86-64-v2"):
+        second = Device["CPU:1"]
+        to_second = transfer_program(src, "CPU:1")
+        assert transfer_program(src, "CPU:1") is to_second  # still cached per device
+    assert first is not second and to_first is not to_second
+    assert first in to_first.devices and second not in to_first.devices
+    assert second in to_second.devices and first not in to_second.devices
+    with Context(DEV="HCQ+CPU"):
+        a = Buffer("CPU", 64, dtypes.uint8).ensure_allocated()  # on src
+        a.copyin(bytes(range(64)))
+    for setting, dst in (("HCQ+CPU", first), ("HCQ+CPU:CLANG:x86-64-v2", second)):
+        with Context(DEV=setting):  # a buffer of the device CPU:1 opens under this DEV
+            b = Buffer("CPU:1", 64, dtypes.uint8).ensure_allocated()
+            assert b._buf.owner is dst
+            src.transfer(b._buf, a._buf, 64)
+            src.synchronize()
+            assert bytes(b.as_memoryview()) == bytes(range(64))
+
+
 def test_memory_barrier_before_a_copy(dev: HCQDevice) -> None:
     from tg.tensor import Tensor
 

@@ -195,8 +195,11 @@ def one_call_program(dev: HCQDevice, program: Any, shape: tuple[Any, ...], globa
 def transfer_program(dev: HCQDevice, dst_device: str | None = None) -> LinkedBatch:
     """The device's linked one-COPY program into memory of ``dst_device`` (default: its own): slot 0 the
     destination, slot 1 the source, variable ``_nbytes`` the byte count."""
-    cached: dict[tuple[str, str], LinkedBatch] = dev.__dict__.setdefault("_transfer_programs", {})
-    key = (dst_device or dev.device, runtime_name())
+    cached: dict[tuple[str, Any, str], LinkedBatch] = dev.__dict__.setdefault("_transfer_programs", {})
+    dst_name = dst_device or dev.device
+    # keyed on the device the name opens now, not the name alone: link_batch resolves names under the current DEV,
+    # and the same name is another device under another DEV (DEV=HCQ+CPU vs HCQ+CPU:CLANG:x86-64-v2 for CPU:1)
+    key = (dst_name, ENV.hcq_device(dst_name), runtime_name())
     if (lb := cached.get(key)) is None:
         nbytes = Variable("_nbytes", 0, 2**62, dtypes.uint64)
         dst, src = ir.slot_param(0, key[0], dtypes.uint8, 1), ir.slot_param(1, dev.device, dtypes.uint8, 1)
@@ -204,7 +207,7 @@ def transfer_program(dev: HCQDevice, dst_device: str | None = None) -> LinkedBat
         call = UOp(Ops.CALL, dtypes.void, (body, dst, src, nbytes))
         batch = compile_batch([call], ENV, profile=False)
         dev.__dict__.setdefault("_transfer_batches", []).append(batch)
-        lb = cached[key] = link_batch(batch, submitter_of(batch), ENV, key[1])
+        lb = cached[key] = link_batch(batch, submitter_of(batch), ENV, key[2])
         lb.name = f"transfer to {key[0]}"
     return lb
 

@@ -357,3 +357,21 @@ def test_affine_decomposes_index_sums_in_one_range() -> None:
         assert x.substitute(env).simplify().arg == c * rv + rest.substitute(env).simplify().arg == expected
     assert affine(r * r, r) is None and affine(r // 2, r) is None
     assert affine(q + 1, r) == (0, q + 1)
+
+
+def test_a_simplified_node_is_freed_without_the_cyclic_collector() -> None:
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        unique_range = UOp.range(23, 977)  # a node no other test holds: freed as soon as it is dropped
+        expr = unique_range * 3 + 1  # already simplest: simplify() returns the node itself
+        simplified = (expr + 0).simplify()  # simplifies to `expr`
+        assert simplified is expr and expr.simplify() is expr
+        refs = [weakref.ref(unique_range), weakref.ref(expr)]
+        del unique_range, expr, simplified
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()

@@ -391,15 +391,20 @@ pm_dead_ranges = PatternMatcher([
 ])  # fmt: skip
 
 
+# the cached simplification of a node that simplifies to itself: a marker, not the node (a node whose __dict__ held
+# itself would be a reference cycle, freed only by the cyclic garbage collector)
+_ITSELF = object()
+
+
 def simplify(u: UOp) -> UOp:
     """Run the `symbolic` rules on `u` to a fixed point (cached per node)."""
     cached: Any = u.__dict__.get("_simplified")
     if cached is not None:
-        return cached
+        return u if cached is _ITSELF else cached
     ret = graph_rewrite(u, symbolic, name="simplify")
-    u.__dict__["_simplified"] = ret
+    u.__dict__["_simplified"] = _ITSELF if ret is u else ret
     if ret is not u:
-        ret.__dict__.setdefault("_simplified", ret)
+        ret.__dict__.setdefault("_simplified", _ITSELF)
     return ret
 
 

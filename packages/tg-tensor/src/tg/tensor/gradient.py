@@ -142,13 +142,15 @@ pm_gradient = PatternMatcher(
 
 _CUSTOM = "_tg_custom_gradient"  # memo on a node: (inputs, rule) from set_custom_gradient
 
-CustomGradient = Callable[[UOp, tuple[bool, ...]], tuple["UOp | None", ...]]
+CustomGradient = Callable[[UOp, tuple[bool, ...], UOp], tuple["UOp | None", ...]]
 
 
 def set_custom_gradient(node: UOp, inputs: tuple[UOp, ...], rule: CustomGradient) -> None:
-    """Differentiate `node` as a function of `inputs` alone: `rule(incoming gradient, needed)` returns one gradient
-    per input (None where none flows; `needed[i]` says whether input i leads to a target, so a rule may skip building
-    the others) and the graph between `inputs` and `node` is never differentiated node by node.
+    """Differentiate `node` as a function of `inputs` alone: `rule(incoming gradient, needed, node)` returns one
+    gradient per input (None where none flows; `needed[i]` says whether input i leads to a target, so a rule may skip
+    building the others) and the graph between `inputs` and `node` is never differentiated node by node. The rule is
+    stored on `node` and gets it as an argument: a rule that captured `node` (or a tensor of it) would make a reference
+    cycle that keeps the whole graph alive until Python's cyclic garbage collector finds it.
 
     For ops whose node-by-node gradient is a poor program (a convolution's sliding windows give an overlap-add of
     an im2col-shaped product; its input gradient as a convolution of the output gradient vectorises like the forward).
@@ -234,7 +236,7 @@ def compute_gradient(
         elif (custom := node.__dict__.get(_CUSTOM)) is not None:
             srcs, rule = custom
             on_path = set(path) if on_path is None else on_path
-            local = rule(g, tuple(s in targets or s in on_path for s in srcs))
+            local = rule(g, tuple(s in targets or s in on_path for s in srcs), node)
         else:
             local = cast("tuple[UOp | None, ...] | None", pm_gradient.rewrite(node, ctx=g))
             srcs = node.src

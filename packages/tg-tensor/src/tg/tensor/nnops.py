@@ -136,7 +136,7 @@ def _conv_gradient(
     kernel, in_sp, out_sp = weight.shape[2:], x.shape[2:], ret.shape[2:]
     cout_g = cout // groups
 
-    def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
+    def rule(g_u: UOp, needed: tuple[bool, ...], _conv_u: UOp) -> tuple[UOp | None, ...]:
         g, xt, wt = cls(g_u), cls(x_u), cls(w_u)
         dx = _input_gradient(g, wt).cast(xt.dtype).uop if needed[0] else None
         dw = _weight_gradient(g).cast(wt.dtype).uop if needed[1] else None

@@ -113,9 +113,13 @@ def _exp(self: Ew) -> Ew:
     if dt is dtypes.float32:
         from tg.tensor.gradient import set_custom_gradient
 
-        ret_u = ret.uop
-        set_custom_gradient(ret_u, (self.uop,), lambda g_u, needed: (g_u.alu(Ops.MUL, ret_u) if needed[0] else None,))
+        set_custom_gradient(ret.uop, (self.uop,), _exp_gradient)
     return ret
+
+
+def _exp_gradient(g_u: UOp, needed: tuple[bool, ...], exp_u: UOp) -> tuple[UOp | None]:
+    """d exp(x) = g * exp(x): the node itself (a custom gradient of `_exp`)."""
+    return (g_u.alu(Ops.MUL, exp_u) if needed[0] else None,)
 
 
 def _expm1_small(r: Tensor) -> Tensor:
@@ -202,17 +206,20 @@ def tanh(self: Tensor) -> Tensor:
     # y -> 1; 0 where e underflows), in float64 for the wide form; 1 - y^2 where |y| < 0.5 for the narrow one
     from tg.tensor.gradient import set_custom_gradient
 
-    def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
+    device = y.device
+
+    def rule(g_u: UOp, needed: tuple[bool, ...], tanh_u: UOp) -> tuple[UOp | None, ...]:
+        # tanh_u is y's node, passed in (captured, it would be a reference cycle through the node's rule)
         if not needed[0]:
             return (None,)
-        et = Ew(e_u, y.device)
+        et = Ew(e_u, device)
         ope = 1.0 + et
         d = et * 4.0 / (ope * ope)
         if small_u is None:
-            d = d.cast(y_u.dtype)
+            d = d.cast(tanh_u.dtype)
         else:
-            yt = Ew(y_u, y.device)
-            d = Ew(small_u, y.device).where(1.0 - yt * yt, d)
+            yt = Ew(tanh_u, device)
+            d = Ew(small_u, device).where(1.0 - yt * yt, d)
         return (g_u.alu(Ops.MUL, d.uop),)
 
     set_custom_gradient(y.uop, (self.uop,), rule)
@@ -423,7 +430,7 @@ def gelu_erf(x: Tensor) -> Tensor:
 
     cls, x_u, phi_u = x._tensor_class(), x.uop, phi.uop
 
-    def rule(g_u: UOp, needed: tuple[bool, ...]) -> tuple[UOp | None, ...]:
+    def rule(g_u: UOp, needed: tuple[bool, ...], _gelu_u: UOp) -> tuple[UOp | None, ...]:
         if not needed[0]:
             return (None,)
         xt = cls(x_u)
